@@ -1,0 +1,146 @@
+"""Every hasr setting in one place: name, default, meaning.
+
+Precedence: HASR_* environment variables > ``$XDG_CONFIG_HOME/hasr/config.toml`` > defaults.
+The TOML file uses the setting names in lower case without the prefix (``idle_ttl_sec = 600``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+
+def runtime_dir() -> Path:
+    """$XDG_RUNTIME_DIR (systemd's per-user tmpfs) or a private fallback under /tmp."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg)
+    return Path(f"/tmp/hasr-{os.getuid()}")
+
+
+def default_socket() -> str:
+    return str(runtime_dir() / "hasr" / "hasrd.sock")
+
+
+SYSTEM_SOCKET = "/run/hasr/hasrd.sock"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    help: str
+
+
+def _s(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Effective configuration. Field names map to HASR_<NAME upper-cased>."""
+
+    socket: str = _s("", "Unix socket path ('' = $XDG_RUNTIME_DIR/hasr/hasrd.sock)")
+    engine: str = _s("auto", "worker engine: auto | hybrid | whisper | r2t2 | fake")
+    worker_python: str = _s("", "interpreter that runs the worker ('' = the daemon's own); the GPU venv")
+    idle_ttl_sec: float = _s(900.0, "kill the worker after this many idle seconds (VRAM comes back)")
+    idle_exit_sec: float = _s(1800.0, "socket-activated daemon exits after this many idle seconds")
+    load_timeout_sec: float = _s(300.0, "longest a worker may take from spawn to Ready")
+    hello_timeout_sec: float = _s(30.0, "longest a worker may take from spawn to Hello")
+    rtf_budget: float = _s(2.0, "work budget = max(60 s, audio_s x this) + margin")
+    budget_min_sec: float = _s(60.0, "smallest work budget of one request")
+    budget_margin_sec: float = _s(30.0, "margin added to every work budget")
+    max_queue: int = _s(16, "requests waiting behind the running one before '503 queue full'")
+    max_concurrent: int = _s(1, "transcriptions run at once (the seed's single lock)")
+    max_load_failures: int = _s(5, "consecutive failed loads before the fatal state")
+    backoff_base_sec: float = _s(0.5, "first retry delay after a failed load (doubles each time)")
+    backoff_max_sec: float = _s(30.0, "longest retry delay after failed loads")
+    stop_grace_sec: float = _s(3.0, "wait after Shutdown, then after SIGTERM, before escalating")
+    max_audio_sec: float = _s(4 * 3600.0, "longest audio accepted")
+    max_upload_mb: float = _s(512.0, "largest upload accepted")
+    max_segment_sec: float = _s(60.0, "long audio is split at silences into segments of at most this")
+    gpu: str = _s("", "GPU index or UUID for the worker ('' = let CUDA choose)")
+    need_vram_mb: int = _s(0, "wait for this much free VRAM before a GPU load (0 = don't wait)")
+    vram_wait_sec: float = _s(180.0, "longest wait for free VRAM")
+    fw_model: str = _s("", "faster-whisper model: a directory or a name in the local cache ('' = embedded)")
+    r2t2_model: str = _s("", "R2T2 weights directory")
+    fw_device: str = _s("auto", "faster-whisper device: auto | cpu | cuda")
+    fw_compute_type: str = _s("default", "faster-whisper compute type (default: float16 on GPU, int8 on CPU)")
+    language: str = _s("", "default language ('' = detect; R2T2 gets 'Chinese')")
+    debug: bool = _s(False, "show tracebacks and debug logs")
+
+    @classmethod
+    def describe(cls) -> list[Setting]:
+        return [Setting(f.name, f.default, f.metadata.get("help", "")) for f in fields(cls)]
+
+    def socket_path(self) -> str:
+        return self.socket or default_socket()
+
+
+def env_name(name: str) -> str:
+    return "HASR_" + name.upper()
+
+
+def _coerce(kind: Any, raw: Any, name: str) -> Any:
+    if isinstance(raw, str):
+        raw = raw.strip()
+    try:
+        if kind is bool or kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            if str(raw).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(raw).lower() in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if kind is int or kind == "int":
+            return int(raw)
+        if kind is float or kind == "float":
+            return float(raw)
+        return str(raw)
+    except ValueError:
+        raise ConfigError(f"{env_name(name)}={raw!r} is not a valid {getattr(kind, '__name__', kind)}") from None
+
+
+class ConfigError(ValueError):
+    """A setting has a value of the wrong type."""
+
+
+def config_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "hasr" / "config.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as f:
+            return dict(tomllib.load(f))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings from defaults, the TOML file, the environment and explicit overrides (in that order)."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    known = {f.name: f.type for f in fields(Settings)}
+    for key, raw in _read_toml(toml_path or config_file()).items():
+        if key in known:
+            values[key] = _coerce(known[key], raw, key)
+    for name, kind in known.items():
+        raw = env.get(env_name(name))
+        if raw is not None and raw != "":
+            values[name] = _coerce(kind, raw, name)
+    for name, val in overrides.items():
+        if val is not None:
+            values[name] = val
+    return Settings(**values)

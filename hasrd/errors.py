@@ -1,0 +1,157 @@
+"""The errors hasr reports, each with a stable code, an HTTP status and a human sentence.
+
+Foreign errors (OSError, av.error.*, msgspec errors, worker Failed messages) are mapped to these at one
+boundary each: audio decoding in ``audio.py``, the worker channel in ``workerproc.py``. Everything a client
+sees is ``{"error": {"code": ..., "message": ...}}`` built from one of these.
+
+    HasrError                       code            status
+    ├── BadRequest                  bad_request     400
+    │   ├── InvalidAudio            invalid_audio   400
+    │   │   ├── AudioPathError      path_required, path_invalid, path_not_absolute, file_not_found,
+    │   │   │                       symlink_loop, permission_denied, not_a_file, empty_file, read_error
+    │   │   ├── AudioDecodeError    undecodable, no_audio_stream, no_audio_frames
+    │   │   └── AudioTooLong        audio_too_long  (over HASR_MAX_AUDIO_SEC)
+    │   └── UnknownFormat           unknown_format  400
+    ├── Forbidden                   forbidden       403
+    ├── NotFound                    not_found       404
+    ├── TooLarge                    too_large       413
+    ├── Unavailable                 unavailable     503  (+ Retry-After)
+    │   ├── QueueFull               queue_full      503
+    │   ├── LoadFailed              load_failed     503  (the worker could not load; reason kept)
+    │   ├── ModelUnavailable        model_unavailable 503
+    │   ├── Fatal                   fatal           503  (repeated load failures; `hasrctl load` clears)
+    │   └── ShuttingDown            shutting_down   503
+    ├── Timeout                     timeout         504
+    ├── Cancelled                   cancelled       499
+    └── WorkerError                 runtime_failure 500
+        ├── WorkerCrashed           worker_crashed  500
+        ├── OutOfMemory             out_of_memory   500
+        └── ProtocolMismatch        protocol_mismatch 500
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HasrError(Exception):
+    code = "internal"
+    status = 500
+
+    def __init__(self, message: str, *, code: str | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.retry_after = retry_after
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code!r}, {self.message!r})"
+
+
+class BadRequest(HasrError):
+    code, status = "bad_request", 400
+
+
+class InvalidAudio(BadRequest):
+    code = "invalid_audio"
+
+
+class AudioPathError(InvalidAudio):
+    """A named audio file cannot be used; the code says why (see audio.PATH_CODES)."""
+
+    code = "file_not_found"
+
+
+class AudioDecodeError(InvalidAudio):
+    """The bytes are not audio FFmpeg can decode, or hold no audio (see audio.DECODE_CODES)."""
+
+    code = "undecodable"
+
+
+class AudioTooLong(InvalidAudio):
+    code = "audio_too_long"
+
+
+class UnknownFormat(BadRequest):
+    code = "unknown_format"
+
+
+class Forbidden(HasrError):
+    code, status = "forbidden", 403
+
+
+class NotFound(HasrError):
+    code, status = "not_found", 404
+
+
+class TooLarge(HasrError):
+    code, status = "too_large", 413
+
+
+class Unavailable(HasrError):
+    code, status = "unavailable", 503
+
+
+class QueueFull(Unavailable):
+    code = "queue_full"
+
+
+class LoadFailed(Unavailable):
+    code = "load_failed"
+
+
+class ModelUnavailable(Unavailable):
+    code = "model_unavailable"
+
+
+class Fatal(Unavailable):
+    code = "fatal"
+
+
+class ShuttingDown(Unavailable):
+    code = "shutting_down"
+
+
+class Timeout(HasrError):
+    code, status = "timeout", 504
+
+
+class Cancelled(HasrError):
+    code, status = "cancelled", 499
+
+
+class WorkerError(HasrError):
+    code, status = "runtime_failure", 500
+
+
+class WorkerCrashed(WorkerError):
+    code = "worker_crashed"
+
+
+class OutOfMemory(WorkerError):
+    code = "out_of_memory"
+
+
+class ProtocolMismatch(WorkerError):
+    code = "protocol_mismatch"
+
+
+# Codes a worker may put in Failed / LoadFailed, mapped to the daemon-side class.
+_WORKER_CODES: dict[str, type[HasrError]] = {
+    "invalid_audio": InvalidAudio,
+    "model_unavailable": ModelUnavailable,
+    "out_of_memory": OutOfMemory,
+    "runtime_failure": WorkerError,
+    "cancelled": Cancelled,
+    "timeout": Timeout,
+}
+
+
+def from_worker(code: str, message: str) -> HasrError:
+    """Map a worker's Failed{code, message} to the daemon's error class (unknown codes → runtime_failure)."""
+    cls = _WORKER_CODES.get(code, WorkerError)
+    return cls(message, code=code if code in _WORKER_CODES else "runtime_failure")

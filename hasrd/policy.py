@@ -1,0 +1,73 @@
+"""Lifecycle policy as pure functions of plain values, so every decision is unit-tested without processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def next_backoff(failures: int, base: float, cap: float) -> float:
+    """Delay before the next load attempt after ``failures`` consecutive failed loads (1 → base, doubling)."""
+    if failures <= 0:
+        return 0.0
+    return float(min(cap, base * (2 ** (failures - 1))))
+
+
+def is_fatal(failures: int, max_failures: int) -> bool:
+    return max_failures > 0 and failures >= max_failures
+
+
+def work_budget(audio_s: float, rtf_budget: float, minimum: float, margin: float) -> float:
+    """Seconds a worker may spend on one request: max(minimum, audio_s × rtf_budget) + margin."""
+    return max(minimum, audio_s * rtf_budget) + margin
+
+
+def unload_in(now: float, last_used: float, ttl: float | None, in_flight: int) -> float | None:
+    """Seconds until an idle worker should be unloaded; <= 0 means now; None means not while this holds.
+
+    ``ttl is None`` is keep-alive forever. A worker with any request admitted (queued, loading or running)
+    is never due: the TTL counts from the end of the last request.
+    """
+    if ttl is None or in_flight > 0:
+        return None
+    return (last_used + ttl) - now
+
+
+def should_unload(now: float, last_used: float, ttl: float | None, in_flight: int) -> bool:
+    left = unload_in(now, last_used, ttl, in_flight)
+    return left is not None and left <= 0
+
+
+def health_status(state: str, busy: bool = False) -> str:
+    """Map the worker state to the seed's /health status: idle | loading | ok | error."""
+    if state in ("starting", "backoff"):
+        return "loading"
+    if state == "ready":
+        return "ok"
+    if state == "fatal":
+        return "error"
+    return "idle"  # stopped, stopping: not a fault, the next request loads
+
+
+def status_text(snap: dict[str, Any]) -> str:
+    """The human STATUS= line: "idle", "loading models 12 s", "transcribing 会议.wav 40%", "unloading"."""
+    state = snap.get("state")
+    job = snap.get("job")
+    if job:
+        pct = int(round(100 * float(job.get("progress") or 0.0)))
+        name = job.get("name") or "audio"
+        text = f"transcribing {name} {pct}%"
+        if snap.get("queue"):
+            text += f" (+{snap['queue']} queued)"
+        return text
+    if state == "starting":
+        phase = snap.get("phase") or "loading models"
+        return f"{phase} {int(snap.get('elapsed_s') or 0)} s" if "loading" in phase else phase
+    if state == "backoff":
+        return f"load failed, retrying: {snap.get('error') or ''}".strip()
+    if state == "fatal":
+        return f"error: {snap.get('error') or 'loading failed repeatedly'}"
+    if state == "stopping":
+        return "unloading"
+    if state == "ready":
+        return "ready"
+    return "idle"

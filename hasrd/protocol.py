@@ -1,0 +1,156 @@
+"""The daemon <-> worker protocol: one msgspec Struct per message, tagged unions, length-prefixed frames.
+
+A frame is a 4-byte big-endian length followed by a msgpack body. The worker speaks first (``Hello``) before
+it imports anything heavy; PROTOCOL_VERSION is checked on both sides (the daemon passes ``--protocol``).
+PCM travels out of band: a memfd attached to the ``Transcribe`` frame with SCM_RIGHTS (``pcm="fd"``), or
+the path of a 0600 file in the daemon's private runtime directory.
+
+This module is imported by the worker before ``Hello``: it must stay free of heavy imports.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Union
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+MAX_FRAME = 64 * 1024 * 1024
+_LEN = struct.Struct(">I")
+
+ERROR_CODES = ("invalid_audio", "model_unavailable", "out_of_memory", "runtime_failure", "cancelled", "timeout",
+               "protocol_mismatch")
+
+
+class Msg(msgspec.Struct, tag=True, forbid_unknown_fields=False):
+    """Base of every message; the tag is the class name."""
+
+
+# ---- worker -> daemon -------------------------------------------------------------------------------------
+
+
+class Hello(Msg):
+    protocol: int
+    pid: int
+    python: str
+    hasr_version: str
+
+
+class Loading(Msg):
+    phase: str
+    expected_s: float = 0.0
+
+
+class Ready(Msg):
+    load_s: float
+    identity: dict[str, Any] = {}
+
+
+class LoadFailed(Msg):
+    code: str
+    message: str
+
+
+class Progress(Msg):
+    id: int
+    done_s: float
+    total_s: float
+
+
+class Draft(Msg):
+    id: int
+    text: str
+
+
+class Sentence(Msg):
+    id: int
+    index: int
+    text: str
+    engine: str
+    start_s: float
+    end_s: float
+
+
+class Result(Msg):
+    id: int
+    result: dict[str, Any]
+
+
+class Failed(Msg):
+    id: int
+    code: str
+    message: str
+
+
+class Pong(Msg):
+    nonce: int
+
+
+# ---- daemon -> worker -------------------------------------------------------------------------------------
+
+
+class Transcribe(Msg):
+    id: int
+    pcm: str  # "fd" (memfd attached to this frame) or an absolute path to raw float32 16 kHz mono
+    frames: int
+    language: str = ""
+    options: dict[str, Any] = {}
+
+
+class Cancel(Msg):
+    id: int
+
+
+class Ping(Msg):
+    nonce: int
+
+
+class Shutdown(Msg):
+    pass
+
+
+WorkerMsg = Union[Hello, Loading, Ready, LoadFailed, Progress, Draft, Sentence, Result, Failed, Pong]
+DaemonMsg = Union[Transcribe, Cancel, Ping, Shutdown]
+EVENT_TYPES = (Progress, Draft, Sentence)
+
+_encoder = msgspec.msgpack.Encoder()
+worker_decoder: msgspec.msgpack.Decoder[WorkerMsg] = msgspec.msgpack.Decoder(WorkerMsg)  # type: ignore[arg-type]
+daemon_decoder: msgspec.msgpack.Decoder[DaemonMsg] = msgspec.msgpack.Decoder(DaemonMsg)  # type: ignore[arg-type]
+
+
+class FrameError(Exception):
+    """A frame is malformed or too large: the channel is unusable."""
+
+
+def encode(msg: Msg) -> bytes:
+    body = _encoder.encode(msg)
+    return _LEN.pack(len(body)) + body
+
+
+def split_frames(buf: bytearray) -> list[bytes]:
+    """Remove every complete frame body from ``buf`` (in place) and return them in order."""
+    out: list[bytes] = []
+    while len(buf) >= 4:
+        (n,) = _LEN.unpack_from(buf)
+        if n > MAX_FRAME:
+            raise FrameError(f"frame of {n} bytes exceeds the {MAX_FRAME}-byte limit")
+        if len(buf) < 4 + n:
+            break
+        out.append(bytes(buf[4 : 4 + n]))
+        del buf[: 4 + n]
+    return out
+
+
+def decode_worker(body: bytes) -> WorkerMsg:
+    try:
+        return worker_decoder.decode(body)
+    except msgspec.DecodeError as e:
+        raise FrameError(f"undecodable worker message: {e}") from None
+
+
+def decode_daemon(body: bytes) -> DaemonMsg:
+    try:
+        return daemon_decoder.decode(body)
+    except msgspec.DecodeError as e:
+        raise FrameError(f"undecodable daemon message: {e}") from None

@@ -1,0 +1,1 @@
+"""The worker program: the only hasr process that imports GPU libraries (lazily, after Hello)."""

@@ -1,0 +1,3 @@
+from hasrd.worker.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""Engines the worker can host, and the interface they share.
+
+An engine is created by name, loaded once (reporting phases), then serves transcriptions one at a time. It
+reports failures by raising EngineError with one of the protocol's error codes; the worker turns that into a
+``Failed`` message and keeps serving. Heavy imports happen inside ``load`` or inside the engine modules,
+which are imported only when their engine is chosen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+ENGINES = ("auto", "hybrid", "whisper", "r2t2", "fake")
+
+
+class EngineError(Exception):
+    """A typed failure: ``code`` is one of protocol.ERROR_CODES."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Emitter(Protocol):
+    """Where an engine reports progress while it works (each call becomes one protocol event)."""
+
+    def progress(self, done_s: float, total_s: float) -> None: ...
+    def draft(self, text: str) -> None: ...
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None: ...
+
+
+class NullEmitter:
+    def progress(self, done_s: float, total_s: float) -> None:
+        pass
+
+    def draft(self, text: str) -> None:
+        pass
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+        pass
+
+
+class Engine(Protocol):
+    name: str
+
+    def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
+        """Load models; call ``phase`` with a human phrase per step; return the identity for /api/ps."""
+        ...
+
+    def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
+                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+        """Transcribe 16 kHz mono float32 PCM; check ``cancelled()`` between steps."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def create(name: str) -> Engine:
+    """Instantiate an engine by name (imports only that engine's module)."""
+    if name == "fake":
+        from hasrd.worker.engines.fake import FakeEngine
+
+        return FakeEngine()
+    if name in ("auto", "hybrid", "whisper", "r2t2"):
+        try:
+            from hasrd.worker.engines.select import create_real  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise EngineError("model_unavailable", f"engine {name!r} is not available in this build: {e}") from None
+        return create_real(name)  # type: ignore[no-any-return]
+    raise EngineError("model_unavailable", f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")

@@ -1,0 +1,223 @@
+"""``python -m hasrd.worker --engine E --fd N``: the worker program.
+
+Order matters: die with the daemon (PR_SET_PDEATHSIG), point fd 1 at stderr (vLLM prints to stdout), say
+``Hello`` before any heavy import, then load the engine and serve requests one at a time. A reader thread
+keeps the channel live while a transcription runs: it answers ``Ping``, flags ``Cancel``, and ends the
+process when the daemon's end closes (the daemon died or gave up on us).
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import ctypes
+import mmap
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from hasrd import __version__
+from hasrd import protocol as p
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL us when the daemon dies, then close the race with our own check."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - non-Linux
+        pass
+    if parent_pid and os.getppid() != parent_pid:
+        os._exit(70)  # the daemon died before prctl took effect
+
+
+class Channel:
+    """The worker's end of the socketpair: framed writes under a lock, a reader thread with fd passing."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.wlock = threading.Lock()
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        self.fds: list[int] = []
+        self.fds_lock = threading.Lock()
+        self.cancelled: set[int] = set()
+        self.shutdown = threading.Event()
+        self.ignore_shutdown = False
+
+    def send(self, msg: p.Msg) -> None:
+        data = p.encode(msg)
+        with self.wlock:
+            self.sock.sendall(data)
+
+    def reader(self) -> None:
+        buf = bytearray()
+        fd_size = array.array("i").itemsize
+        while True:
+            try:
+                data, anc, _flags, _addr = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(16 * fd_size))
+            except InterruptedError:  # pragma: no cover
+                continue
+            except OSError:
+                data, anc = b"", []
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds = array.array("i")
+                    fds.frombytes(payload[: len(payload) - (len(payload) % fd_size)])
+                    with self.fds_lock:
+                        self.fds.extend(fds)
+            if not data:
+                # The daemon's end is closed: it died or abandoned us. Nobody will read a result.
+                os._exit(0)
+            buf += data
+            try:
+                frames = p.split_frames(buf)
+                for body in frames:
+                    self.dispatch(p.decode_daemon(body))
+            except p.FrameError as e:
+                print(f"hasr worker: {e}; exiting", file=sys.stderr, flush=True)
+                os._exit(65)
+
+    def dispatch(self, msg: p.DaemonMsg) -> None:
+        if isinstance(msg, p.Ping):
+            self.send(p.Pong(nonce=msg.nonce))
+        elif isinstance(msg, p.Cancel):
+            self.cancelled.add(msg.id)
+        elif isinstance(msg, p.Shutdown):
+            if not self.ignore_shutdown:
+                self.shutdown.set()
+                self.inbox.put(msg)
+        else:
+            self.inbox.put(msg)
+
+    def take_fd(self) -> int:
+        with self.fds_lock:
+            if not self.fds:
+                raise OSError("Transcribe said pcm=fd but no file descriptor arrived with it")
+            return self.fds.pop(0)
+
+
+class SocketEmitter:
+    def __init__(self, ch: Channel, req_id: int) -> None:
+        self.ch = ch
+        self.id = req_id
+        self._last_progress = 0.0
+
+    def progress(self, done_s: float, total_s: float) -> None:
+        now = time.monotonic()
+        if now - self._last_progress >= 0.05 or done_s >= total_s:  # at most ~20 events per second
+            self._last_progress = now
+            self.ch.send(p.Progress(id=self.id, done_s=done_s, total_s=total_s))
+
+    def draft(self, text: str) -> None:
+        self.ch.send(p.Draft(id=self.id, text=text))
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+        self.ch.send(p.Sentence(id=self.id, index=index, text=text, engine=engine, start_s=start_s, end_s=end_s))
+
+
+def read_pcm(ch: Channel, req: p.Transcribe) -> Any:
+    """Map the request's PCM (memfd or 0600 file) read-only; returns a float32 numpy view."""
+    import numpy as np
+
+    nbytes = req.frames * 4
+    if req.pcm == "fd":
+        fd = ch.take_fd()
+        try:
+            if nbytes == 0:
+                return np.zeros(0, dtype=np.float32)
+            m = mmap.mmap(fd, nbytes, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+    else:
+        with open(req.pcm, "rb") as f:
+            if nbytes == 0:
+                return np.zeros(0, dtype=np.float32)
+            m = mmap.mmap(f.fileno(), nbytes, prot=mmap.PROT_READ)
+    return np.frombuffer(m, dtype=np.float32, count=req.frames)
+
+
+def serve_one(ch: Channel, engine: Any, req: p.Transcribe) -> None:
+    from hasrd.worker.engines import EngineError
+
+    try:
+        pcm = read_pcm(ch, req)
+    except (OSError, ValueError) as e:
+        ch.send(p.Failed(id=req.id, code="invalid_audio", message=f"could not read the PCM: {e}"))
+        return
+    try:
+        result = engine.transcribe(pcm, req.language, dict(req.options), SocketEmitter(ch, req.id),
+                                   lambda: req.id in ch.cancelled or ch.shutdown.is_set())
+        ch.send(p.Result(id=req.id, result=result))
+    except EngineError as e:
+        ch.send(p.Failed(id=req.id, code=e.code, message=e.message))
+    except MemoryError:
+        ch.send(p.Failed(id=req.id, code="out_of_memory", message="the worker ran out of memory"))
+    except Exception as e:  # one bad request never ends the worker
+        code = "out_of_memory" if "out of memory" in str(e).lower() else "runtime_failure"
+        ch.send(p.Failed(id=req.id, code=code, message=f"{type(e).__name__}: {e}"))
+    finally:
+        ch.cancelled.discard(req.id)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hasrd.worker", description="hasr GPU worker (started by hasrd)")
+    ap.add_argument("--engine", default="auto")
+    ap.add_argument("--fd", type=int, required=True, help="inherited socket to the daemon")
+    ap.add_argument("--protocol", type=int, default=p.PROTOCOL_VERSION, help="the daemon's protocol version")
+    ap.add_argument("--parent-pid", type=int, default=0, help="die if this is not our parent")
+    args = ap.parse_args(argv)
+
+    die_with_parent(args.parent_pid)
+    sys.stdout.flush()
+    os.dup2(2, 1)  # vLLM and R2T2's finish_streaming_transcribe print to stdout; keep the channel clean
+    sock = socket.socket(fileno=args.fd)
+    ch = Channel(sock)
+    ch.send(p.Hello(protocol=p.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0],
+                    hasr_version=__version__))
+    if args.protocol != p.PROTOCOL_VERSION:
+        ch.send(p.LoadFailed(code="protocol_mismatch",
+                             message=f"the daemon speaks protocol {args.protocol}, this worker "
+                                     f"{p.PROTOCOL_VERSION}: install the same hasr version in both interpreters"))
+        return 3
+    threading.Thread(target=ch.reader, name="hasr-reader", daemon=True).start()
+
+    from hasrd.worker.engines import EngineError, create
+
+    t0 = time.monotonic()
+    try:
+        engine = create(args.engine)
+        ch.ignore_shutdown = bool(getattr(engine, "ignores_shutdown", False))
+        identity = engine.load(lambda phase: ch.send(p.Loading(phase=phase)))
+    except EngineError as e:
+        ch.send(p.LoadFailed(code=e.code, message=e.message))
+        return 1
+    except Exception as e:
+        ch.send(p.LoadFailed(code="runtime_failure", message=f"{type(e).__name__}: {e}"))
+        return 1
+    identity.setdefault("engine", args.engine)
+    identity.setdefault("python", sys.executable)
+    identity.setdefault("hasr_version", __version__)
+    ch.send(p.Ready(load_s=round(time.monotonic() - t0, 4), identity=identity))
+
+    while True:
+        msg = ch.inbox.get()
+        if isinstance(msg, p.Shutdown):
+            break
+        if isinstance(msg, p.Transcribe):
+            serve_one(ch, engine, msg)
+    try:
+        engine.close()
+    finally:
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,370 @@
+"""One worker process as the daemon sees it: spawn, handshake, requests by id, death, and stopping.
+
+This is the boundary where the worker's failures become hasr errors: EOF or a reset becomes
+``WorkerCrashed``, ``Failed{code}`` becomes the matching class, a bad Hello becomes ``ProtocolMismatch``.
+The supervisor owns *when* things happen; this class only knows *how*.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from hasrd import errors
+from hasrd import protocol as p
+from hasrd.pcm import PcmBuffer
+
+log = logging.getLogger("hasrd.worker")
+
+EventSink = Callable[[dict[str, Any]], None]
+
+SCRUB_PREFIXES = ("LISTEN_", "WATCHDOG_")
+SCRUB_NAMES = ("NOTIFY_SOCKET",)
+
+
+def worker_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment: the daemon's, minus systemd's per-process variables, plus ``extra``."""
+    env = {k: v for k, v in base.items() if k not in SCRUB_NAMES and not k.startswith(SCRUB_PREFIXES)}
+    # The worker may run under another interpreter (the GPU venv): make this hasr importable there.
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (pkg_root, env.get("PYTHONPATH", "")) if x)
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class Pending:
+    future: asyncio.Future[dict[str, Any]]
+    on_event: EventSink | None
+
+
+@dataclass
+class Handshake:
+    hello: p.Hello | None = None
+    ready: p.Ready | None = None
+    queue: asyncio.Queue[p.Msg | None] = field(default_factory=asyncio.Queue)
+
+
+class WorkerProcess:
+    """A spawned worker. Create with :meth:`spawn`; then :meth:`handshake`, :meth:`transcribe`, :meth:`stop`."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, sock: socket.socket) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.sock = sock
+        self.started = time.monotonic()
+        self.hs = Handshake()
+        self.pending: dict[int, Pending] = {}
+        self.pongs: dict[int, asyncio.Future[None]] = {}
+        self.ids = itertools.count(1)
+        self.dead = asyncio.Event()
+        self.death_reason = ""
+        self.exit_code: int | None = None
+        self._wlock = asyncio.Lock()
+        self._tasks = [asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}-reader"),
+                       asyncio.create_task(self._wait_exit(), name=f"worker-{self.pid}-wait")]
+        if proc.stderr is not None:
+            self._tasks.append(asyncio.create_task(self._forward_stderr(), name=f"worker-{self.pid}-stderr"))
+
+    @classmethod
+    async def spawn(cls, engine: str, *, python: str = "", env: Mapping[str, str] | None = None,
+                    argv: Sequence[str] | None = None, protocol: int = p.PROTOCOL_VERSION) -> WorkerProcess:
+        """Start ``python -m hasrd.worker`` in its own session with one end of a socketpair."""
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            cmd = list(argv) if argv else [python or sys.executable, "-m", "hasrd.worker"]
+            cmd += ["--engine", engine, "--fd", str(child.fileno()), "--protocol", str(protocol),
+                    "--parent-pid", str(os.getpid())]
+            proc = await asyncio.create_subprocess_exec(
+                *cmd, pass_fds=(child.fileno(),), start_new_session=True,
+                env=dict(env) if env is not None else worker_env(os.environ),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE)
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()  # only the worker holds its end: its death is our EOF
+        parent.setblocking(False)
+        return cls(proc, parent)
+
+    # ---- reading ----------------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        buf = bytearray()
+        reason = "the worker closed its channel"
+        try:
+            while True:
+                data = await loop.sock_recv(self.sock, 1 << 16)
+                if not data:
+                    break
+                buf += data
+                for body in p.split_frames(buf):
+                    self._dispatch(p.decode_worker(body))
+        except (ConnectionResetError, BrokenPipeError) as e:
+            reason = f"the worker's channel broke ({e.__class__.__name__})"
+        except p.FrameError as e:
+            reason = f"the worker sent garbage: {e}"
+            self.kill()
+        except OSError as e:
+            reason = f"the worker's channel failed: {e}"
+        self._mark_dead(reason)
+
+    def _dispatch(self, msg: p.WorkerMsg) -> None:
+        if isinstance(msg, (p.Progress, p.Draft, p.Sentence)):
+            pend = self.pending.get(msg.id)
+            if pend and pend.on_event:
+                pend.on_event(_event_dict(msg))
+        elif isinstance(msg, p.Result):
+            pend = self.pending.pop(msg.id, None)
+            if pend and not pend.future.done():
+                pend.future.set_result(msg.result)
+        elif isinstance(msg, p.Failed):
+            pend = self.pending.pop(msg.id, None)
+            if pend and not pend.future.done():
+                pend.future.set_exception(errors.from_worker(msg.code, msg.message))
+        elif isinstance(msg, p.Pong):
+            fut = self.pongs.pop(msg.nonce, None)
+            if fut and not fut.done():
+                fut.set_result(None)
+        else:  # Hello, Loading, Ready, LoadFailed
+            self.hs.queue.put_nowait(msg)
+
+    def _mark_dead(self, reason: str) -> None:
+        if self.dead.is_set():
+            return
+        self.death_reason = self.death_reason or reason
+        self.dead.set()
+        exc_msg = f"the worker (pid {self.pid}) died: {self.death_reason}"
+        for pend in self.pending.values():
+            if not pend.future.done():
+                pend.future.set_exception(errors.WorkerCrashed(exc_msg))
+        self.pending.clear()
+        for fut in self.pongs.values():
+            if not fut.done():
+                fut.set_exception(errors.WorkerCrashed(exc_msg))
+        self.pongs.clear()
+        self.hs.queue.put_nowait(None)
+
+    async def _wait_exit(self) -> None:
+        code = await self.proc.wait()
+        self.exit_code = code
+        if code < 0:
+            self.death_reason = self.death_reason or f"killed by {signal.Signals(-code).name}"
+        else:
+            self.death_reason = self.death_reason or f"exited with code {code}"
+        self._mark_dead(self.death_reason)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    async def _forward_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while True:
+            line = await self.proc.stderr.readline()
+            if not line:
+                return
+            log.info("worker[%d]: %s", self.pid, line.decode("utf-8", "replace").rstrip())
+
+    # ---- writing ----------------------------------------------------------------------------------------
+
+    async def _send(self, msg: p.Msg, fds: Sequence[int] = ()) -> None:
+        if self.dead.is_set():
+            raise errors.WorkerCrashed(f"the worker (pid {self.pid}) died: {self.death_reason}")
+        data = p.encode(msg)
+        loop = asyncio.get_running_loop()
+        try:
+            async with self._wlock:
+                if fds:
+                    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+                    while True:
+                        try:
+                            n = self.sock.sendmsg([data], anc)
+                            break
+                        except BlockingIOError:
+                            await _writable(loop, self.sock)
+                    data = data[n:]
+                if data:
+                    await loop.sock_sendall(self.sock, data)
+        except OSError as e:
+            self._mark_dead(f"writing to the worker failed: {e}")
+            raise errors.WorkerCrashed(f"the worker (pid {self.pid}) died: {self.death_reason}") from None
+
+    # ---- operations -------------------------------------------------------------------------------------
+
+    async def handshake(self, hello_timeout: float, load_timeout: float,
+                        on_phase: Callable[[str, float], None] | None = None) -> p.Ready:
+        """Wait for Hello (short budget) then Ready (load budget); raise a typed error otherwise."""
+        msg = await self._next_hs(hello_timeout, "Hello")
+        if not isinstance(msg, p.Hello):
+            raise errors.ProtocolMismatch(f"the worker spoke {type(msg).__name__} before Hello")
+        self.hs.hello = msg
+        if msg.protocol != p.PROTOCOL_VERSION:
+            self.kill()
+            raise errors.ProtocolMismatch(
+                f"the worker (pid {msg.pid}, python {msg.python}, hasr {msg.hasr_version}) speaks protocol "
+                f"{msg.protocol}, the daemon {p.PROTOCOL_VERSION}: install the same hasr in the worker's interpreter")
+        deadline = time.monotonic() + load_timeout
+        while True:
+            msg = await self._next_hs(deadline - time.monotonic(), "Ready")
+            if isinstance(msg, p.Loading):
+                if on_phase:
+                    on_phase(msg.phase, msg.expected_s)
+            elif isinstance(msg, p.Ready):
+                self.hs.ready = msg
+                return msg
+            elif isinstance(msg, p.LoadFailed):
+                cls = errors.ProtocolMismatch if msg.code == "protocol_mismatch" else (
+                    errors.ModelUnavailable if msg.code == "model_unavailable" else errors.LoadFailed)
+                raise cls(msg.message)
+            else:
+                raise errors.ProtocolMismatch(f"unexpected {type(msg).__name__} during loading")
+
+    async def _next_hs(self, timeout: float, what: str) -> p.Msg:
+        try:
+            msg = await asyncio.wait_for(self.hs.queue.get(), max(0.0, timeout))
+        except asyncio.TimeoutError:
+            self.kill()
+            raise errors.LoadFailed(f"the worker did not send {what} within {timeout:.0f} s; it was killed",
+                                    code="timeout") from None
+        if msg is None:
+            raise errors.LoadFailed(f"the worker (pid {self.pid}) died while loading: {self.death_reason}")
+        return msg
+
+    async def transcribe(self, pcm: PcmBuffer, *, language: str = "", options: dict[str, Any] | None = None,
+                         on_event: EventSink | None = None, budget: float | None = None) -> dict[str, Any]:
+        """Run one request. On timeout the worker is killed (a stuck GPU call cannot be interrupted)."""
+        req_id = next(self.ids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[req_id] = Pending(fut, on_event)
+        msg = p.Transcribe(id=req_id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
+                           options=dict(options or {}))
+        try:
+            await self._send(msg, fds=() if pcm.path else (pcm.fd,))
+            return await asyncio.wait_for(asyncio.shield(fut), budget)
+        except asyncio.TimeoutError:
+            self.kill()
+            raise errors.Timeout(f"the worker exceeded this request's work budget of {budget:.0f} s and was "
+                                 f"killed") from None
+        except asyncio.CancelledError:
+            # The client went away: ask the worker to stop, but keep the slot until it has (or kill it).
+            if not fut.done() and not self.dead.is_set():
+                try:
+                    await self._send(p.Cancel(id=req_id))
+                    await asyncio.wait([fut], timeout=5.0)
+                except BaseException:
+                    pass
+                if not fut.done():
+                    self.kill()  # it did not honour Cancel: the slot must not be shared with a runaway job
+            raise
+        finally:
+            self.pending.pop(req_id, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # mark retrieved
+
+    async def ping(self, timeout: float = 2.0) -> bool:
+        nonce = next(self.ids)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.pongs[nonce] = fut
+        try:
+            await self._send(p.Ping(nonce=nonce))
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except (asyncio.TimeoutError, errors.WorkerCrashed):
+            return False
+        finally:
+            self.pongs.pop(nonce, None)
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)  # start_new_session: the group id is the worker's pid
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # pragma: no cover
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group (vLLM spawns helpers)."""
+        if self.exit_code is None:
+            self.signal_group(signal.SIGKILL)
+
+    async def stop(self, grace: float = 3.0) -> int | None:
+        """Shutdown message, then SIGTERM, then SIGKILL of the process group; returns the exit code."""
+        if self.exit_code is None and not self.dead.is_set():
+            try:
+                await self._send(p.Shutdown())
+            except errors.WorkerCrashed:
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)
+                break
+            except asyncio.TimeoutError:
+                log.warning("worker %d did not exit within %.1f s; sending %s", self.pid, grace,
+                            signal.Signals(sig).name)
+                self.signal_group(sig)
+        await self.proc.wait()
+        self.signal_group(signal.SIGKILL)  # leftovers in the group (vLLM helpers)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        return self.proc.returncode
+
+
+async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    fut: asyncio.Future[None] = loop.create_future()
+    loop.add_writer(sock.fileno(), lambda: fut.done() or fut.set_result(None))
+    try:
+        await fut
+    finally:
+        loop.remove_writer(sock.fileno())
+
+
+def _event_dict(msg: p.Progress | p.Draft | p.Sentence) -> dict[str, Any]:
+    if isinstance(msg, p.Progress):
+        return {"event": "progress", "done_s": msg.done_s, "total_s": msg.total_s}
+    if isinstance(msg, p.Draft):
+        return {"event": "draft", "text": msg.text}
+    return {"event": "sentence", "index": msg.index, "text": msg.text, "engine": msg.engine,
+            "start_s": msg.start_s, "end_s": msg.end_s}
+
+
+def make_spawn(engine: str, *, python: str = "", gpu_spec: str = "", need_vram_mb: int = 0,
+               vram_wait_sec: float = 180.0, extra_env: Mapping[str, str] | None = None
+               ) -> Callable[[Callable[[str], None]], Any]:
+    """The daemon's spawn function: GPU placement, an optional wait for free VRAM, then the worker."""
+    from hasrd import gpu
+
+    async def spawn(report: Callable[[str], None]) -> WorkerProcess:
+        env_extra = dict(extra_env or {})
+        if gpu_spec or need_vram_mb:
+            gpus = await asyncio.to_thread(gpu.list_gpus)
+            try:
+                env_extra.update(gpu.placement_env(gpu_spec, gpus))
+                index = gpu.resolve_index(gpu_spec, gpus) or 0
+                if need_vram_mb and gpus:
+                    async def free_mb() -> int | None:
+                        for g in await asyncio.to_thread(gpu.list_gpus):
+                            if g.index == index:
+                                return g.free_mb
+                        return None
+
+                    await gpu.wait_for_vram(need_vram_mb, vram_wait_sec, free_mb, report)
+            except gpu.GpuError as e:
+                raise errors.LoadFailed(str(e)) from None
+        report("starting worker")
+        return await WorkerProcess.spawn(engine, python=python, env=worker_env(os.environ, env_extra))
+
+    return spawn

@@ -1,0 +1,49 @@
+"""Shared fixtures: short socket paths, quick settings, an asyncio runner, and process helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Awaitable, Callable, Iterator, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+def run(coro: Awaitable[T], timeout: float = 120.0) -> T:
+    """Run one coroutine on a fresh event loop with an overall timeout."""
+    async def wrapped() -> T:
+        return await asyncio.wait_for(coro, timeout)
+    return asyncio.run(wrapped())
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[str]:
+    """A short private directory (AF_UNIX paths stop at 107 bytes; pytest's tmp_path can be long)."""
+    d = tempfile.mkdtemp(prefix="h", dir="/tmp")
+    os.chmod(d, 0o700)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(interval)
+    return bool(pred())

@@ -1,0 +1,42 @@
+"""Lifecycle policy as pure functions: backoff, fatal, work budget, TTL, health and status lines."""
+
+from __future__ import annotations
+
+from hasrd import policy
+
+
+def test_backoff_doubles_from_the_base_and_stops_at_the_cap() -> None:
+    assert [policy.next_backoff(n, 0.5, 4.0) for n in range(0, 6)] == [0.0, 0.5, 1.0, 2.0, 4.0, 4.0]
+
+
+def test_fatal_after_max_consecutive_failures_and_never_when_disabled() -> None:
+    assert not policy.is_fatal(4, 5) and policy.is_fatal(5, 5)
+    assert not policy.is_fatal(100, 0)
+
+
+def test_work_budget_grows_with_audio_and_has_a_floor() -> None:
+    assert policy.work_budget(10, 2.0, 60, 30) == 90
+    assert policy.work_budget(600, 2.0, 60, 30) == 1230
+
+
+def test_ttl_counts_from_last_use_and_never_fires_while_busy_or_kept_alive() -> None:
+    assert policy.unload_in(now=110, last_used=100, ttl=15, in_flight=0) == 5
+    assert policy.should_unload(now=115, last_used=100, ttl=15, in_flight=0)
+    assert not policy.should_unload(now=10_000, last_used=100, ttl=15, in_flight=1)
+    assert not policy.should_unload(now=10_000, last_used=100, ttl=None, in_flight=0)
+    assert policy.should_unload(now=100, last_used=100, ttl=0, in_flight=0)
+
+
+def test_health_follows_the_seed_semantics() -> None:
+    assert [policy.health_status(s) for s in ("stopped", "starting", "ready", "stopping", "backoff", "fatal")] == [
+        "idle", "loading", "ok", "idle", "loading", "error"]
+
+
+def test_status_lines_say_the_state_in_words() -> None:
+    assert policy.status_text({"state": "stopped"}) == "idle"
+    assert policy.status_text({"state": "starting", "phase": "loading models", "elapsed_s": 12.4}) == \
+        "loading models 12 s"
+    assert policy.status_text({"state": "ready", "job": {"name": "会议.wav", "progress": 0.4}}) == \
+        "transcribing 会议.wav 40%"
+    assert policy.status_text({"state": "stopping"}) == "unloading"
+    assert policy.status_text({"state": "fatal", "error": "no GPU"}) == "error: no GPU"

@@ -1,0 +1,321 @@
+"""The supervisor against real fake-engine workers that misbehave on request."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hasrd import config, errors
+from hasrd.pcm import PcmBuffer
+from hasrd.supervisor import State, Supervisor
+from hasrd.workerproc import WorkerProcess, worker_env
+from tests.conftest import pid_alive, run
+
+
+def settings(**kw: Any) -> config.Settings:
+    base = dict(engine="fake", idle_ttl_sec=60.0, load_timeout_sec=20.0, hello_timeout_sec=20.0,
+                budget_min_sec=20.0, budget_margin_sec=0.0, backoff_base_sec=0.05, backoff_max_sec=0.2,
+                stop_grace_sec=0.5, max_load_failures=3)
+    base.update(kw)
+    return config.Settings(**base)
+
+
+def make(knobs: dict[str, str] | None = None, **kw: Any) -> tuple[Supervisor, dict[str, str]]:
+    """A supervisor whose spawn reads ``knobs`` at each spawn (tests change them between loads)."""
+    live = dict(knobs or {})
+
+    async def spawn(report: Any) -> WorkerProcess:
+        return await WorkerProcess.spawn("fake", env=worker_env(os.environ, live))
+
+    return Supervisor(settings(**kw), spawn), live
+
+
+def pcm(seconds: float = 1.0) -> PcmBuffer:
+    return PcmBuffer.from_array(np.zeros(int(16000 * seconds), dtype=np.float32))
+
+
+async def transcribe(sup: Supervisor, seconds: float = 1.0, **kw: Any) -> dict[str, Any]:
+    with pcm(seconds) as buf:
+        return await sup.transcribe(buf, **kw)
+
+
+def test_concurrent_first_requests_cause_exactly_one_load() -> None:
+    async def main() -> None:
+        sup, _ = make({"HASR_FAKE_LOAD_SEC": "0.5"})
+        results = await asyncio.gather(*(transcribe(sup) for _ in range(5)))
+        assert all(r["final"] for r in results)
+        assert sup.spawns == 1 and sup.loads == 1
+        await sup.close()
+    run(main())
+
+
+def test_a_failed_load_reaches_every_waiter_with_the_reason_and_the_next_request_retries() -> None:
+    async def main() -> None:
+        sup, knobs = make({"HASR_FAKE_FAIL_LOAD": "model_unavailable:weights missing in /x",
+                           "HASR_FAKE_LOAD_SEC": "0.3"})
+        outcomes = await asyncio.gather(*(transcribe(sup) for _ in range(4)), return_exceptions=True)
+        assert all(isinstance(o, errors.Unavailable) for o in outcomes), outcomes
+        assert all("weights missing in /x" in str(o) for o in outcomes)
+        assert sup.spawns == 1 and sup.state == State.BACKOFF
+        assert sup.snapshot()["health"] == "loading" and "weights missing" in sup.snapshot()["error"]
+        knobs.pop("HASR_FAKE_FAIL_LOAD")
+        result = await transcribe(sup)
+        assert result["final"] and sup.spawns == 2 and sup.state == State.READY
+        await sup.close()
+    run(main())
+
+
+def test_consecutive_load_failures_reach_fatal_and_an_explicit_load_clears_it() -> None:
+    async def main() -> None:
+        sup, knobs = make({"HASR_FAKE_FAIL_LOAD": "runtime_failure:CUDA error: no kernel image"},
+                          max_load_failures=3)
+        for _ in range(3):
+            with pytest.raises(errors.Unavailable):
+                await transcribe(sup)
+        assert sup.state == State.FATAL
+        snap = sup.snapshot()
+        assert snap["health"] == "error" and "no kernel image" in snap["error"]
+        spawns = sup.spawns
+        with pytest.raises(errors.Fatal) as exc:
+            await transcribe(sup)
+        assert "no kernel image" in exc.value.message and sup.spawns == spawns  # no new attempt
+        knobs.pop("HASR_FAKE_FAIL_LOAD")
+        snap = await sup.load()
+        assert snap["state"] == "ready" and sup.failures == 0
+        assert (await transcribe(sup))["final"]
+        await sup.close()
+    run(main())
+
+
+def test_ttl_unloads_after_the_last_request_and_never_during_one() -> None:
+    async def main() -> None:
+        sup, _ = make(idle_ttl_sec=0.3)
+        await transcribe(sup)
+        pid = sup.worker.pid if sup.worker else 0
+        # A request lasting ~1.2 s (3x the TTL): the worker must survive it.
+        task = asyncio.create_task(transcribe(sup, 1.2, options={"fake": {"rtf": 1.0}}))
+        await asyncio.sleep(0.9)
+        assert sup.state == State.READY and sup.worker and sup.worker.pid == pid and pid_alive(pid)
+        await task
+        assert sup.state == State.READY  # TTL counts from the end of the request
+        t_end = time.monotonic()
+        while sup.state != State.STOPPED and time.monotonic() - t_end < 3:
+            await asyncio.sleep(0.02)
+        assert sup.state == State.STOPPED
+        assert 0.25 <= time.monotonic() - t_end < 1.5
+        assert not pid_alive(pid)
+        await sup.close()
+    run(main())
+
+
+def test_queued_requests_keep_the_worker_alive_past_its_ttl() -> None:
+    async def main() -> None:
+        sup, _ = make(idle_ttl_sec=0.2)
+        tasks = [asyncio.create_task(transcribe(sup, 0.5, options={"fake": {"rtf": 1.0}})) for _ in range(3)]
+        await asyncio.gather(*tasks)
+        assert sup.spawns == 1
+        await sup.close()
+    run(main())
+
+
+def test_kill_9_of_the_worker_mid_request_gives_worker_crashed_and_the_next_request_a_new_pid() -> None:
+    async def main() -> None:
+        sup, _ = make()
+        pids = set()
+        for _ in range(20):
+            task = asyncio.create_task(transcribe(sup, 5.0, options={"fake": {"rtf": 1.0}}))
+            while sup.state != State.READY or not sup.running:
+                await asyncio.sleep(0.01)
+            assert sup.worker is not None
+            pid = sup.worker.pid
+            pids.add(pid)
+            await asyncio.sleep(0.05)
+            os.kill(pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            with pytest.raises(errors.WorkerCrashed) as exc:
+                await task
+            assert time.monotonic() - t0 < 1.0
+            assert exc.value.code == "worker_crashed" and str(pid) in exc.value.message
+            result = await transcribe(sup, 0.2)
+            assert result["final"] and sup.worker and sup.worker.pid != pid
+        assert len(pids) == 20
+        await sup.close()
+    run(main(), timeout=240)
+
+
+def test_a_worker_crashing_at_the_start_of_a_request_is_replaced() -> None:
+    async def main() -> None:
+        sup, knobs = make({"HASR_FAKE_CRASH_AFTER": "1"})
+        await transcribe(sup)
+        with pytest.raises(errors.WorkerCrashed):
+            await transcribe(sup)
+        knobs.pop("HASR_FAKE_CRASH_AFTER")
+        assert (await transcribe(sup))["final"] and sup.spawns == 2
+        await sup.close()
+    run(main())
+
+
+def test_a_hung_worker_is_killed_at_its_work_budget() -> None:
+    async def main() -> None:
+        sup, _ = make(budget_min_sec=0.5, budget_margin_sec=0.2)
+        await transcribe(sup, 0.1)
+        assert sup.worker is not None
+        pid = sup.worker.pid
+        t0 = time.monotonic()
+        with pytest.raises(errors.Timeout) as exc:
+            await transcribe(sup, 0.1, options={"fake": {"hang": True}})
+        assert 0.6 <= time.monotonic() - t0 < 2.0 and exc.value.status == 504
+        assert not pid_alive(pid)
+        assert (await transcribe(sup, 0.1))["final"] and sup.worker and sup.worker.pid != pid
+        await sup.close()
+    run(main())
+
+
+def test_queue_time_is_not_charged_to_the_work_budget() -> None:
+    async def main() -> None:
+        sup, _ = make(budget_min_sec=0.8, budget_margin_sec=0.0)
+        # Each takes ~0.6 s of work; the third waits ~1.2 s in the queue, more than its budget.
+        results = await asyncio.gather(*(transcribe(sup, 0.6, options={"fake": {"rtf": 1.0}}) for _ in range(3)))
+        assert max(r["timings"]["queue_s"] for r in results) > 0.8
+        await sup.close()
+    run(main())
+
+
+def test_a_worker_ignoring_sigterm_and_shutdown_is_sigkilled() -> None:
+    async def main() -> None:
+        sup, _ = make({"HASR_FAKE_IGNORE_SIGTERM": "1"}, stop_grace_sec=0.3)
+        await sup.load()
+        assert sup.worker is not None
+        worker = sup.worker
+        t0 = time.monotonic()
+        await sup.unload()
+        assert worker.exit_code == -signal.SIGKILL
+        assert 0.5 <= time.monotonic() - t0 < 3.0
+        assert sup.state == State.STOPPED and not pid_alive(worker.pid)
+    run(main())
+
+
+def test_a_cooperative_worker_exits_0_on_shutdown() -> None:
+    async def main() -> None:
+        sup, _ = make()
+        await sup.load()
+        worker = sup.worker
+        assert worker is not None
+        await sup.unload()
+        assert worker.exit_code == 0 and sup.state == State.STOPPED
+    run(main())
+
+
+def test_the_queue_is_fifo_and_bounded() -> None:
+    async def main() -> None:
+        sup, _ = make(max_queue=2)
+        await sup.load()
+        order: list[int] = []
+
+        async def job(i: int) -> None:
+            await transcribe(sup, 0.3, options={"fake": {"rtf": 1.0}})
+            order.append(i)
+
+        tasks = []
+        for i in range(3):
+            tasks.append(asyncio.create_task(job(i)))
+            await asyncio.sleep(0.05)
+        with pytest.raises(errors.QueueFull) as exc:
+            await transcribe(sup)
+        assert exc.value.status == 503 and exc.value.retry_after
+        await asyncio.gather(*tasks)
+        assert order == [0, 1, 2]
+        await sup.close()
+    run(main())
+
+
+def test_a_cancelled_request_frees_its_slot_and_the_worker_survives() -> None:
+    async def main() -> None:
+        sup, _ = make()
+        task = asyncio.create_task(transcribe(sup, 10.0, options={"fake": {"rtf": 1.0}}))
+        while not sup.running:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        pid = sup.worker.pid if sup.worker else 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert sup.running == 0 and sup.in_flight == 0
+        assert (await transcribe(sup, 0.2))["final"] and sup.worker and sup.worker.pid == pid
+        await sup.close()
+    run(main())
+
+
+def test_unload_waits_for_the_running_job() -> None:
+    async def main() -> None:
+        sup, _ = make()
+        task = asyncio.create_task(transcribe(sup, 0.8, options={"fake": {"rtf": 1.0}}))
+        while not sup.running:
+            await asyncio.sleep(0.01)
+        await sup.unload()
+        assert task.done() and (await task)["final"]
+        assert sup.state == State.STOPPED
+    run(main())
+
+
+def test_state_changes_are_reported_with_a_status_line() -> None:
+    async def main() -> None:
+        seen: list[dict[str, Any]] = []
+        sup, _ = make({"HASR_FAKE_LOAD_SEC": "0.3"})
+        sup.on_change = seen.append
+        await transcribe(sup, 0.5, name="会议.wav", options={"fake": {"rtf": 1.0}})
+        await sup.unload()
+        states = [s["state"] for s in seen]
+        assert states[0] == "starting" and "ready" in states and states[-1] == "stopped"
+        texts = [s["status_text"] for s in seen]
+        assert any(t.startswith("loading fake models") for t in texts)
+        assert any(t.startswith("transcribing 会议.wav") and t.endswith("%") for t in texts)
+        assert "unloading" in texts
+    run(main())
+
+
+def test_the_worker_environment_is_scrubbed_of_systemd_variables() -> None:
+    env = worker_env({"NOTIFY_SOCKET": "/run/x", "LISTEN_FDS": "1", "LISTEN_PID": "5", "LISTEN_FDNAMES": "a",
+                      "WATCHDOG_USEC": "1", "WATCHDOG_PID": "2", "HOME": "/root", "PYTHONPATH": "/p"})
+    assert set(env) == {"HOME", "PYTHONPATH"}
+    assert env["PYTHONPATH"].endswith(os.pathsep + "/p")
+
+    async def main() -> None:
+        os.environ["NOTIFY_SOCKET"] = "/run/hasr-test-notify"
+        try:
+            w = await WorkerProcess.spawn("fake")
+        finally:
+            del os.environ["NOTIFY_SOCKET"]
+        await w.handshake(10, 10)
+        with open(f"/proc/{w.pid}/environ", "rb") as f:
+            assert b"NOTIFY_SOCKET" not in f.read()
+        assert await w.ping()
+        assert await w.stop() == 0
+    run(main())
+
+
+def test_a_worker_speaking_another_protocol_is_refused_loudly(short_tmp: str) -> None:
+    script = os.path.join(short_tmp, "old_worker.py")
+    with open(script, "w") as f:
+        f.write("import os, socket, sys\n"
+                "from hasrd import protocol as p\n"
+                "fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
+                "s = socket.socket(fileno=fd)\n"
+                "s.sendall(p.encode(p.Hello(protocol=0, pid=os.getpid(), python='3', hasr_version='0.0.1')))\n"
+                "import time; time.sleep(30)\n")
+
+    async def main() -> None:
+        import sys
+        w = await WorkerProcess.spawn("fake", argv=[sys.executable, script])
+        with pytest.raises(errors.ProtocolMismatch) as exc:
+            await w.handshake(10, 10)
+        assert "protocol 0" in exc.value.message and "0.0.1" in exc.value.message
+        await w.stop(grace=0.2)
+        assert not pid_alive(w.pid)
+    run(main())
