@@ -284,7 +284,9 @@ class Supervisor:
         """Load if needed, wait our turn, run one transcription, and return the worker's result."""
         t_admit = self.clock()
         async with self.lease():
+            was_ready = self.state == State.READY
             await self._await_load(on_event)
+            load_wait = 0.0 if was_ready else self.clock() - t_admit
             async with self._slot(on_event):
                 t_start = self.clock()
                 worker = await self._await_load(on_event)  # it may have died while we queued
@@ -314,8 +316,8 @@ class Supervisor:
                     self.job = None
                 t_end = self.clock()
         timings = dict(result.get("timings") or {})
-        timings["queue_s"] = round(t_start - t_admit, 4)
-        timings.setdefault("load_s", 0.0)
+        timings["queue_s"] = round(t_start - t_admit - load_wait, 4)
+        timings["load_s"] = round(load_wait, 4)
         timings["work_s"] = round(t_end - t_start, 4)
         result["timings"] = timings
         return result

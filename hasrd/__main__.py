@@ -1,0 +1,3 @@
+from hasrd.server import main
+
+raise SystemExit(main())

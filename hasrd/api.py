@@ -1,0 +1,374 @@
+"""The HTTP API of DESIGN.md over the daemon's socket (Starlette app; uvicorn serves it).
+
+Every error is ``{"error": {"code", "message"}}`` with its status; 503 carries Retry-After. Audio is
+validated and decoded here, before the supervisor (and so the worker) is touched: bad input never wakes
+the GPU. Decoding runs in a thread so /health is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from hasrd import __version__, errors, formats
+from hasrd import protocol as proto
+from hasrd.config import Settings
+from hasrd.events import Broadcaster
+from hasrd.pcm import PcmBuffer
+from hasrd.supervisor import Supervisor
+
+log = logging.getLogger("hasrd.api")
+
+
+@dataclass
+class Daemon:
+    settings: Settings
+    supervisor: Supervisor
+    events: Broadcaster
+    request_stop: Callable[[], None] = lambda: None
+    uid: int = field(default_factory=os.getuid)
+    group_socket: bool = False  # the socket is group-accessible (system-wide install)
+
+
+def error_response(e: errors.HasrError) -> JSONResponse:
+    headers = {}
+    if e.status == 503:
+        headers["Retry-After"] = str(int(max(1, round(e.retry_after or 5))))
+    return JSONResponse(e.to_json(), status_code=e.status, headers=headers)
+
+
+def caller_uid(request: Request) -> int | None:
+    """The peer's uid, put in scope["client"] by the daemon's protocol class (SO_PEERCRED)."""
+    client = request.scope.get("client")
+    if client and isinstance(client[0], str) and client[0].startswith("peer:"):
+        return int(client[1])
+    return None
+
+
+def check_access(d: Daemon, request: Request) -> None:
+    uid = caller_uid(request)
+    if uid is None or uid in (d.uid, 0) or d.group_socket:
+        return
+    raise errors.Forbidden(f"uid {uid} may not use this daemon (it belongs to uid {d.uid})")
+
+
+def check_path_access(d: Daemon, request: Request) -> None:
+    uid = caller_uid(request)
+    if uid is not None and uid not in (d.uid, 0):
+        raise errors.Forbidden("this daemon runs as another user and would read the file with its rights: "
+                               "upload the audio instead of naming a path (the `file` field)")
+
+
+async def decode(d: Daemon, source: Any, name: str) -> tuple[PcmBuffer, dict[str, Any]]:
+    """Validate and decode to a memfd in a thread; map every failure to a typed 4xx."""
+    from hasrd import audio
+
+    def work() -> tuple[PcmBuffer, dict[str, Any]]:
+        fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name)
+        buf = PcmBuffer(fd)
+        buf.frames = info.frames
+        return buf, info.to_json()
+
+    return await asyncio.to_thread(work)
+
+
+def jsonl(obj: Any) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+
+
+async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, name: str, audio_path: str | None,
+                  language: str, options: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None
+                  ) -> dict[str, Any]:
+    t0 = time.monotonic()
+    try:
+        result = await d.supervisor.transcribe(pcm, name=name, language=language, options=options,
+                                               on_event=on_event)
+    finally:
+        pcm.close()
+    result["audio_path"] = audio_path
+    result.setdefault("language", language)
+    result.setdefault("duration_s", info.get("duration_s"))
+    timings = dict(result.get("timings") or {})
+    timings["decode_s"] = round(float(info.get("decode_s") or 0), 4)
+    timings["total_s"] = round(time.monotonic() - t0 + timings["decode_s"], 4)
+    result["timings"] = timings
+    return result
+
+
+def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable[[dict[str, Any]], bytes | None],
+               **job: Any) -> AsyncIterator[bytes]:
+    """Run a job while yielding its events rendered by ``render``; the client leaving cancels the job."""
+    async def gen() -> AsyncIterator[bytes]:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        task = asyncio.create_task(run_job(d, pcm, info, on_event=q.put_nowait, **job))
+        try:
+            while True:
+                getter = asyncio.create_task(q.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    out = render(getter.result())
+                    if out:
+                        yield out
+                    continue
+                getter.cancel()
+                while not q.empty():
+                    out = render(q.get_nowait())
+                    if out:
+                        yield out
+                try:
+                    final = {"event": "done", "result": task.result()}
+                except errors.HasrError as e:
+                    final = {"event": "error", **e.to_json()}
+                out = render(final)
+                if out:
+                    yield out
+                return
+        finally:
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except BaseException:
+                    pass
+    return gen()
+
+
+# ---- seed-compatible ----------------------------------------------------------------------------------------
+
+
+async def health(request: Request) -> Response:
+    d: Daemon = request.app.state.daemon
+    try:
+        snap = d.supervisor.snapshot()
+        return JSONResponse({
+            "status": "ok" if snap["health"] == "busy" else snap["health"],
+            "model_loaded": snap["state"] == "ready",
+            "engine": d.settings.engine,
+            "loading": snap["state"] == "starting",
+            "idle_seconds": snap["idle_seconds"],
+            "ttl_sec": snap["ttl_sec"],
+            "busy": bool(snap["running"]),
+            "queue": snap["queue"],
+            "error": snap["error"],
+        })
+    except Exception as e:  # never raises
+        return JSONResponse({"status": "error", "model_loaded": False, "error": str(e)})
+
+
+async def transcribe(request: Request) -> Response:
+    d: Daemon = request.app.state.daemon
+    check_access(d, request)
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        raise errors.BadRequest("the body must be JSON like {\"audio_path\": \"/abs/file.wav\"}") from None
+    if not isinstance(body, dict):
+        raise errors.BadRequest("the body must be a JSON object")
+    path = body.get("audio_path")
+    if not isinstance(path, str) or not path:
+        raise errors.InvalidAudio("audio_path is required: an absolute path to an audio file", code="path_required")
+    language = body.get("language") or d.settings.language
+    options = body.get("options") or {}
+    if not isinstance(language, str) or not isinstance(options, dict):
+        raise errors.BadRequest("language must be a string and options an object")
+    check_path_access(d, request)
+    pcm, info = await decode(d, path, os.path.basename(path))
+    job = dict(name=os.path.basename(path), audio_path=path, language=language, options=options)
+    if "application/x-ndjson" in request.headers.get("accept", ""):
+        return StreamingResponse(stream_job(d, pcm, info, jsonl, **job), media_type="application/x-ndjson")
+    return JSONResponse(await run_job(d, pcm, info, on_event=None, **job))
+
+
+# ---- OpenAI-compatible --------------------------------------------------------------------------------------
+
+
+async def openai_transcriptions(request: Request) -> Response:
+    d: Daemon = request.app.state.daemon
+    check_access(d, request)
+    limit = int(d.settings.max_upload_mb * 1024 * 1024)
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > limit + 65536:
+        raise errors.TooLarge(f"the upload is {int(length) / 2**20:.0f} MB; the limit is "
+                              f"{d.settings.max_upload_mb:.0f} MB (HASR_MAX_UPLOAD_MB)")
+    ctype = request.headers.get("content-type", "")
+    if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
+    try:
+        form = await request.form(max_files=1, max_fields=32)
+    except HTTPException as e:
+        raise errors.BadRequest(f"malformed form: {e.detail}") from None
+    fmt = str(form.get("response_format") or "json")
+    formats.check(fmt)
+    language = str(form.get("language") or d.settings.language)
+    stream = str(form.get("stream") or "").lower() in ("true", "1", "yes")
+    options: dict[str, Any] = {}
+    if form.get("prompt"):
+        options["initial_prompt"] = str(form.get("prompt"))
+    if "word" in [str(v) for v in form.getlist("timestamp_granularities[]")]:
+        options["word_timestamps"] = True
+    upload = form.get("file")
+    path = form.get("path")
+    if upload is not None and not isinstance(upload, str):
+        f = upload.file
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(0)
+        if size > limit:
+            raise errors.TooLarge(f"the upload is {size / 2**20:.0f} MB; the limit is "
+                                  f"{d.settings.max_upload_mb:.0f} MB (HASR_MAX_UPLOAD_MB)")
+        name = upload.filename or "upload"
+        pcm, info = await decode(d, f, name)
+        audio_path = None
+    elif isinstance(path, str) and path:
+        check_path_access(d, request)
+        name = os.path.basename(path)
+        pcm, info = await decode(d, path, name)
+        audio_path = path
+    else:
+        raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required")
+    await form.close()
+    job = dict(name=name, audio_path=audio_path, language=language, options=options)
+    if stream:
+        return StreamingResponse(stream_job(d, pcm, info, sse, **job), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    result = await run_job(d, pcm, info, on_event=None, **job)
+    body = formats.render(result, fmt)
+    return Response(body, media_type=formats.content_type(fmt))
+
+
+def sse(ev: dict[str, Any]) -> bytes | None:
+    kind = ev.get("event")
+    if kind == "sentence":
+        data: Any = {"type": "transcript.text.delta", "delta": ev["text"], "hasr": ev}
+    elif kind == "draft":
+        data = {"type": "hasr.draft", "text": ev["text"]}
+    elif kind == "progress":
+        data = {"type": "hasr.progress", "done_s": ev["done_s"], "total_s": ev["total_s"]}
+    elif kind in ("queued", "loading"):
+        data = {"type": f"hasr.{kind}", **{k: v for k, v in ev.items() if k != "event"}}
+    elif kind == "done":
+        data = {"type": "transcript.text.done", "text": ev["result"].get("final", ""), "hasr": ev["result"]}
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\ndata: [DONE]\n\n".encode()
+    elif kind == "error":
+        data = {"type": "error", "error": ev["error"]}
+    else:
+        return None
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [{"id": "hasr", "object": "model", "owned_by": "hasr"}]})
+
+
+# ---- lifecycle ----------------------------------------------------------------------------------------------
+
+
+async def ps(request: Request) -> Response:
+    return JSONResponse(request.app.state.daemon.supervisor.snapshot())
+
+
+async def load(request: Request) -> Response:
+    d: Daemon = request.app.state.daemon
+    check_access(d, request)
+    keep: float | None | bool = False
+    raw = await request.body()
+    if raw.strip():
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise errors.BadRequest("the body must be JSON like {\"keep_alive\": 600}") from None
+        if isinstance(body, dict) and body.get("keep_alive") is not None:
+            try:
+                k = float(body["keep_alive"])
+            except (TypeError, ValueError):
+                raise errors.BadRequest("keep_alive must be a number of seconds (<0 = forever)") from None
+            keep = None if k < 0 else k
+    return JSONResponse(await d.supervisor.load(keep))
+
+
+async def unload(request: Request) -> Response:
+    d: Daemon = request.app.state.daemon
+    check_access(d, request)
+    await d.supervisor.unload()
+    return JSONResponse({"state": d.supervisor.state.value})
+
+
+async def stop(request: Request) -> Response:
+    d: Daemon = request.app.state.daemon
+    check_access(d, request)
+    asyncio.get_running_loop().call_soon(d.request_stop)
+    return JSONResponse({"stopping": True})
+
+
+async def events(request: Request) -> Response:
+    d: Daemon = request.app.state.daemon
+
+    async def gen() -> AsyncIterator[bytes]:
+        q = d.events.subscribe()
+        try:
+            if not d.events.latest:
+                yield jsonl(d.supervisor.snapshot())
+            while True:
+                yield jsonl(await q.get())
+        finally:
+            d.events.unsubscribe(q)
+
+    return StreamingResponse(gen(), media_type="application/x-ndjson", headers={"Cache-Control": "no-cache"})
+
+
+async def version(request: Request) -> Response:
+    return JSONResponse({"version": __version__, "protocol": proto.PROTOCOL_VERSION})
+
+
+# ---- app ----------------------------------------------------------------------------------------------------
+
+
+async def hasr_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, errors.HasrError)
+    if exc.status >= 500:
+        log.warning("%s %s: %s", request.method, request.url.path, exc.message)
+    return error_response(exc)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+    msg = {404: f"no such endpoint: {request.url.path}",
+           405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
+    return JSONResponse({"error": {"code": code, "message": msg}}, status_code=exc.status_code)
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse({"error": {"code": "internal", "message": f"{type(exc).__name__}: {exc}"}},
+                        status_code=500)
+
+
+def make_app(d: Daemon) -> Starlette:
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/transcribe", transcribe, methods=["POST"]),
+        Route("/v1/audio/transcriptions", openai_transcriptions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/api/ps", ps, methods=["GET"]),
+        Route("/api/load", load, methods=["POST"]),
+        Route("/api/unload", unload, methods=["POST"]),
+        Route("/api/stop", stop, methods=["POST"]),
+        Route("/api/events", events, methods=["GET"]),
+        Route("/api/version", version, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={errors.HasrError: hasr_error, HTTPException: http_error,
+                                                       Exception: internal_error})
+    app.state.daemon = d
+    return app

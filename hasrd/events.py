@@ -1,0 +1,47 @@
+"""State fan-out: one latest snapshot, pushed to /api/events subscribers and to sd_notify STATUS=."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+
+class Broadcaster:
+    """Keeps the latest snapshot; each subscriber gets every change (a slow one loses old ones, not new)."""
+
+    def __init__(self, on_status: Callable[[str], None] | None = None, maxsize: int = 64) -> None:
+        self.latest: dict[str, Any] = {}
+        self.on_status = on_status
+        self.maxsize = maxsize
+        self._subs: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._last_status = ""
+
+    def publish(self, snap: dict[str, Any]) -> None:
+        if snap == self.latest:
+            return
+        self.latest = snap
+        for q in list(self._subs):
+            if q.full():
+                try:
+                    q.get_nowait()
+                except asyncio.QueueEmpty:  # pragma: no cover
+                    pass
+            q.put_nowait(snap)
+        text = str(snap.get("status_text") or "")
+        if text != self._last_status and self.on_status:
+            self._last_status = text
+            self.on_status(text)
+
+    def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue(self.maxsize)
+        if self.latest:
+            q.put_nowait(self.latest)
+        self._subs.add(q)
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue[dict[str, Any]]) -> None:
+        self._subs.discard(q)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subs)

@@ -1,0 +1,257 @@
+"""``hasrd``: the daemon. Sockets (activated or bound), sd_notify, the HTTP server, idle exit.
+
+Startup: take the sockets systemd passed (LISTEN_FDS) or bind ``--socket`` (dir 0700, socket 0600); serve;
+READY=1. The worker starts on the first request (never here). Idle exit (socket-activated, or ``--idle-exit``):
+when no connection is open, nothing is admitted and the worker is stopped for HASR_IDLE_EXIT_SEC, send
+STOPPING=1, close our listener copy (never shutdown(), never unlink an inherited socket), finish what was
+accepted, stop the worker and exit 0. Connections arriving meanwhile wait in the kernel's backlog and start
+the next instance. SIGTERM and ``POST /api/stop`` take the same path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from hasrd import __version__, config
+from hasrd import systemd as sd
+from hasrd.api import Daemon, make_app
+from hasrd.events import Broadcaster
+from hasrd.supervisor import State, Supervisor
+from hasrd.workerproc import make_spawn
+
+log = logging.getLogger("hasrd")
+
+DRAIN_WAIT_SEC = 2.0  # how long an accepted connection with no request yet may take to send one at exit
+
+
+class PeerProtocol(H11Protocol):
+    """uvicorn's h11 protocol plus SO_PEERCRED (put in scope["client"]) and a gentler exit for new connections.
+
+    A connection accepted just before exit whose request has not arrived yet is given DRAIN_WAIT_SEC to send
+    it instead of being closed: the client already connected, so closing it would lose its request.
+    """
+
+    _got_data = False
+    _draining = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            try:
+                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                pid, uid, _gid = struct.unpack("3i", creds)
+                self.client = (f"peer:{pid}", uid)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        self._got_data = True
+        super().data_received(data)
+        if self._draining and self.cycle is not None:
+            self.cycle.keep_alive = False
+
+    def shutdown(self) -> None:
+        if self.cycle is None and not self._got_data and not self._draining:
+            self._draining = True
+            asyncio.get_running_loop().call_later(DRAIN_WAIT_SEC, self._late_close)
+            return
+        super().shutdown()
+
+    def _late_close(self) -> None:
+        if self.cycle is None and not self.transport.is_closing():
+            self.transport.close()
+
+
+def bind_socket(path: str) -> socket.socket:
+    """Bind our own listening socket: parent dir 0700, socket 0600; refuse to steal a live one."""
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise SystemExit(f"hasrd: {path} exists and is not a socket; remove it or choose another --socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+            raise SystemExit(f"hasrd: another daemon already listens on {path}")
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)  # a stale socket left by a crashed daemon
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return sock
+
+
+class HasrServer(uvicorn.Server):
+    """uvicorn's server with our exit path: STOPPING=1 first, then uvicorn's graceful drain."""
+
+    def __init__(self, cfg: uvicorn.Config, notifier: sd.Notifier) -> None:
+        super().__init__(cfg)
+        self.notifier = notifier
+        self.exit_reason = ""
+
+    def request_exit(self, reason: str) -> None:
+        if not self.should_exit:
+            log.info("exiting: %s", reason)
+            self.exit_reason = reason
+            self.notifier.stopping(f"stopping ({reason})")
+            self.should_exit = True
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.request_exit(f"signal {signal.Signals(sig).name}")
+
+    @property
+    def open_connections(self) -> int:
+        return len(self.server_state.connections)
+
+
+async def idle_watch(server: HasrServer, sup: Supervisor, idle_exit: float) -> None:
+    """Exit after ``idle_exit`` seconds with no connection, no admitted request and no worker."""
+    idle_since: float | None = None
+    step = max(0.05, min(1.0, idle_exit / 5))
+    while not server.should_exit:
+        await asyncio.sleep(step)
+        idle = server.open_connections == 0 and sup.in_flight == 0 and sup.state in (State.STOPPED, State.FATAL)
+        now = time.monotonic()
+        if not idle:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
+        elif now - idle_since >= idle_exit:
+            server.request_exit(f"idle for {idle_exit:g} s")
+
+
+async def watchdog(notifier: sd.Notifier, interval: float) -> None:
+    while True:
+        notifier.watchdog()
+        await asyncio.sleep(interval)
+
+
+async def serve(settings: config.Settings, sockets: list[socket.socket], *, activated: bool,
+                idle_exit: float | None, owned_path: str | None) -> int:
+    notifier = sd.Notifier()
+    events = Broadcaster(on_status=notifier.status)
+    spawn = make_spawn(settings.engine, python=settings.worker_python, gpu_spec=settings.gpu,
+                       need_vram_mb=settings.need_vram_mb, vram_wait_sec=settings.vram_wait_sec)
+    sup = Supervisor(settings, spawn, on_change=events.publish)
+    group_socket = False
+    for s in sockets:
+        if s.family == socket.AF_UNIX:
+            name = s.getsockname()
+            if isinstance(name, str) and name and os.path.exists(name):
+                group_socket = group_socket or bool(os.stat(name).st_mode & 0o060)
+    daemon = Daemon(settings, sup, events, group_socket=group_socket)
+    app = make_app(daemon)
+    cfg = uvicorn.Config(app, http=PeerProtocol, ws="none", lifespan="off", log_config=None, access_log=settings.debug,
+                         timeout_keep_alive=5, timeout_graceful_shutdown=None, server_header=False)
+    server = HasrServer(cfg, notifier)
+    daemon.request_stop = lambda: server.request_exit("stop requested over the API")
+    tasks = []
+    if idle_exit is not None and idle_exit >= 0:
+        tasks.append(asyncio.create_task(idle_watch(server, sup, idle_exit)))
+    wd = sd.watchdog_interval()
+    if wd:
+        tasks.append(asyncio.create_task(watchdog(notifier, wd)))
+
+    async def announce_ready() -> None:
+        while not server.started and not server.should_exit:
+            await asyncio.sleep(0.005)
+        events.publish(sup.snapshot())
+        notifier.ready(status="idle")
+        where = ", ".join(str(s.getsockname()) for s in sockets)
+        log.info("hasrd %s ready on %s (engine %s%s)", __version__, where, settings.engine,
+                 ", socket-activated" if activated else "")
+    tasks.append(asyncio.create_task(announce_ready()))
+    try:
+        await server.serve(sockets=sockets)
+    finally:
+        for t in tasks:
+            t.cancel()
+        notifier.stopping("unloading")
+        await sup.close()
+        if owned_path:
+            try:
+                os.unlink(owned_path)
+            except FileNotFoundError:
+                pass
+        notifier.close()
+    return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="hasrd",
+        description="hasr daemon: local speech-to-text over a Unix socket. Normally started by systemd "
+                    "(`systemctl --user start hasrd.socket`); the GPU worker starts on the first request and "
+                    "is unloaded after HASR_IDLE_TTL_SEC idle seconds.",
+        epilog="Examples:\n"
+               "  hasrd                                   # bind $XDG_RUNTIME_DIR/hasr/hasrd.sock\n"
+               "  hasrd --socket /tmp/h.sock --engine fake --idle-exit 30\n"
+               "  curl --unix-socket $XDG_RUNTIME_DIR/hasr/hasrd.sock http://hasr/health\n\n"
+               "Every setting is also an environment variable (HASR_*) or a key in "
+               "$XDG_CONFIG_HOME/hasr/config.toml; `hasrctl doctor` prints the effective values.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--socket", help="bind this Unix socket when not socket-activated "
+                                     "(default $XDG_RUNTIME_DIR/hasr/hasrd.sock; HASR_SOCKET)")
+    ap.add_argument("--engine", help="auto | hybrid | whisper | r2t2 | fake (HASR_ENGINE; default auto)")
+    ap.add_argument("--idle-exit", type=float, metavar="SEC",
+                    help="exit after SEC idle seconds (always on when socket-activated: HASR_IDLE_EXIT_SEC)")
+    ap.add_argument("--ttl", type=float, metavar="SEC", help="unload the worker after SEC idle seconds "
+                                                              "(HASR_IDLE_TTL_SEC; default 900)")
+    ap.add_argument("--debug", action="store_true", help="debug logs and access log (HASR_DEBUG)")
+    ap.add_argument("--version", action="version", version=f"hasrd {__version__}")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = config.load(socket=args.socket, engine=args.engine, idle_ttl_sec=args.ttl,
+                               debug=True if args.debug else None)
+    except config.ConfigError as e:
+        print(f"hasrd: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO, stream=sys.stderr,
+                        format="%(name)s: %(levelname)s %(message)s" if os.environ.get("INVOCATION_ID")
+                        else "%(asctime)s %(name)s: %(levelname)s %(message)s")
+    try:
+        sockets = sd.listen_fds()
+    except sd.SocketActivationError as e:
+        print(f"hasrd: {e}", file=sys.stderr)
+        return 2
+    activated = bool(sockets)
+    owned_path = None
+    if not sockets:
+        path = settings.socket_path()
+        sockets = [bind_socket(path)]
+        owned_path = path
+    idle_exit = args.idle_exit if args.idle_exit is not None else (settings.idle_exit_sec if activated else None)
+    return asyncio.run(serve(settings, sockets, activated=activated, idle_exit=idle_exit, owned_path=owned_path))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

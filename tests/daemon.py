@@ -1,0 +1,83 @@
+"""Run a real hasrd on a temporary socket for tests, and talk to it over the Unix socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import wave
+from typing import Any
+
+import httpx
+import numpy as np
+
+
+def write_wav(path: str, seconds: float = 1.0, rate: int = 16000, channels: int = 1) -> str:
+    n = int(seconds * rate)
+    t = np.arange(n) / rate
+    mono = (np.sin(2 * np.pi * 220 * t) * 8000).astype("<i2")
+    data = np.repeat(mono[:, None], channels, axis=1) if channels > 1 else mono
+    with wave.open(path, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(data.tobytes())
+    return path
+
+
+def client(sock: str, timeout: float = 60.0) -> httpx.Client:
+    return httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://hasr", timeout=timeout)
+
+
+class Hasrd:
+    """``hasrd --socket PATH`` as a subprocess; ``env`` adds HASR_* settings and fake-engine knobs."""
+
+    def __init__(self, sock: str, env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
+        self.sock = sock
+        self.log_path = sock + ".log"
+        full = dict(os.environ)
+        full.update({"HASR_ENGINE": "fake", "HASR_BACKOFF_BASE_SEC": "0.05"})
+        full.update(env or {})
+        self.logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", sock, *(args or [])],
+                                     env=full, stdout=self.logf, stderr=subprocess.STDOUT)
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hasrd exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with client(self.sock, 2) as c:
+                    if c.get("/health").status_code == 200:
+                        return
+            except (httpx.TransportError, OSError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"hasrd did not answer within {timeout} s:\n{self.log()}")
+
+    def client(self, timeout: float = 60.0) -> httpx.Client:
+        return client(self.sock, timeout)
+
+    def get(self, path: str) -> Any:
+        with self.client() as c:
+            return c.get(path).json()
+
+    def log(self) -> str:
+        self.logf.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+        return self.proc.returncode

@@ -1,0 +1,181 @@
+"""The daemon's HTTP API over a real Unix socket, with the fake engine behind it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from typing import Iterator
+
+import pytest
+
+from tests.daemon import Hasrd, write_wav
+
+
+@pytest.fixture
+def daemon(short_tmp: str) -> Iterator[Hasrd]:
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_MAX_UPLOAD_MB": "1", "HASR_BUDGET_MIN_SEC": "3",
+                                                      "HASR_BUDGET_MARGIN_SEC": "0"})
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def wav(short_tmp: str) -> str:
+    return write_wav(os.path.join(short_tmp, "a.wav"), 2.0)
+
+
+def test_health_answers_idle_before_any_request_and_no_worker_runs(daemon: Hasrd) -> None:
+    h = daemon.get("/health")
+    assert h["status"] == "idle" and h["model_loaded"] is False and h["engine"] == "fake"
+    assert daemon.get("/api/ps")["state"] == "stopped"
+
+
+def test_transcribe_returns_the_seed_result_with_timings(daemon: Hasrd, wav: str) -> None:
+    with daemon.client() as c:
+        r = c.post("/transcribe", json={"audio_path": wav, "language": "Chinese"})
+    assert r.status_code == 200, r.text
+    res = r.json()
+    assert res["audio_path"] == wav and res["language"] == "Chinese"
+    assert res["final"] and res["draft"] and isinstance(res["sent_windows"], list)
+    assert {"queue_s", "load_s", "decode_s", "total_s"} <= set(res["timings"])
+    assert res["timings"]["load_s"] > 0  # this request started the worker
+    assert daemon.get("/health")["status"] == "ok"
+
+
+def test_transcribe_streams_ndjson_events_ending_with_done(daemon: Hasrd, wav: str) -> None:
+    with daemon.client() as c:
+        with c.stream("POST", "/transcribe", json={"audio_path": wav},
+                      headers={"Accept": "application/x-ndjson"}) as r:
+            assert r.headers["content-type"].startswith("application/x-ndjson")
+            events = [json.loads(line) for line in r.iter_lines() if line]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "loading" and kinds[-1] == "done"
+    assert {"progress", "draft", "sentence"} <= set(kinds)
+    assert events[-1]["result"]["final"] == "".join(e["text"] for e in events if e["event"] == "sentence")
+
+
+@pytest.mark.parametrize("fmt,check", [
+    ("json", lambda r: r.json()["text"]),
+    ("text", lambda r: r.text.strip() and r.headers["content-type"].startswith("text/plain")),
+    ("srt", lambda r: r.text.startswith("1\n00:00:00,000 --> ")),
+    ("vtt", lambda r: r.text.startswith("WEBVTT")),
+    ("verbose_json", lambda r: r.json()["segments"] and r.json()["duration"] == 2.0),
+])
+def test_openai_endpoint_renders_every_response_format(daemon: Hasrd, wav: str, fmt: str, check: object) -> None:
+    with daemon.client() as c:
+        r = c.post("/v1/audio/transcriptions", data={"path": wav, "response_format": fmt})
+    assert r.status_code == 200, r.text
+    assert check(r)  # type: ignore[operator]
+
+
+def test_openai_endpoint_accepts_an_upload_and_streams_sse(daemon: Hasrd, wav: str) -> None:
+    with daemon.client() as c, open(wav, "rb") as f:
+        r = c.post("/v1/audio/transcriptions", files={"file": ("a b 会议.wav", f, "audio/wav")},
+                   data={"stream": "true"})
+    assert r.headers["content-type"].startswith("text/event-stream")
+    datas = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert datas[-1] == "[DONE]"
+    types = [json.loads(x)["type"] for x in datas[:-1]]
+    assert "transcript.text.delta" in types and types[-1] == "transcript.text.done"
+    assert "hasr.draft" in types and "hasr.progress" in types
+
+
+def test_the_openai_python_sdk_works_over_the_socket(daemon: Hasrd, wav: str) -> None:
+    import httpx
+    import openai
+
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=daemon.sock))
+    sdk = openai.OpenAI(api_key="unused", base_url="http://hasr/v1", http_client=http)
+    with open(wav, "rb") as f:
+        as_json = sdk.audio.transcriptions.create(model="hasr", file=f)
+    assert as_json.text
+    with open(wav, "rb") as f:
+        as_text = sdk.audio.transcriptions.create(model="hasr", file=f, response_format="text")
+    assert str(as_text).strip() == as_json.text
+    with open(wav, "rb") as f:
+        as_srt = sdk.audio.transcriptions.create(model="hasr", file=f, response_format="srt")
+    assert "-->" in str(as_srt)
+    assert [m.id for m in sdk.models.list()] == ["hasr"]
+
+
+def test_curl_gets_health_and_a_transcription(daemon: Hasrd, wav: str) -> None:
+    curl = shutil.which("curl")
+    assert curl, "curl is installed by .ci/run"
+    out = subprocess.run([curl, "-sf", "--unix-socket", daemon.sock, "http://hasr/health"], capture_output=True,
+                         text=True, check=True).stdout
+    assert json.loads(out)["status"] in ("idle", "ok")
+    out = subprocess.run([curl, "-sf", "--unix-socket", daemon.sock, "http://hasr/v1/audio/transcriptions",
+                          "-F", f"file=@{wav}", "-F", "response_format=text"], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip()
+
+
+def test_a_file_name_with_spaces_and_cjk_characters_works(daemon: Hasrd, short_tmp: str) -> None:
+    path = write_wav(os.path.join(short_tmp, "周会 记录 01.wav"), 1.0)
+    with daemon.client() as c:
+        r = c.post("/transcribe", json={"audio_path": path})
+    assert r.status_code == 200 and r.json()["audio_path"] == path
+
+
+def test_health_is_never_blocked_by_a_transcription(daemon: Hasrd, short_tmp: str) -> None:
+    path = write_wav(os.path.join(short_tmp, "long.wav"), 3.0)
+    done = threading.Event()
+
+    def slow() -> None:
+        with daemon.client() as c:
+            c.post("/transcribe", json={"audio_path": path, "options": {"fake": {"rtf": 0.7}}})
+        done.set()
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.6)
+    worst = 0.0
+    with daemon.client() as c:
+        while not done.is_set():
+            t0 = time.monotonic()
+            h = c.get("/health").json()
+            worst = max(worst, time.monotonic() - t0)
+            assert h["status"] == "ok"
+            time.sleep(0.05)
+    t.join()
+    assert worst < 0.5
+
+
+def test_lifecycle_endpoints_load_unload_version_and_models(daemon: Hasrd) -> None:
+    with daemon.client() as c:
+        ps = c.post("/api/load", json={"keep_alive": 60}).json()
+        assert ps["state"] == "ready" and ps["pid"] and ps["ttl_sec"] == 60 and ps["identity"]["engine"] == "fake"
+        assert c.post("/api/unload").json() == {"state": "stopped"}
+        assert c.get("/api/version").json()["protocol"] >= 1
+        assert c.get("/v1/models").json()["data"][0]["id"] == "hasr"
+        r = c.get("/nope")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        r = c.get("/transcribe")
+        assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_events_stream_starts_with_the_current_state_and_follows_changes(daemon: Hasrd, wav: str) -> None:
+    seen: list[dict[str, object]] = []
+
+    def follow() -> None:
+        with daemon.client() as c, c.stream("GET", "/api/events") as r:
+            for line in r.iter_lines():
+                if line:
+                    seen.append(json.loads(line))
+                    if seen[-1]["state"] == "stopped" and len(seen) > 2:
+                        return
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    time.sleep(0.3)
+    with daemon.client() as c:
+        c.post("/transcribe", json={"audio_path": wav, "options": {"fake": {"rtf": 0.3}}})
+        c.post("/api/unload")
+    t.join(10)
+    states = [s["state"] for s in seen]
+    assert states[0] == "stopped" and "starting" in states and "ready" in states and states[-1] == "stopped"
+    assert any(s.get("job") and str(s["status_text"]).startswith("transcribing a.wav") for s in seen)

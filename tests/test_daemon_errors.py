@@ -1,0 +1,254 @@
+"""Bad input gets a clear 4xx with its own code, the daemon stays healthy, and no worker is started.
+
+Also the 5xx paths: a load that fails (503 + Retry-After), a full queue (503), a crashing worker (500) and a
+hung one (504) — each followed by a request that works.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import wave
+from pathlib import Path
+from typing import Callable, Iterator
+
+import httpx
+import pytest
+
+from tests.daemon import Hasrd, client, write_wav
+from tests.test_audio import write_media
+
+
+@pytest.fixture(scope="module")
+def tmpdir_m() -> Iterator[str]:
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="h", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmpdir_m: str) -> Iterator[Hasrd]:
+    d = Hasrd(os.path.join(tmpdir_m, "s.sock"), env={"HASR_MAX_UPLOAD_MB": "0.5"})
+    yield d
+    assert d.stop() == 0
+
+
+def make_bad(kind: str, d: str) -> str:
+    p = os.path.join(d, kind)
+    if kind == "dir":
+        os.makedirs(p, exist_ok=True)
+    elif kind == "loop":
+        if not os.path.islink(p):
+            os.symlink(p + "2", p)
+            os.symlink(p, p + "2")
+    elif kind == "empty.wav":
+        open(p, "wb").close()
+    elif kind == "noframes.wav":
+        with wave.open(p, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+    elif kind == "random.wav":
+        with open(p, "wb") as f:
+            f.write(os.urandom(50_000))
+    elif kind == "notes.mp3":
+        with open(p, "w") as f:
+            f.write("this is a text file, not an mp3\n" * 200)
+    elif kind == "header_only.mp3":
+        full = write_media(Path(d) / "full.mp3", "libmp3lame", fmt="mp3", rate=16000, seconds=2.0)
+        with open(full, "rb") as f, open(p, "wb") as g:
+            g.write(f.read()[:40])
+    elif kind == "video.mp4":
+        write_media(Path(p), fmt="mp4", video="mpeg4", audio_stream=False)
+    return p
+
+
+BAD_PATHS = [
+    ("relative/a.wav", "path_not_absolute"),
+    ("/nonexistent/hasr/a.wav", "file_not_found"),
+    ("dir", "not_a_file"),
+    ("loop", "symlink_loop"),
+    ("empty.wav", "empty_file"),
+    ("noframes.wav", "no_audio_frames"),
+    ("random.wav", "undecodable"),
+    ("notes.mp3", "undecodable"),
+    ("header_only.mp3", "undecodable"),
+    ("video.mp4", "no_audio_stream"),
+]
+
+
+def assert_untouched(daemon: Hasrd) -> None:
+    assert daemon.get("/health")["status"] == "idle"
+    assert daemon.get("/api/ps")["state"] == "stopped", "bad input must not start a worker"
+
+
+@pytest.mark.parametrize("name,code", BAD_PATHS)
+def test_bad_paths_get_a_400_with_their_own_code_and_wake_no_worker(daemon: Hasrd, tmpdir_m: str, name: str,
+                                                                    code: str) -> None:
+    path = name if name.startswith(("relative", "/")) else make_bad(name, tmpdir_m)
+    with daemon.client() as c:
+        r = c.post("/transcribe", json={"audio_path": path})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["code"] == code and err["message"]
+        r2 = c.post("/v1/audio/transcriptions", data={"path": path})
+        assert r2.status_code == 400 and r2.json()["error"]["code"] == code
+    assert_untouched(daemon)
+
+
+@pytest.mark.parametrize("body,code", [
+    (b"{not json", "bad_request"),
+    (b"[1, 2]", "bad_request"),
+    (b"{}", "path_required"),
+    (b'{"audio_path": 5}', "path_required"),
+    (b'{"audio_path": "/a.wav", "options": 3}', "bad_request"),
+])
+def test_malformed_requests_get_a_400(daemon: Hasrd, body: bytes, code: str) -> None:
+    with daemon.client() as c:
+        r = c.post("/transcribe", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == code
+    assert_untouched(daemon)
+
+
+def test_an_upload_over_the_size_limit_is_413(daemon: Hasrd) -> None:
+    with daemon.client() as c:
+        r = c.post("/v1/audio/transcriptions", files={"file": ("big.wav", b"\0" * 800_000, "audio/wav")})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    assert "HASR_MAX_UPLOAD_MB" in r.json()["error"]["message"]
+    assert_untouched(daemon)
+
+
+def test_an_unknown_response_format_is_400(daemon: Hasrd, tmpdir_m: str) -> None:
+    wav = write_wav(os.path.join(tmpdir_m, "ok.wav"), 0.5)
+    with daemon.client() as c:
+        r = c.post("/v1/audio/transcriptions", data={"path": wav, "response_format": "docx"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_format"
+    assert "srt" in r.json()["error"]["message"]
+    assert_untouched(daemon)
+
+
+def test_an_upload_of_random_bytes_is_undecodable(daemon: Hasrd) -> None:
+    with daemon.client() as c:
+        r = c.post("/v1/audio/transcriptions", files={"file": ("x.mp3", os.urandom(20_000), "audio/mpeg")})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "undecodable"
+    assert_untouched(daemon)
+
+
+def as_nobody() -> None:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def test_a_caller_with_another_uid_is_refused_with_403(tmpdir_m: str) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to act as another user")
+    d = Hasrd(os.path.join(tmpdir_m, "o.sock"))
+    try:
+        os.chmod(d.sock, 0o777)  # let nobody reach the socket at all: the uid check must still refuse
+        out = subprocess.run(["curl", "-s", "--unix-socket", d.sock, "http://hasr/transcribe", "-d", "{}"],
+                             capture_output=True, text=True, timeout=30, preexec_fn=as_nobody)
+        assert '"code":"forbidden"' in out.stdout and "uid 65534" in out.stdout, out
+        assert d.get("/api/ps")["state"] == "stopped"
+    finally:
+        d.stop()
+
+
+def test_an_unreadable_file_is_permission_denied_for_a_daemon_running_as_nobody(tmpdir_m: str) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to start the daemon as another user")
+    import av  # noqa: F401  (imported before the fork: the child cannot read /root's site-packages)
+
+    import concurrent.futures.thread  # noqa: F401  (asyncio.to_thread's pool, imported on first use)
+    import uvicorn.lifespan.off  # noqa: F401  (uvicorn imports these lazily)
+    import uvicorn.lifespan.on  # noqa: F401
+
+    import hasrd.api
+    import hasrd.audio
+    import hasrd.server
+
+    wav = write_wav(os.path.join(tmpdir_m, "secret.wav"), 0.5)
+    os.chmod(wav, 0o600)
+    sockdir = os.path.join(tmpdir_m, "nb")
+    os.makedirs(sockdir, exist_ok=True)
+    os.chown(sockdir, 65534, 65534)
+    sock = os.path.join(sockdir, "s.sock")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the daemon, as nobody
+        try:
+            as_nobody()
+            os.environ.update({"HASR_ENGINE": "fake", "HOME": "/", "XDG_CONFIG_HOME": sockdir})
+            hasrd.server.main(["--socket", sock])
+        finally:
+            os._exit(0)
+    try:
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        with client(sock) as c:
+            r = c.post("/transcribe", json={"audio_path": wav})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "permission_denied", r.text
+            assert c.get("/api/ps").json()["state"] == "stopped"
+    finally:
+        os.kill(pid, 15)
+        os.waitpid(pid, 0)
+
+
+# ---- 5xx paths ------------------------------------------------------------------------------------------------
+
+
+def transcribe(sock: str, wav: str, options: dict[str, object] | None = None) -> httpx.Response:
+    with client(sock) as c:
+        return c.post("/transcribe", json={"audio_path": wav, "options": options or {}})
+
+
+def test_a_failing_load_is_503_with_retry_after_and_then_fatal(short_tmp: str) -> None:
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_FAKE_FAIL_LOAD": "model_unavailable:no weights at /w",
+                                                      "HASR_MAX_LOAD_FAILURES": "2"})
+    try:
+        wav = write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
+        r = transcribe(d.sock, wav)
+        assert r.status_code == 503 and "no weights at /w" in r.json()["error"]["message"]
+        assert int(r.headers["Retry-After"]) >= 1
+        r = transcribe(d.sock, wav)
+        assert r.status_code == 503
+        h = d.get("/health")
+        assert h["status"] == "error" and "no weights" in h["error"]
+        r = transcribe(d.sock, wav)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "fatal"
+    finally:
+        d.stop()
+
+
+def test_crash_timeout_and_queue_full_each_get_their_status_and_the_next_request_works(short_tmp: str) -> None:
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_BUDGET_MIN_SEC": "0.5", "HASR_BUDGET_MARGIN_SEC": "0",
+                                                      "HASR_MAX_QUEUE": "1"})
+    try:
+        wav = write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
+        r = transcribe(d.sock, wav, {"fake": {"crash": True}})
+        assert r.status_code == 500 and r.json()["error"]["code"] == "worker_crashed"
+        assert transcribe(d.sock, wav).status_code == 200
+        r = transcribe(d.sock, wav, {"fake": {"hang": True}})
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        assert transcribe(d.sock, wav).status_code == 200
+        results: list[int] = []
+        slow: Callable[[], None] = lambda: results.append(transcribe(d.sock, wav, {"fake": {"rtf": 0.8}}).status_code)
+        threads = [threading.Thread(target=slow) for _ in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.15)
+        r = transcribe(d.sock, wav)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "queue_full" and "Retry-After" in r.headers
+        for t in threads:
+            t.join()
+        assert results == [200, 200]
+        assert d.get("/health")["status"] == "ok"
+    finally:
+        d.stop()
