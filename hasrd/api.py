@@ -184,7 +184,7 @@ async def transcribe(request: Request) -> Response:
         raise errors.BadRequest("language must be a string and options an object")
     check_path_access(d, request)
     pcm, info = await decode(d, path, os.path.basename(path))
-    job = dict(name=os.path.basename(path), audio_path=path, language=language, options=options)
+    job: dict[str, Any] = dict(name=os.path.basename(path), audio_path=path, language=language, options=options)
     if "application/x-ndjson" in request.headers.get("accept", ""):
         return StreamingResponse(stream_job(d, pcm, info, jsonl, **job), media_type="application/x-ndjson")
     return JSONResponse(await run_job(d, pcm, info, on_event=None, **job))
@@ -238,7 +238,7 @@ async def openai_transcriptions(request: Request) -> Response:
     else:
         raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required")
     await form.close()
-    job = dict(name=name, audio_path=audio_path, language=language, options=options)
+    job: dict[str, Any] = dict(name=name, audio_path=audio_path, language=language, options=options)
     if stream:
         return StreamingResponse(stream_job(d, pcm, info, sse, **job), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})

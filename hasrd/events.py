@@ -9,7 +9,7 @@ from typing import Any, Callable
 class Broadcaster:
     """Keeps the latest snapshot; each subscriber gets every change (a slow one loses old ones, not new)."""
 
-    def __init__(self, on_status: Callable[[str], None] | None = None, maxsize: int = 64) -> None:
+    def __init__(self, on_status: Callable[[str], object] | None = None, maxsize: int = 64) -> None:
         self.latest: dict[str, Any] = {}
         self.on_status = on_status
         self.maxsize = maxsize

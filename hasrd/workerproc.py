@@ -325,7 +325,11 @@ class WorkerProcess:
 
 async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
     fut: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(sock.fileno(), lambda: fut.done() or fut.set_result(None))
+    def wake() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(sock.fileno(), wake)
     try:
         await fut
     finally:
