@@ -155,3 +155,10 @@ def from_worker(code: str, message: str) -> HasrError:
     """Map a worker's Failed{code, message} to the daemon's error class (unknown codes → runtime_failure)."""
     cls = _WORKER_CODES.get(code, WorkerError)
     return cls(message, code=code if code in _WORKER_CODES else "runtime_failure")
+
+
+# Codes of audio input errors (all 400), kept here so light clients need not import audio.py (it loads av).
+AUDIO_PATH_CODES = ("path_required", "path_invalid", "path_not_absolute", "file_not_found", "symlink_loop",
+                    "permission_denied", "not_a_file", "empty_file", "read_error")
+AUDIO_DECODE_CODES = ("undecodable", "no_audio_stream", "no_audio_frames")
+AUDIO_CODES = AUDIO_PATH_CODES + AUDIO_DECODE_CODES + ("audio_too_long",)

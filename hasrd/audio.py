@@ -1,0 +1,347 @@
+"""Audio validation and decoding in the daemon, before any worker is used (DESIGN.md "Audio", invariant 2).
+
+Every input becomes 16 kHz mono float32 little-endian PCM, decoded and resampled by PyAV (FFmpeg) *streaming*
+into a binary file object, so a four-hour file costs no more memory than a four-second one. The daemon writes
+into a sealed memfd (:func:`decode_to_memfd`) that it hands to the worker with SCM_RIGHTS.
+
+This is the one boundary where ``av.error.*`` and ``OSError`` become hasr errors, each with its own code:
+
+- :data:`PATH_CODES` (:class:`~hasrd.errors.AudioPathError`, 400): the named file cannot be used.
+- :data:`DECODE_CODES` (:class:`~hasrd.errors.AudioDecodeError`, 400): the bytes are not decodable audio.
+- ``audio_too_long`` (:class:`~hasrd.errors.AudioTooLong`, 400): longer than ``max_audio_sec``.
+- ``pcm_store_failed`` (:class:`~hasrd.errors.HasrError`, 500): writing the PCM failed (the daemon's fault).
+
+Damaged input: a truncated or partly corrupt file yields the audio FFmpeg can still decode (as the ffmpeg
+command does); packets that fail to decode are skipped and counted in ``AudioInfo.damaged``. Only when nothing
+decodes at all is it an error. Files that refer to other files (HLS playlists, ffconcat scripts) are refused:
+FFmpeg's nested opens are blocked, so a path or an upload can never make the daemon read a third file.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import io
+import os
+import stat
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import IO, Any, BinaryIO, Protocol, Union
+
+import av
+import numpy as np
+
+from hasrd.errors import (AUDIO_DECODE_CODES, AUDIO_PATH_CODES, AudioDecodeError, AudioPathError, AudioTooLong,
+                          HasrError)
+
+SAMPLE_RATE = 16_000
+BYTES_PER_FRAME = 4  # float32
+PATH_CODES = AUDIO_PATH_CODES
+DECODE_CODES = AUDIO_DECODE_CODES
+# A header may only estimate the duration (VBR mp3): refuse early only when it is clearly over the limit;
+# the exact limit is enforced on the decoded frames.
+_EARLY_SLACK = 1.25
+# Give up on input whose first packets all fail (random bytes that probe as mp3): no need to walk 1 GB of it.
+_MAX_LEADING_FAILURES = 64
+_LITTLE = sys.byteorder == "little"
+
+Source = Union[str, bytes, bytearray, memoryview, IO[bytes]]
+
+
+class Writer(Protocol):
+    """Where PCM goes: any binary writer (a buffered memfd file, BytesIO, a raw file; short writes are retried)."""
+
+    def write(self, data: Any, /) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """What was decoded: ``frames`` samples of 16 kHz mono PCM, and what the source was."""
+
+    frames: int
+    duration_s: float
+    sample_rate: int  # of the source stream
+    channels: int  # of the source stream
+    container: str  # FFmpeg's demuxer name, e.g. "wav", "mov,mp4,m4a,3gp,3g2,mj2"
+    codec: str  # FFmpeg's decoder name, e.g. "mp3float"
+    decode_s: float
+    damaged: int = 0  # packets skipped because they did not decode (+1 when reading stopped early)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _path_error(code: str, path: str, what: str) -> AudioPathError:
+    return AudioPathError(f"'{path}' {what}", code=code)
+
+
+def _open_path(path: str | os.PathLike[str] | None) -> BinaryIO:
+    """Open a named audio file for reading after every check; the checks run on the opened fd (no race)."""
+    if path is None or path == "":
+        raise AudioPathError("an audio file path is required", code="path_required")
+    if not isinstance(path, str):
+        path = os.fspath(path)
+    if "\0" in path:
+        raise AudioPathError(f"{path!r} is not a valid path (it contains a NUL byte)", code="path_invalid")
+    if not os.path.isabs(path):
+        raise _path_error("path_not_absolute", path, "is not an absolute path (the daemon has its own working "
+                          "directory; give the full path)")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise _stat_error(path, e) from None
+    _check_mode(path, st)
+    try:
+        # O_NONBLOCK: should the file have become a FIFO since stat(), open() must not hang the daemon.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as e:
+        raise _stat_error(path, e) from None
+    try:
+        st = os.fstat(fd)
+        _check_mode(path, st)
+        if st.st_size == 0:
+            raise _path_error("empty_file", path, "is empty (0 bytes)")
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _stat_error(path: str, e: OSError) -> AudioPathError:
+    if e.errno == errno.ENOENT:
+        if os.path.islink(path):
+            return _path_error("file_not_found", path, "is a broken symbolic link (its target does not exist)")
+        return _path_error("file_not_found", path, "does not exist")
+    if e.errno == errno.ENOTDIR:
+        return _path_error("file_not_found", path, "does not exist (a component of the path is not a directory)")
+    if e.errno == errno.ELOOP:
+        return _path_error("symlink_loop", path, "is a loop of symbolic links")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return _path_error("permission_denied", path, f"cannot be read by the daemon (uid {os.geteuid()}): "
+                           "permission denied; upload the file instead")
+    if e.errno == errno.ENAMETOOLONG:
+        return _path_error("path_invalid", path[:200], "is too long a path")
+    return _path_error("read_error", path, f"cannot be read: {e.strerror or e}")
+
+
+def _check_mode(path: str, st: os.stat_result) -> None:
+    if stat.S_ISREG(st.st_mode):
+        return
+    kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+            else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else "a device" if
+            stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+    raise _path_error("not_a_file", path, f"is {kind}, not an audio file")
+
+
+def check_path(path: str | os.PathLike[str] | None) -> str:
+    """Validate a client-named audio file (absolute, exists, regular, readable, non-empty); return the path."""
+    _open_path(path).close()
+    assert path is not None
+    return os.fspath(path)
+
+
+class _NestedOpen(PermissionError):
+    """FFmpeg tried to open a second file or URL named inside the input."""
+
+
+def _refuse_nested_open(url: str, flags: int, options: dict[str, Any]) -> Any:
+    raise _NestedOpen(f"refers to another file or URL ({url}), and playlists are not followed")
+
+
+class _Resampler:
+    """Planar float at 16 kHz; survives a change of input format/rate/layout mid-stream (chained ogg, mp3)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[str, str, int] | None = None
+        self._r: av.AudioResampler | None = None
+
+    def resample(self, frame: av.AudioFrame | None) -> list[av.AudioFrame]:
+        if frame is None:
+            return self._r.resample(None) if self._r is not None else []
+        key = (frame.format.name, frame.layout.name, frame.sample_rate)
+        out: list[av.AudioFrame] = []
+        if key != self._key:
+            out = self.resample(None)
+            self._key = key
+            # Keep the channels and average them ourselves: FFmpeg's mono downmix adds channels at -3 dB,
+            # which lifts dual-mono recordings by 1.41 (peaks above 1.0); the mean stays in range.
+            self._r = av.AudioResampler(format="fltp", layout=frame.layout, rate=SAMPLE_RATE)
+        assert self._r is not None
+        return out + self._r.resample(frame)
+
+
+def _write_all(out: Writer, frame: av.AudioFrame) -> int:
+    planes: np.ndarray = frame.to_ndarray()
+    pcm = planes[0] if planes.shape[0] == 1 else planes.mean(axis=0, dtype=np.float32)
+    if not _LITTLE:  # pragma: no cover - Linux on big-endian hardware
+        pcm = pcm.astype("<f4")
+    view = memoryview(pcm.data).cast("B")
+    while view:
+        n = out.write(view)
+        if n is None:  # pragma: no cover - a non-blocking raw writer
+            raise BlockingIOError(errno.EAGAIN, "output would block")
+        view = view[n:]
+    return int(pcm.shape[0])
+
+
+def _as_file(source: Source, name: str | None) -> tuple[IO[bytes], str, bool]:
+    """Return (readable file, name for messages, whether we own the file)."""
+    if isinstance(source, (str, os.PathLike)):
+        return _open_path(source), os.fspath(source), True
+    label = f"upload '{name}'" if name else "upload"
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        if len(source) == 0:
+            raise AudioPathError(f"the {label} is empty (0 bytes)", code="empty_file")
+        return io.BytesIO(source), label, True
+    if _remaining(source) == 0:
+        raise AudioPathError(f"the {label} is empty (0 bytes)", code="empty_file")
+    return source, label, False
+
+
+def _remaining(f: IO[bytes]) -> int | None:
+    """Bytes left in a seekable file (None when it cannot seek: FFmpeg will find out)."""
+    try:
+        pos = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        f.seek(pos)
+        return end - pos
+    except (OSError, ValueError):
+        return None
+
+
+def decode(source: Source, out: Writer, *, max_audio_sec: float | None = None,
+           name: str | None = None) -> AudioInfo:
+    """Decode a path (checked as by :func:`check_path`), bytes or a seekable binary file into ``out``.
+
+    Writes 16 kHz mono float32 LE PCM to ``out`` as it goes; ``name`` labels an upload in messages.
+    Raises AudioPathError / AudioDecodeError / AudioTooLong (400) or HasrError ``pcm_store_failed`` (500).
+    """
+    t0 = time.perf_counter()
+    f, label, owned = _as_file(source, name)
+    shown = f"'{label}'" if isinstance(source, (str, os.PathLike)) else label
+    try:
+        return _decode_file(f, shown, out, max_audio_sec, t0)
+    finally:
+        if owned:
+            f.close()
+
+
+def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t0: float) -> AudioInfo:
+    try:
+        container = av.open(f, mode="r", io_open=_refuse_nested_open, metadata_errors="ignore",
+                            buffer_size=1 << 16)
+    except _NestedOpen as e:
+        raise AudioDecodeError(f"{shown} could not be decoded: it {e}", code="undecodable") from None
+    except av.error.FFmpegError as e:  # also FFmpeg's own refusals (concat "unsafe file name")
+        raise AudioDecodeError(f"{shown} could not be decoded: not an audio or video format FFmpeg recognises, "
+                               f"or damaged or truncated ({e.strerror or e})", code="undecodable") from None
+    except OSError as e:
+        raise AudioPathError(f"{shown} cannot be read: {e.strerror or e}", code="read_error") from None
+    with container:
+        if not container.streams.audio:
+            found = ", ".join(f"{s.type} {s.codec_context.name if s.codec_context else '?'}"
+                              for s in container.streams) or "no streams"
+            raise AudioDecodeError(f"{shown} contains no audio stream (FFmpeg read it as "
+                                   f"'{container.format.name}': {found})", code="no_audio_stream")
+        stream = container.streams.audio[0]
+        ctx = stream.codec_context
+        declared = _declared_seconds(container, stream)
+        if max_sec is not None and declared is not None and declared > max_sec * _EARLY_SLACK + 1:
+            raise _too_long(shown, declared, max_sec)
+        max_frames = None if max_sec is None else int(max_sec * SAMPLE_RATE) + 1
+        frames, damaged = _pump(container, stream, out, shown, max_frames, max_sec)
+        if frames == 0:
+            if damaged:
+                raise AudioDecodeError(f"{shown} could not be decoded: none of its {ctx.name} audio "
+                                       f"packets decode (damaged, or not really {ctx.name})", code="undecodable")
+            raise AudioDecodeError(f"{shown} contains no audio (its {ctx.name} stream has 0 samples)",
+                                   code="no_audio_frames")
+        return AudioInfo(frames=frames, duration_s=frames / SAMPLE_RATE, sample_rate=int(ctx.sample_rate or 0),
+                         channels=int(ctx.layout.nb_channels if ctx.layout else 0),
+                         container=container.format.name, codec=ctx.name,
+                         decode_s=time.perf_counter() - t0, damaged=damaged)
+
+
+def _declared_seconds(container: Any, stream: Any) -> float | None:
+    if stream.duration and stream.time_base:
+        return float(stream.duration * stream.time_base)
+    if container.duration:
+        return container.duration / av.time_base
+    return None
+
+
+def _too_long(shown: str, seconds: float, max_sec: float) -> AudioTooLong:
+    return AudioTooLong(f"{shown} is {seconds:.0f} s long; the limit is {max_sec:.0f} s (HASR_MAX_AUDIO_SEC)")
+
+
+def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int | None,
+          max_sec: float | None) -> tuple[int, int]:
+    """Demux, decode, resample and write; return (frames written, damaged packets)."""
+    resampler = _Resampler()
+    frames = damaged = 0
+    packets = container.demux(stream)
+    while True:
+        try:
+            packet = next(packets)
+        except StopIteration:
+            break
+        except av.error.FFmpegError:  # a demuxer error mid-file: keep what decoded, as ffmpeg does
+            damaged += 1
+            break
+        except OSError as e:
+            raise AudioPathError(f"{shown} cannot be read: {e.strerror or e}", code="read_error") from None
+        try:
+            decoded = packet.decode()
+        except av.error.FFmpegError:
+            damaged += 1
+            if frames == 0 and damaged >= _MAX_LEADING_FAILURES:
+                break
+            continue
+        for frame in decoded:
+            frames += _emit(resampler.resample(frame), out)
+        if max_frames is not None and frames > max_frames:
+            assert max_sec is not None
+            raise _too_long(shown, frames / SAMPLE_RATE, max_sec)
+    frames += _emit(resampler.resample(None), out)
+    if max_frames is not None and frames > max_frames:
+        assert max_sec is not None
+        raise _too_long(shown, frames / SAMPLE_RATE, max_sec)
+    return frames, damaged
+
+
+def _emit(frames: list[av.AudioFrame], out: Writer) -> int:
+    n = 0
+    try:
+        for frame in frames:
+            n += _write_all(out, frame)
+    except OSError as e:
+        raise HasrError(f"could not store the decoded audio: {e.strerror or e}", code="pcm_store_failed") from None
+    return n
+
+
+def decode_to_array(source: Source, *, max_audio_sec: float | None = None,
+                    name: str | None = None) -> tuple[np.ndarray, AudioInfo]:
+    """Decode into memory: (float32 array of 16 kHz mono samples, info). For tests and short inputs."""
+    buf = io.BytesIO()
+    info = decode(source, buf, max_audio_sec=max_audio_sec, name=name)
+    return np.frombuffer(buf.getbuffer(), dtype="<f4").astype(np.float32), info
+
+
+def decode_to_memfd(source: Source, *, max_audio_sec: float | None = None,
+                    name: str | None = None) -> tuple[int, AudioInfo]:
+    """Decode into a new sealed memfd ("hasr-pcm"); return (fd, info). The caller owns and closes the fd.
+
+    The memfd is sealed against writes, growth and shrinking, so the worker can map it and trust its size.
+    """
+    fd = os.memfd_create("hasr-pcm", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        with open(fd, "wb", closefd=False) as out:
+            info = decode(source, out, max_audio_sec=max_audio_sec, name=name)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd, info
+    except BaseException:
+        os.close(fd)
+        raise
