@@ -1,0 +1,1 @@
+"""hasrctl: the command line of hasr (transcribe, status, load/unload/stop, doctor, setup, eval)."""

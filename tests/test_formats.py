@@ -1,0 +1,158 @@
+"""hasrd.formats: every format renders the result object of docs/API.md, and subtitles parse back."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import srt
+import webvtt
+
+from hasrd import formats
+from hasrd.errors import BadRequest, UnknownFormat
+
+RESULT: dict[str, Any] = {
+    "engine": "fake",
+    "audio_path": "/abs/会议.wav",
+    "language": "Chinese",
+    "draft": "今天天气很好。我们去公园散步|吧。",
+    "final": "今天天气很好。我们去公园散步吧。",
+    "per_sentence": [
+        {"text": "今天天气很好。", "engine": "draft", "start_s": 0.0, "end_s": 1.5},
+        {"text": "我们去公园散步吧。", "engine": "fw", "start_s": 1.5, "end_s": 3723.0456},
+    ],
+    "duration_s": 3724.0,
+}
+
+
+def test_formats_are_the_openai_response_formats() -> None:
+    assert formats.FORMATS == ("json", "text", "srt", "vtt", "verbose_json")
+
+
+def test_text_is_the_final_transcript_and_a_newline() -> None:
+    assert formats.render(RESULT, "text") == "今天天气很好。我们去公园散步吧。\n"
+
+
+def test_json_is_the_openai_text_object_with_unescaped_chinese() -> None:
+    out = formats.render(RESULT, "json")
+    assert json.loads(out) == {"text": RESULT["final"]}
+    assert "今天" in out
+
+
+def test_verbose_json_carries_segments_and_the_whole_result() -> None:
+    doc = json.loads(formats.render(RESULT, "verbose_json"))
+    assert doc["task"] == "transcribe"
+    assert doc["language"] == "Chinese"
+    assert doc["duration"] == 3724.0
+    assert doc["text"] == RESULT["final"]
+    assert doc["segments"] == [
+        {"id": 0, "start": 0.0, "end": 1.5, "text": "今天天气很好。"},
+        {"id": 1, "start": 1.5, "end": 3723.0456, "text": "我们去公园散步吧。"},
+    ]
+    assert doc["hasr"] == RESULT
+
+
+def test_srt_uses_comma_milliseconds_and_hours() -> None:
+    out = formats.render(RESULT, "srt")
+    assert "1\n00:00:00,000 --> 00:00:01,500\n今天天气很好。\n" in out
+    assert "2\n00:00:01,500 --> 01:02:03,046\n我们去公园散步吧。\n" in out
+
+
+def test_srt_parses_back_with_the_srt_library() -> None:
+    subs = list(srt.parse(formats.render(RESULT, "srt")))
+    assert [s.index for s in subs] == [1, 2]
+    assert [s.content for s in subs] == ["今天天气很好。", "我们去公园散步吧。"]
+    assert subs[0].end == timedelta(seconds=1.5)
+    assert subs[1].end == timedelta(hours=1, minutes=2, seconds=3, milliseconds=46)
+
+
+def test_vtt_has_the_header_and_dot_milliseconds() -> None:
+    out = formats.render(RESULT, "vtt")
+    assert out.startswith("WEBVTT\n\n")
+    assert "00:00:01.500 --> 01:02:03.046\n我们去公园散步吧。\n" in out
+
+
+def test_vtt_parses_back_with_webvtt_py() -> None:
+    captions = webvtt.from_buffer(io.StringIO(formats.render(RESULT, "vtt"))).captions
+    assert [(c.start, c.end, c.text) for c in captions] == [
+        ("00:00:00.000", "00:00:01.500", "今天天气很好。"),
+        ("00:00:01.500", "01:02:03.046", "我们去公园散步吧。"),
+    ]
+
+
+def test_vtt_escapes_markup_and_arrows_in_cue_text() -> None:
+    result = {"final": "a", "per_sentence": [{"text": "x --> y & <b>", "start_s": 0, "end_s": 1}]}
+    out = formats.render(result, "vtt")
+    assert "x --&gt; y &amp; &lt;b&gt;" in out
+    captions = webvtt.from_buffer(io.StringIO(out)).captions
+    assert [html.unescape(c.text) for c in captions] == ["x --> y & <b>"]
+
+
+def test_blank_lines_inside_a_sentence_do_not_split_the_cue() -> None:
+    result = {"final": "a", "per_sentence": [{"text": "one\n\ntwo", "start_s": 0, "end_s": 1}]}
+    subs = list(srt.parse(formats.render(result, "srt")))
+    assert [s.content for s in subs] == ["one\ntwo"]
+
+
+def test_times_never_go_backwards_or_negative() -> None:
+    result = {"per_sentence": [{"text": "x", "start_s": -2, "end_s": None}, {"text": "y", "start_s": 3, "end_s": 1}]}
+    segs = formats.segments(result)
+    assert [(s["start"], s["end"]) for s in segs] == [(0.0, 0.0), (3.0, 3.0)]
+
+
+def test_timestamps_round_to_the_millisecond_and_carry() -> None:
+    assert formats.timestamp(59.9996) == "00:01:00,000"
+    assert formats.timestamp(3600 * 100 + 0.0004, ".") == "100:00:00.000"
+
+
+def test_result_without_sentences_becomes_one_segment_over_the_audio() -> None:
+    result = {"final": "hello world", "duration_s": 2.25}
+    subs = list(srt.parse(formats.render(result, "srt")))
+    assert [(s.content, s.end) for s in subs] == [("hello world", timedelta(seconds=2.25))]
+
+
+def test_silence_gives_empty_subtitles_that_still_parse() -> None:
+    result = {"final": "", "per_sentence": [], "duration_s": 1.0}
+    assert list(srt.parse(formats.render(result, "srt"))) == []
+    assert formats.render(result, "vtt") == "WEBVTT\n"
+    assert webvtt.from_buffer(io.StringIO(formats.render(result, "vtt"))).captions == []
+    assert formats.render(result, "text") == "\n"
+
+
+def test_empty_sentences_are_dropped_and_ids_stay_dense() -> None:
+    result = {"per_sentence": [{"text": " ", "start_s": 0, "end_s": 1}, {"text": "b", "start_s": 1, "end_s": 2}]}
+    assert formats.segments(result) == [{"id": 0, "start": 1.0, "end": 2.0, "text": "b"}]
+
+
+@pytest.mark.parametrize(
+    "fmt,ext,ctype",
+    [
+        ("json", "json", "application/json"),
+        ("text", "txt", "text/plain; charset=utf-8"),
+        ("srt", "srt", "application/x-subrip; charset=utf-8"),
+        ("vtt", "vtt", "text/vtt; charset=utf-8"),
+        ("verbose_json", "json", "application/json"),
+    ],
+)
+def test_each_format_has_an_extension_and_a_content_type(fmt: str, ext: str, ctype: str) -> None:
+    assert formats.extension(fmt) == ext
+    assert formats.content_type(fmt) == ctype
+
+
+def test_format_names_ignore_case_and_blanks() -> None:
+    assert formats.check(" SRT ") == "srt"
+    assert formats.render(RESULT, "Text") == formats.render(RESULT, "text")
+
+
+@pytest.mark.parametrize("call", [formats.render, formats.content_type, formats.extension])
+@pytest.mark.parametrize("bad", ["txt", "mp3", "", "verbose-json"])
+def test_unknown_format_is_a_400_naming_the_valid_ones(call: Any, bad: str) -> None:
+    with pytest.raises(UnknownFormat) as err:
+        call(RESULT, bad) if call is formats.render else call(bad)
+    assert isinstance(err.value, BadRequest)
+    assert err.value.code == "unknown_format" and err.value.status == 400
+    assert "json, text, srt, vtt, verbose_json" in err.value.message
