@@ -275,7 +275,7 @@ async def models(request: Request) -> Response:
 
 
 async def ps(request: Request) -> Response:
-    return JSONResponse(request.app.state.daemon.supervisor.snapshot())
+    return JSONResponse({**request.app.state.daemon.supervisor.snapshot(), "daemon_pid": os.getpid()})
 
 
 async def load(request: Request) -> Response:
@@ -319,8 +319,11 @@ async def events(request: Request) -> Response:
         try:
             if not d.events.latest:
                 yield jsonl(d.supervisor.snapshot())
-            while True:
-                yield jsonl(await q.get())
+            while not d.events.closed:
+                snap = await q.get()
+                if not snap:  # the daemon is exiting: end the stream so the connection closes
+                    return
+                yield jsonl(snap)
         finally:
             d.events.unsubscribe(q)
 
@@ -328,7 +331,7 @@ async def events(request: Request) -> Response:
 
 
 async def version(request: Request) -> Response:
-    return JSONResponse({"version": __version__, "protocol": proto.PROTOCOL_VERSION})
+    return JSONResponse({"version": __version__, "protocol": proto.PROTOCOL_VERSION, "pid": os.getpid()})
 
 
 # ---- app ----------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ def default_socket() -> str:
 
 
 SYSTEM_SOCKET = "/run/hasr/hasrd.sock"
+ENGINES = ("auto", "hybrid", "whisper", "r2t2", "fake")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class Settings:
     fw_device: str = _s("auto", "faster-whisper device: auto | cpu | cuda")
     fw_compute_type: str = _s("default", "faster-whisper compute type (default: float16 on GPU, int8 on CPU)")
     language: str = _s("", "default language ('' = detect; R2T2 gets 'Chinese')")
+    whisper_segment_sec: float = _s(300.0, "whisper engine: long audio is cut at silences into pieces of at most "
+                                           "this (bounds the worker's memory)")
+    v2c_final: str = _s("thread", "when faster-whisper re-transcribes a closed sentence window: thread (while the "
+                                  "draft goes on) | inline (the draft waits) | after (the seed's order); same result")
+    draft: str = _s("r2t2", "hybrid engine's draft: r2t2 | scripted (tests: the fake engine's HASR_FAKE_SCRIPT "
+                            "revealed over the audio, with real faster-whisper windows, on CPU)")
     debug: bool = _s(False, "show tracebacks and debug logs")
 
     @classmethod
@@ -143,4 +150,7 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
     for name, val in overrides.items():
         if val is not None:
             values[name] = val
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.engine not in ENGINES:
+        raise ConfigError(f"HASR_ENGINE={settings.engine!r} is not an engine; choose one of {', '.join(ENGINES)}")
+    return settings

@@ -32,6 +32,16 @@ class Broadcaster:
             self._last_status = text
             self.on_status(text)
 
+    def close(self) -> None:
+        """End every stream (the daemon is exiting): subscribers get an empty snapshot and stop."""
+        self.closed = True
+        for q in list(self._subs):
+            while q.full():
+                q.get_nowait()
+            q.put_nowait({})
+
+    closed = False
+
     def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue(self.maxsize)
         if self.latest:

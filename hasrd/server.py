@@ -20,7 +20,7 @@ import stat
 import struct
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -76,6 +76,9 @@ class PeerProtocol(H11Protocol):
             self.transport.close()
 
 
+_BOUND: dict[str, tuple[int, int]] = {}  # socket files we bound: path -> (st_dev, st_ino)
+
+
 def bind_socket(path: str) -> socket.socket:
     """Bind our own listening socket: parent dir 0700, socket 0600; refuse to steal a live one."""
     parent = os.path.dirname(path)
@@ -102,8 +105,21 @@ def bind_socket(path: str) -> socket.socket:
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
+    st = os.lstat(path)
     sock.listen(128)
+    _BOUND[path] = (st.st_dev, st.st_ino)
     return sock
+
+
+def unlink_if_ours(path: str) -> None:
+    """Remove the socket file we bound, but not one that a newer daemon (or systemd) has put there since."""
+    bound = _BOUND.get(path)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if bound is not None and (st.st_dev, st.st_ino) == bound:
+        os.unlink(path)
 
 
 class HasrServer(uvicorn.Server):
@@ -113,6 +129,9 @@ class HasrServer(uvicorn.Server):
         super().__init__(cfg)
         self.notifier = notifier
         self.exit_reason = ""
+        self.on_started: Callable[[], None] | None = None
+        self.on_exit: Callable[[], None] | None = None
+        self.passive = lambda: 0  # connections that only follow /api/events: they never hold the daemon
 
     def request_exit(self, reason: str) -> None:
         if not self.should_exit:
@@ -120,13 +139,28 @@ class HasrServer(uvicorn.Server):
             self.exit_reason = reason
             self.notifier.stopping(f"stopping ({reason})")
             self.should_exit = True
+            if self.on_exit is not None:
+                self.on_exit()  # end the event streams so their connections close
+            asyncio.get_running_loop().create_task(self._extend_stop_timeout())
+
+    async def _extend_stop_timeout(self) -> None:
+        """Finishing accepted work may outlast TimeoutStopSec on long files: ask systemd for more time."""
+        while True:
+            self.notifier.extend_timeout(60)
+            await asyncio.sleep(30)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.on_started is not None and not self.should_exit:
+            self.on_started()  # READY=1 as soon as the socket is served, before the first request is read
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.request_exit(f"signal {signal.Signals(sig).name}")
 
     @property
     def open_connections(self) -> int:
-        return len(self.server_state.connections)
+        """Connections that hold the daemon up: all of them, less those only following /api/events."""
+        return max(0, len(self.server_state.connections) - self.passive())
 
 
 async def idle_watch(server: HasrServer, sup: Supervisor, idle_exit: float) -> None:
@@ -177,15 +211,15 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     if wd:
         tasks.append(asyncio.create_task(watchdog(notifier, wd)))
 
-    async def announce_ready() -> None:
-        while not server.started and not server.should_exit:
-            await asyncio.sleep(0.005)
+    def announce_ready() -> None:
         events.publish(sup.snapshot())
         notifier.ready(status="idle")
         where = ", ".join(str(s.getsockname()) for s in sockets)
         log.info("hasrd %s ready on %s (engine %s%s)", __version__, where, settings.engine,
                  ", socket-activated" if activated else "")
-    tasks.append(asyncio.create_task(announce_ready()))
+    server.on_started = announce_ready
+    server.on_exit = events.close
+    server.passive = lambda: events.subscribers
     try:
         await server.serve(sockets=sockets)
     finally:
@@ -194,10 +228,7 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
         notifier.stopping("unloading")
         await sup.close()
         if owned_path:
-            try:
-                os.unlink(owned_path)
-            except FileNotFoundError:
-                pass
+            unlink_if_ours(owned_path)
         notifier.close()
     return 0
 

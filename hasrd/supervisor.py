@@ -73,6 +73,7 @@ class Supervisor:
         self._load_task: asyncio.Task[None] | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._load_listeners: set[EventSink] = set()
         self._idle = asyncio.Event()
         self._idle.set()
         self.closing = False
@@ -210,6 +211,10 @@ class Supervisor:
         if expected_s:
             self.expected_s = expected_s
         self._changed()
+        ev = {"event": "loading", "phase": phase, "elapsed_s": round(self.clock() - self.load_started, 1),
+              "expected_s": self.expected_s}
+        for listener in list(self._load_listeners):
+            listener(ev)
 
     async def _watch(self, worker: WorkerProcess) -> None:
         await worker.dead.wait()
@@ -323,9 +328,15 @@ class Supervisor:
         return result
 
     async def _await_load(self, on_event: EventSink | None) -> WorkerProcess:
-        if on_event and self.state != State.READY:
-            on_event({"event": "loading", "phase": self.phase or "starting worker", "elapsed_s": 0.0})
-        return await self.ensure_ready()
+        """ensure_ready(), telling this request about every loading phase while it waits."""
+        if on_event is None or self.state == State.READY:
+            return await self.ensure_ready()
+        on_event({"event": "loading", "phase": self.phase or "starting worker", "elapsed_s": 0.0})
+        self._load_listeners.add(on_event)
+        try:
+            return await self.ensure_ready()
+        finally:
+            self._load_listeners.discard(on_event)
 
     async def _worker_failed(self, worker: WorkerProcess) -> None:
         if self.worker is worker:

@@ -22,18 +22,17 @@ from typing import Any, Callable, Mapping, Sequence
 from hasrd import errors
 from hasrd import protocol as p
 from hasrd.pcm import PcmBuffer
+from hasrd.systemd import scrubbed_env
 
 log = logging.getLogger("hasrd.worker")
 
 EventSink = Callable[[dict[str, Any]], None]
 
-SCRUB_PREFIXES = ("LISTEN_", "WATCHDOG_")
-SCRUB_NAMES = ("NOTIFY_SOCKET",)
 
 
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The worker's environment: the daemon's, minus systemd's per-process variables, plus ``extra``."""
-    env = {k: v for k, v in base.items() if k not in SCRUB_NAMES and not k.startswith(SCRUB_PREFIXES)}
+    env = scrubbed_env(base)
     # The worker may run under another interpreter (the GPU venv): make this hasr importable there.
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(x for x in (pkg_root, env.get("PYTHONPATH", "")) if x)

@@ -179,3 +179,56 @@ def test_events_stream_starts_with_the_current_state_and_follows_changes(daemon:
     states = [s["state"] for s in seen]
     assert states[0] == "stopped" and "starting" in states and "ready" in states and states[-1] == "stopped"
     assert any(s.get("job") and str(s["status_text"]).startswith("transcribing a.wav") for s in seen)
+
+
+def test_loading_phases_reach_a_streaming_request(short_tmp: str) -> None:
+    d = Hasrd(os.path.join(short_tmp, "p.sock"), env={"HASR_FAKE_LOAD_SEC": "0.5"})
+    try:
+        wav = write_wav(os.path.join(short_tmp, "b.wav"), 0.5)
+        with d.client() as c, c.stream("POST", "/transcribe", json={"audio_path": wav},
+                                       headers={"Accept": "application/x-ndjson"}) as r:
+            events = [json.loads(line) for line in r.iter_lines() if line]
+        phases = [e["phase"] for e in events if e["event"] == "loading"]
+        assert len(phases) >= 3 and any(p.startswith("loading fake models") for p in phases), phases
+    finally:
+        d.stop()
+
+
+def test_an_events_follower_neither_keeps_the_daemon_alive_nor_blocks_its_exit(short_tmp: str) -> None:
+    d = Hasrd(os.path.join(short_tmp, "e.sock"), args=["--idle-exit", "0.5"])
+    lines: list[str] = []
+
+    def follow() -> None:
+        try:
+            with d.client() as c, c.stream("GET", "/api/events") as r:
+                for line in r.iter_lines():
+                    lines.append(line)
+        except Exception:  # noqa: BLE001 - the stream ends with the daemon
+            pass
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    assert d.proc.wait(10) == 0, d.log()  # idle exit despite the open stream
+    t.join(5)
+    assert not t.is_alive() and lines and json.loads(lines[0])["state"] == "stopped"
+    assert not os.path.exists(d.sock)
+
+
+def test_an_exiting_daemon_leaves_a_newer_daemons_socket_alone(short_tmp: str) -> None:
+    sock = os.path.join(short_tmp, "r.sock")
+    old = Hasrd(sock)
+    os.unlink(sock)  # as if it had been replaced: a new daemon binds the same path
+    new = Hasrd(sock)
+    try:
+        assert old.stop() == 0
+        assert os.path.exists(sock) and new.get("/health")["status"] == "idle"
+    finally:
+        new.stop()
+
+
+def test_an_unknown_engine_is_refused_at_start(short_tmp: str) -> None:
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "hasrd.server", "--socket", os.path.join(short_tmp, "x.sock")],
+                       env={**os.environ, "HASR_ENGINE": "nonsense"}, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "HASR_ENGINE='nonsense'" in r.stderr and "whisper" in r.stderr
