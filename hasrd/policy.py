@@ -61,7 +61,9 @@ def status_text(snap: dict[str, Any]) -> str:
         return text
     if state == "starting":
         phase = snap.get("phase") or "loading models"
-        return f"{phase} {int(snap.get('elapsed_s') or 0)} s" if "loading" in phase else phase
+        if "loading" not in phase or phase.endswith(" s"):  # some engines count the seconds themselves
+            return phase
+        return f"{phase} {int(snap.get('elapsed_s') or 0)} s"
     if state == "backoff":
         return f"load failed, retrying: {snap.get('error') or ''}".strip()
     if state == "fatal":

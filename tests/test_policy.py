@@ -38,5 +38,7 @@ def test_status_lines_say_the_state_in_words() -> None:
         "loading models 12 s"
     assert policy.status_text({"state": "ready", "job": {"name": "会议.wav", "progress": 0.4}}) == \
         "transcribing 会议.wav 40%"
+    assert policy.status_text({"state": "starting", "phase": "loading fake models 0.4 s", "elapsed_s": 0.4}) == \
+        "loading fake models 0.4 s"
     assert policy.status_text({"state": "stopping"}) == "unloading"
     assert policy.status_text({"state": "fatal", "error": "no GPU"}) == "error: no GPU"

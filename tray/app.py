@@ -1,0 +1,267 @@
+"""``hasr-tray``: the tray icon (pystray, in a thread), the drop window (Tk, main thread), and the glue.
+
+Threads: Tk owns the main thread; the pystray icon runs ``icon.run`` in a daemon thread (its xorg backend's
+``stop()`` may hang, pystray #143, so nothing waits for it); ``tray.watch.Watcher`` follows the daemon;
+``tray.jobs.Jobs`` transcribes. Anything that touches Tk is posted through ``App.ui()``.
+
+Backend: PYSTRAY_BACKEND when set; else ``appindicator`` when ``gi`` and an AppIndicator typelib import,
+else ``xorg`` (no menu there: a left click opens the drop window, which carries the menu's actions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import logging
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Mapping
+
+log = logging.getLogger("hasr.tray")
+
+
+def choose_backend(env: Mapping[str, str] | None = None) -> str:
+    """The pystray backend to use (see the module docstring)."""
+    env = os.environ if env is None else env
+    if env.get("PYSTRAY_BACKEND"):
+        return env["PYSTRAY_BACKEND"]
+    try:
+        import gi
+
+        gi.require_version("Gtk", "3.0")
+        for name in ("AyatanaAppIndicator3", "AppIndicator3"):
+            try:
+                gi.require_version(name, "0.1")
+                return "appindicator"
+            except ValueError:
+                continue
+    except (ImportError, ValueError):
+        pass
+    return "xorg"
+
+
+class App:
+    """Owns the Tk root, the icon, the watcher and the job queue."""
+
+    def __init__(self, settings: Any, show_window: bool = False) -> None:
+        import tkinter as tk
+
+        import pystray
+
+        from tray import dropwin, icons, menu, notify, xicon
+        from tray.client import Client
+        from tray.jobs import Jobs
+        from tray.state import Link, view
+        from tray.watch import Watcher
+
+        self._icons, self._menu, self._view_of = icons, menu, view
+        self.settings = settings
+        self.notify: Callable[..., Any] = notify.send
+        self._ui: queue.Queue[Callable[[], None]] = queue.Queue()
+        self.backend = os.environ.get("PYSTRAY_BACKEND", "")
+        flat = self.backend == "xorg"
+        self._images = {s: icons.flatten(icons.draw(s, 64)) if flat else icons.draw(s, 64) for s in icons.STATES}
+        self.view = view(Link("down", "connecting"))
+        self.client = Client(settings.socket)
+
+        self.root, dnd = dropwin.make_root()
+        self.fmt = tk.StringVar(self.root, value=settings.format)
+        self.window = dropwin.DropWindow(self.root, dnd, self.add_files, self.action, self.fmt)
+        self.root.protocol("WM_DELETE_WINDOW", self.window.hide)
+        if not show_window:
+            self.window.hide()
+        self.jobs = Jobs(self.client, lambda: (self.fmt.get(), settings.language),
+                         lambda job: self.ui(lambda: self._job_changed(job)), self.notify, settings.autostart)
+        self.items = menu.build(self.view)
+
+        icon_class = xicon.icon_class(pystray.Icon) if self.backend == "xorg" else pystray.Icon
+        self.icon = icon_class("hasr", self._images[self.view.icon], self.view.title, menu=self._pystray_menu())
+        self._xprobe: Any = None
+        self._icon_ready = threading.Event()
+        self._icon_lock = threading.Lock()
+        self.watcher = Watcher(self.client, lambda info: self.ui(lambda: self._publish(info)), settings.poll_sec)
+
+    # --- threads -------------------------------------------------------------------------------------------
+    def ui(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the Tk thread (callable from any thread)."""
+        self._ui.put(fn)
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                fn = self._ui.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                fn()
+            except Exception:
+                log.exception("UI callback failed")
+        self.root.after(40, self._pump)
+
+    # --- the icon --------------------------------------------------------------------------------------------
+    def _pystray_menu(self) -> Any:
+        import pystray
+
+        def entry(i: int) -> Any:
+            return pystray.MenuItem(lambda _: self.items[i].label,  # type: ignore[union-attr]
+                                    lambda: self.ui(lambda: self.action(self.items[i].key)),  # type: ignore
+                                    enabled=lambda _: self.items[i].enabled,  # type: ignore[union-attr]
+                                    default=bool(self.items[i].default))  # type: ignore[union-attr]
+
+        return pystray.Menu(*[pystray.Menu.SEPARATOR if it is None else entry(i) for i, it in enumerate(self.items)])
+
+    def _run_icon(self) -> None:
+        def setup(icon: Any) -> None:
+            # xorg: the loop thread records itself just after calling us; its dispatcher needs that first
+            for _ in range(200):
+                if self.backend != "xorg" or getattr(icon, "_thread", None) is not None:
+                    break
+                threading.Event().wait(0.01)
+            icon.visible = True
+            self._icon_ready.set()
+            self._update_icon()
+
+        try:
+            self.icon.run(setup=setup)
+        except Exception:
+            log.exception("the tray icon stopped")
+
+    def _redock(self) -> None:
+        """xorg: dock once a tray host appears (pystray tries only when shown or updated, never again)."""
+        try:
+            if self._xprobe is None:
+                import Xlib.display
+
+                self._xprobe = Xlib.display.Display()
+            d = self._xprobe
+            owner = d.get_selection_owner(d.intern_atom(f"_NET_SYSTEM_TRAY_S{d.get_default_screen()}"))
+            has_host = owner not in (0, None) and getattr(owner, "id", owner) != 0
+        except Exception:
+            has_host = False
+        if has_host and self._icon_ready.is_set() and getattr(self.icon, "_systray_manager", True) is None:
+            log.info("a tray host appeared: docking")
+            threading.Thread(target=self._update_icon, daemon=True).start()
+        self.root.after(3000, self._redock)
+
+    # --- state -----------------------------------------------------------------------------------------------
+    def _publish(self, info: Any) -> None:
+        v = self._view_of(info)
+        self.items = self._menu.build(v, last_output=str(self.jobs.last_output or "") or None,
+                                      jobs_pending=self.jobs.pending())
+        self.window.set_view(v, self.items)
+        if v == self.view:
+            return
+        log.info("state: icon=%s title=%s", v.icon, v.title)
+        self.view = v
+        if self._icon_ready.is_set():
+            threading.Thread(target=self._update_icon, daemon=True).start()
+
+    def _update_icon(self) -> None:
+        """Show the latest view on the icon. pystray's xorg updates block until the icon thread ran them, so
+        this runs off the Tk thread; the lock and reading ``self.view`` inside it keep the last one shown."""
+        with self._icon_lock:
+            v = self.view
+            try:
+                self.icon.icon = self._images[v.icon]
+                self.icon.title = v.title
+                if self.icon.HAS_MENU:
+                    self.icon.update_menu()
+            except Exception:
+                log.warning("icon update failed", exc_info=True)
+
+    def _job_changed(self, job: Any) -> None:
+        self.window.set_job(job)
+        self._publish_menu_only()
+
+    def _publish_menu_only(self) -> None:
+        self.items = self._menu.build(self.view, last_output=str(self.jobs.last_output or "") or None,
+                                      jobs_pending=self.jobs.pending())
+        self.window.set_view(self.view, self.items)
+
+    # --- actions (Tk thread) ----------------------------------------------------------------------------------
+    def add_files(self, paths: list[str]) -> None:
+        self.jobs.add(paths)
+        self.watcher.poke()
+
+    def action(self, key: str) -> None:
+        m = self._menu
+        if key == m.TRANSCRIBE:
+            self.window.choose_files()
+        elif key == m.DROPWIN:
+            self.window.show()
+        elif key == m.UNLOAD:
+            threading.Thread(target=self._unload, daemon=True).start()
+        elif key == m.OPEN_LAST:
+            self._open_last()
+        elif key == m.QUIT:
+            self.quit()
+
+    def _unload(self) -> None:
+        try:
+            self.client.unload()
+        except Exception as e:
+            self.notify("hasr could not unload the model", str(e), error=True)
+        self.watcher.poke()
+
+    def _open_last(self) -> None:
+        path = self.jobs.last_output
+        opener = shutil.which("xdg-open")
+        if path is None or opener is None:
+            self.notify("hasr", "no transcript yet" if path is None else f"xdg-open is missing; see {path}")
+            return
+        subprocess.Popen([opener, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def quit(self) -> None:
+        log.info("quitting")
+        self.watcher.stop()
+        self.jobs.close()
+        threading.Thread(target=self.icon.stop, daemon=True).start()
+        self.root.after(100, self.root.destroy)
+
+    def run(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.ui(self.quit))
+        threading.Thread(target=self._run_icon, name="hasr-icon", daemon=True).start()
+        self.watcher.start()
+        self.root.after(40, self._pump)
+        if self.backend == "xorg":
+            self.root.after(3000, self._redock)
+        self.root.mainloop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="hasr-tray", description="hasr tray icon and drop window")
+    p.add_argument("--socket", help="daemon socket (default: HASR_SOCKET or $XDG_RUNTIME_DIR/hasr/hasrd.sock)")
+    p.add_argument("--format", choices=("txt", "srt", "vtt", "json"), help="transcript format (HASR_TRAY_FORMAT)")
+    p.add_argument("--language", help="language passed to the daemon (HASR_LANGUAGE)")
+    p.add_argument("--show-window", action="store_true", help="open the drop window at start")
+    p.add_argument("--backend", help="pystray backend (PYSTRAY_BACKEND): appindicator, gtk, xorg")
+    p.add_argument("-v", "--verbose", action="store_true", help="log state changes to stderr")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="hasr-tray %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pystray").setLevel(logging.CRITICAL)  # "Failed to dock icon" tracebacks while no tray
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        print("hasr-tray: no display (DISPLAY is not set)", file=sys.stderr)
+        return 2
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` prints every thread's stack
+    os.environ["PYSTRAY_BACKEND"] = args.backend or choose_backend()
+    from tray import settings as tray_settings
+
+    s = tray_settings.load(socket=args.socket, format=args.format, language=args.language)
+    log.info("backend %s, socket %s, format %s", os.environ["PYSTRAY_BACKEND"], s.socket, s.format)
+    App(s, show_window=args.show_window).run()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the xorg icon thread may never return (pystray #143); do not wait for it
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

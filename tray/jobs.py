@@ -1,0 +1,149 @@
+"""The tray's transcription queue: files in, transcripts next to them, a notification for each.
+
+One worker thread takes the files in order (the daemon runs one transcription at a time anyway), so a file
+shows ``queued`` until its turn, then ``running`` with progress, then ``done`` (naming the transcript) or
+``failed`` (with the daemon's sentence). ``on_change`` is called from that thread after every change.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tray import output
+from tray.client import Client, DaemonDown, DaemonError, start_daemon
+
+log = logging.getLogger("hasr.tray.jobs")
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+Notify = Callable[..., Any]
+
+
+@dataclass
+class Job:
+    id: int
+    path: Path
+    state: str = QUEUED
+    progress: float | None = None
+    detail: str = "waiting"
+    output: Path | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+def event_detail(ev: dict[str, Any]) -> tuple[str, float | None]:
+    """A short line and a progress fraction (or None) for one /transcribe event."""
+    kind = ev.get("event")
+    if kind == "queued":
+        return f"queued in the daemon (position {ev.get('position', '?')})", None
+    if kind == "loading":
+        try:
+            return f"loading models {float(ev.get('elapsed_s') or 0):.0f} s", None
+        except (TypeError, ValueError):
+            return "loading models", None
+    if kind == "progress":
+        try:
+            frac = max(0.0, min(1.0, float(ev["done_s"]) / float(ev["total_s"])))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            return "transcribing", None
+        return f"transcribing {int(frac * 100)}%", frac
+    return "transcribing", None
+
+
+class Jobs:
+    """Queue of files to transcribe through ``client``; ``settings()`` gives the current (format, language)."""
+
+    def __init__(self, client: Client, settings: Callable[[], tuple[str, str]],
+                 on_change: Callable[[Job], None], notify: Notify, autostart: bool = True) -> None:
+        self.client, self.settings, self.on_change, self.notify = client, settings, on_change, notify
+        self.autostart = autostart
+        self.jobs: list[Job] = []
+        self.last_output: Path | None = None
+        self._ids = itertools.count(1)
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="hasr-jobs", daemon=True)
+        self._thread.start()
+
+    def add(self, paths: list[str]) -> list[Job]:
+        """Queue files (absolute or relative paths, in order); returns their jobs."""
+        new = []
+        for p in paths:
+            job = Job(next(self._ids), Path(p).expanduser().absolute())
+            self.jobs.append(job)
+            new.append(job)
+            self.on_change(job)
+            self._queue.put(job)
+        return new
+
+    def pending(self) -> int:
+        return sum(1 for j in self.jobs if j.state in (QUEUED, RUNNING))
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def _update(self, job: Job, **changes: Any) -> None:
+        for k, v in changes.items():
+            setattr(job, k, v)
+        self.on_change(job)
+
+    def _transcribe(self, job: Job, language: str) -> dict[str, Any]:
+        def on_event(ev: dict[str, Any]) -> None:
+            detail, frac = event_detail(ev)
+            self._update(job, detail=detail, progress=frac if frac is not None else job.progress)
+
+        try:
+            return self.client.transcribe(str(job.path), language, on_event)
+        except DaemonDown:
+            if not self.autostart or not start_daemon(self.client.path):
+                raise
+        self._update(job, detail="starting the daemon")
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                return self.client.transcribe(str(job.path), language, on_event)
+            except DaemonDown:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def _fail(self, job: Job, message: str) -> None:
+        self._update(job, state=FAILED, detail=message)
+        self.notify(f"hasr could not transcribe {job.path.name}", message, error=True)
+
+    def _one(self, job: Job) -> None:
+        fmt, language = self.settings()
+        self._update(job, state=RUNNING, detail="sending to the daemon", progress=0.0)
+        if not job.path.exists():
+            return self._fail(job, f"{job.path} does not exist")
+        if job.path.is_dir():
+            return self._fail(job, f"{job.path.name} is a folder; drop audio or video files")
+        try:
+            result = self._transcribe(job, language)
+            out = output.write_next_to(job.path, output.render(result, fmt), fmt)
+        except DaemonDown as e:
+            return self._fail(job, f"the hasr daemon is not running ({e})")
+        except DaemonError as e:  # the daemon quotes the path; the row and the summary already name the file
+            return self._fail(job, e.message.replace(repr(str(job.path)), "the file"))
+        except output.OutputError as e:
+            return self._fail(job, str(e))
+        self.last_output = out
+        self._update(job, state=DONE, progress=1.0, output=out, detail=f"→ {out.name}")
+        text = str(result.get("final") or "").strip()
+        preview = text if len(text) <= 120 else text[:119] + "…"
+        self.notify(f"hasr transcribed {job.path.name}", f"Saved to {out}" + (f"\n{preview}" if preview else ""))
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                self._one(job)
+            except Exception as e:  # a bug in one job must not stop the queue
+                log.exception("job %s failed unexpectedly", job.path)
+                self._fail(job, f"internal error: {e}")

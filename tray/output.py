@@ -1,0 +1,90 @@
+"""Where a transcript goes and what it contains: next to the audio file, never overwriting anything.
+
+``会议 录音.wav`` with format ``srt`` becomes ``会议 录音.srt``; when that exists, ``会议 录音-1.srt``,
+``会议 录音-2.srt``, ... The file is created with O_EXCL, so two jobs racing for a name cannot clobber each
+other. When the audio's folder is not writable, the transcript goes to ``$XDG_DATA_HOME/hasr/transcripts``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hasrd import formats
+
+# tray format -> (hasrd.formats name, file extension). "json" is the full verbose_json document.
+FORMATS: dict[str, tuple[str, str]] = {
+    "txt": ("text", "txt"),
+    "srt": ("srt", "srt"),
+    "vtt": ("vtt", "vtt"),
+    "json": ("verbose_json", "json"),
+}
+MAX_TRIES = 1000
+
+
+class OutputError(Exception):
+    """The transcript could not be written anywhere; the message says where it tried."""
+
+
+def check_format(fmt: str) -> str:
+    """The canonical tray format name (txt, srt, vtt, json) or ValueError listing them."""
+    name = (fmt or "").strip().lower().lstrip(".")
+    if name == "text":
+        name = "txt"
+    if name not in FORMATS:
+        raise ValueError(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
+    return name
+
+
+def render(result: dict[str, Any], fmt: str) -> str:
+    """The result object (docs/API.md) rendered as tray format ``fmt``."""
+    return formats.render(result, FORMATS[check_format(fmt)][0])
+
+
+def candidates(src: Path, fmt: str, folder: Path | None = None) -> list[Path]:
+    """Output names in order of preference: ``stem.ext``, ``stem-1.ext``, ``stem-2.ext``, ..."""
+    ext = FORMATS[check_format(fmt)][1]
+    where = folder if folder is not None else src.parent
+    stem = src.stem if src.suffix else src.name
+    return [where / f"{stem}.{ext}"] + [where / f"{stem}-{i}.{ext}" for i in range(1, MAX_TRIES)]
+
+
+def fallback_dir() -> Path:
+    """Where transcripts go when the audio's own folder is read-only."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "hasr" / "transcripts"
+
+
+def _create(paths: list[Path], text: str, src: Path) -> Path:
+    data = text.encode("utf-8")
+    for path in paths:
+        if path == src:
+            continue
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path
+    raise FileExistsError(f"{paths[0].parent}: {MAX_TRIES} transcripts of {src.name} exist already")
+
+
+def write_next_to(src: Path, text: str, fmt: str) -> Path:
+    """Write ``text`` under a fresh name next to ``src`` (or in fallback_dir()); return the path written."""
+    try:
+        return _create(candidates(src, fmt), text, src)
+    except PermissionError as first:
+        folder = fallback_dir()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            return _create(candidates(src, fmt, folder), text, src)
+        except OSError as e:
+            raise OutputError(f"cannot write next to {src} ({first.strerror}) nor in {folder} ({e})") from e
+    except OSError as e:
+        raise OutputError(f"cannot write the transcript of {src.name}: {e.strerror or e}") from e
