@@ -65,7 +65,10 @@ def check_access(d: Daemon, request: Request) -> None:
 
 def check_path_access(d: Daemon, request: Request) -> None:
     uid = caller_uid(request)
-    if uid is not None and uid not in (d.uid, 0):
+    if uid is None:
+        raise errors.Forbidden("a caller over TCP cannot be identified, so the daemon will not open files for it: "
+                               "upload the audio instead of naming a path (the `file` field)")
+    if uid not in (d.uid, 0):
         raise errors.Forbidden("this daemon runs as another user and would read the file with its rights: "
                                "upload the audio instead of naming a path (the `file` field)")
 

@@ -235,8 +235,8 @@ class Supervisor:
         """Count a request as admitted from queueing to its end: the TTL never fires under it."""
         if self.closing:
             raise errors.ShuttingDown("the daemon is shutting down", retry_after=1)
-        if len(self.waiting) + self.running >= self.s.max_queue + self.s.max_concurrent:
-            raise errors.QueueFull(f"{len(self.waiting)} requests are already waiting (HASR_MAX_QUEUE="
+        if self.in_flight >= self.s.max_queue + self.s.max_concurrent:
+            raise errors.QueueFull(f"{self.in_flight} requests are already admitted (HASR_MAX_QUEUE="
                                    f"{self.s.max_queue}); try again later", retry_after=5)
         self.in_flight += 1
         self._idle.clear()
