@@ -162,3 +162,14 @@ def test_an_optional_tcp_socket_from_the_unit_is_served_but_may_not_name_paths(s
         assert proc.wait(20) == 0
         unix.close()
         tcp.close()
+
+
+def test_watchdog_pings_arrive_when_systemd_asks_for_them(short_tmp: str) -> None:
+    act = Activator(short_tmp, env={"HASR_IDLE_EXIT_SEC": "60", "WATCHDOG_USEC": "200000"})
+    try:
+        with client(act.path) as c:
+            assert c.get("/health").status_code == 200
+        pid = act.started[0].pid
+        assert act.wait_for(lambda: sum(n.fields.get("WATCHDOG") == "1" for n in act.notes_from(pid)) >= 4, 5)
+    finally:
+        act.close()
