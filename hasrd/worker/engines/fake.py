@@ -11,11 +11,16 @@ the per-request ones can also be given in ``options["fake"]``:
     HASR_FAKE_RTF=0.5             take audio_s x RTF seconds per request                options: {"rtf": 0.5}
     HASR_FAKE_IGNORE_SIGTERM=1    ignore SIGTERM and Shutdown (only SIGKILL ends it)
     HASR_FAKE_SCRIPT=...          the draft text, revealed over the audio (default below)
+                                  options: {"script": "..."} for one request
     HASR_FAKE_ALLOC_MB=N          allocate N MB on the GPU with torch while loaded (VRAM tests on a GPU host)
                                   options: {"fail": "code"} fails that request
 
-The draft is the script's text revealed proportionally to the audio; sentences end at SENT_END marks, and a
-sentence carrying ``|`` is what R2T2 emits for a truncated one (the v2c pipeline re-transcribes those).
+The draft is the script's text revealed proportionally to the audio by :class:`ScriptedDraft`, which has
+R2T2's streaming API, and the request runs through the real v2c pipeline (``hasrd.worker.v2c``, inline mode)
+with a final stage that returns nothing: a sentence carrying ``|`` (what R2T2 emits for a truncated one) or
+lacking an end mark is "re-transcribed", i.e. cut at ``|`` with engine "fw" and counted in fw_calls; other
+sentences keep their draft text (engine "draft"). The hybrid engine can run the same scripted draft with the
+real faster-whisper final stage (``HASR_DRAFT=scripted``, see hybrid.py).
 """
 
 from __future__ import annotations
@@ -23,16 +28,19 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from hasrd.worker.engines import EngineError, Emitter
+from hasrd.worker import v2c
+from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.languages import UnknownLanguage, resolve
 
-SENT_END = "。！？；?!;"
+SENT_END = v2c.SENT_END
 DEFAULT_SCRIPT = "今天天气很好。我们去公园散步|吧。"
-SR = 16000
-CHUNK = 2560  # 160 ms
+SR = v2c.SR
+CHUNK = v2c.CHUNK  # 160 ms
 
 
 def split_sentences(text: str) -> list[str]:
@@ -47,6 +55,73 @@ def split_sentences(text: str) -> list[str]:
     if cur:
         out.append(cur)
     return out
+
+
+@dataclass
+class ScriptedState:
+    text: str = ""
+    char0: int = 0  # where in the script this state began
+
+
+class ScriptedDraft:
+    """A draft model with R2T2's streaming API that reveals ``script`` in proportion to the audio consumed.
+
+    Reveals stop at most once per chunk at a sentence end and never inside the ``|...`` tail of a sentence;
+    once ``|`` is in a state's text only whole sentences appear. So v2c closes exactly one window per script
+    sentence (given at least one chunk per sentence), the way R2T2 closes one per spoken sentence.
+    ``on_chunk(i, total)`` runs before each chunk (the fake engine's slowness and crash knobs).
+    """
+
+    def __init__(self, script: str, total_samples: int,
+                 on_chunk: Callable[[int, int], None] | None = None) -> None:
+        self.script = script
+        self.total = max(1, v2c.n_chunks(total_samples))
+        self.on_chunk = on_chunk
+        self.consumed = 0
+        self.revealed = 0
+        self.bounds: list[int] = []
+        self.pipe_of: dict[int, int] = {}  # sentence end -> index of its "|"
+        acc = 0
+        for s in split_sentences(script):
+            if "|" in s:
+                self.pipe_of[acc + len(s)] = acc + s.index("|")
+            acc += len(s)
+            self.bounds.append(acc)
+        self.bound_set = set(self.bounds)
+
+    def init_streaming_state(self, context: str = "", language: str | None = None, unfixed_chunk_num: int = 2,
+                             unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> ScriptedState:
+        return ScriptedState(char0=self.revealed)
+
+    def _allowed(self, p: int, sticky_pipe: bool) -> bool:
+        if p in self.bound_set:
+            return True
+        if sticky_pipe:
+            return False
+        end = next(b for b in self.bounds if b > p)
+        return end not in self.pipe_of or p <= self.pipe_of[end]
+
+    def streaming_transcribe(self, pcm16k: np.ndarray, state: ScriptedState,
+                             max_new_tokens: int | None = None) -> tuple[str, str]:
+        if self.on_chunk is not None:
+            self.on_chunk(self.consumed, self.total)
+        self.consumed += 1
+        target = len(self.script) * min(self.consumed, self.total) // self.total
+        nxt = next((b for b in self.bounds if b > self.revealed), len(self.script))
+        sticky = "|" in state.text
+        for p in range(min(target, nxt), self.revealed, -1):
+            if self._allowed(p, sticky):
+                self.revealed = p
+                state.text = self.script[state.char0:p]
+                return state.text, state.text
+        return "", ""
+
+    def finish_streaming_transcribe(self, state: ScriptedState, max_new_tokens: int | None = None) -> str:
+        target = len(self.script) * min(self.consumed, self.total) // self.total
+        if target > self.revealed:
+            self.revealed = target
+            state.text = self.script[state.char0:target]
+        return state.text
 
 
 class FakeEngine:
@@ -105,68 +180,33 @@ class FakeEngine:
         hang = bool(opts.get("hang", self.hang))
         crash_mid = bool(opts.get("crash", self.crash_mid))
         rtf = float(opts.get("rtf", self.rtf))
-        t0 = time.monotonic()
+        script = str(opts.get("script") or self.script)
         n = len(pcm)
-        total_s = n / SR
         if n == 0:
             raise EngineError("invalid_audio", "no audio samples")
-        chunks = max(1, (n + CHUNK - 1) // CHUNK)
-        script = self.script
-        per_chunk = (total_s * rtf) / chunks if rtf > 0 else 0.0
-        revealed = 0
-        sent_idx = 0
-        sentences = split_sentences(script)
-        bounds = []  # (end_char, sentence_text)
-        acc = 0
-        for s in sentences:
-            acc += len(s)
-            bounds.append(acc)
-        win_start_chunk = 0
-        per_sentence: list[dict[str, Any]] = []
-        sent_windows: list[dict[str, Any]] = []
-        first_text_s = None
-        for i in range(chunks):
+        chunks = v2c.n_chunks(n)
+        per_chunk = (n / SR * rtf) / chunks if rtf > 0 else 0.0
+
+        def on_chunk(i: int, total: int) -> None:
             if hang:
                 while True:
                     time.sleep(3600)
-            if cancelled():
-                raise EngineError("cancelled", "the request was cancelled")
-            if crash_mid and i >= chunks // 2:
+            if crash_mid and i >= total // 2:
                 os.kill(os.getpid(), signal.SIGKILL)
             if per_chunk:
                 time.sleep(per_chunk)
-            want = (len(script) * (i + 1)) // chunks
-            if want > revealed:
-                revealed = want
-                if first_text_s is None:
-                    first_text_s = round((i + 1) * 0.160, 3)
-                emit.draft(script[:revealed])
-                while sent_idx < len(sentences) and revealed >= bounds[sent_idx]:
-                    text = sentences[sent_idx]
-                    truncated = "|" in text or not any(m in text for m in SENT_END)
-                    final = text.split("|")[0] if truncated else text
-                    start_s = round(win_start_chunk * CHUNK / SR, 3)
-                    end_s = round(min(n, (i + 1) * CHUNK) / SR, 3)
-                    eng = "fw" if truncated else "draft"
-                    emit.sentence(sent_idx, final, eng, start_s, end_s)
-                    per_sentence.append({"text": final, "engine": eng, "start_s": start_s, "end_s": end_s})
-                    sent_windows.append({"text": text, "start_chunk": win_start_chunk, "end_chunk": i})
-                    sent_idx += 1
-                    win_start_chunk = i + 1
-            emit.progress(round(min(n, (i + 1) * CHUNK) / SR, 3), round(total_s, 3))
-        elapsed = time.monotonic() - t0
-        return {
-            "engine": "fake",
-            "language": language,
-            "draft": script,
-            "final": "".join(p["text"] for p in per_sentence),
-            "sent_windows": sent_windows,
-            "fw_calls": sum(1 for p in per_sentence if p["engine"] == "fw"),
-            "first_text_s": first_text_s,
-            "per_sentence": per_sentence,
-            "duration_s": round(total_s, 3),
-            "timings": {"draft_s": round(elapsed, 4), "final_s": 0.0},
-        }
+
+        try:
+            _name, code = resolve(language)
+        except UnknownLanguage:
+            code = ""
+        draft = ScriptedDraft(script, n, on_chunk)
+        out = v2c.run(draft, pcm, language or None, lambda audio: "", emit=emit, cancelled=cancelled,
+                      mode="inline")
+        result = v2c.result("fake", language, code, out, n)
+        result["draft"] = script
+        result["final"] = "".join(p["text"] for p in out.per_sentence)  # the script decides its own spacing
+        return result
 
     def close(self) -> None:
         self._gpu_block = None

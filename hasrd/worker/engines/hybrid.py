@@ -1,0 +1,89 @@
+"""The hybrid engine: R2T2 streaming draft + faster-whisper on truncated sentence windows (v2c).
+
+Load parameters are the seed's: ``R2T2ASRModel.LLM(model=..., gpu_memory_utilization=0.35, max_model_len=4096,
+max_new_tokens=4)`` and ``WhisperModel(path, device="cuda", device_index=0, compute_type="float16")`` (the
+device and compute type follow HASR_FW_DEVICE / HASR_FW_COMPUTE_TYPE when those are set).
+
+Scripted draft, for end-to-end tests without a GPU: with ``HASR_DRAFT=scripted`` the draft is the fake
+engine's :class:`~hasrd.worker.engines.fake.ScriptedDraft` over ``HASR_FAKE_SCRIPT`` (or ``options["fake"]
+["script"]`` per request; default: the fake engine's script), revealed in proportion to the audio, while the
+final stage is the real faster-whisper model (HASR_FW_MODEL, or the embedded one on the CPU). Through the
+daemon, fw_calls is then the number of truncated script sentences, and exactly those sentences carry
+faster-whisper's text of their window.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from hasrd.config import Settings
+from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.engines.r2t2 import LOAD_KW, cuda_usable, load_draft, resolve_weights, run_v2c, versions
+from hasrd.worker.engines.whisper import load_model, whisper_code, window_fn
+
+RESULT_ENGINE = "hybrid-asr-v2c"  # the seed's name in results
+
+
+class HybridEngine:
+    name = "hybrid"
+
+    def __init__(self, settings: Settings, fw_spec: str, fw_device: str, compute_type: str, *,
+                 cuda: Callable[[], tuple[bool, str]] = cuda_usable, identity: dict[str, Any] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        if settings.draft not in ("r2t2", "scripted"):
+            raise EngineError("model_unavailable", f"HASR_DRAFT={settings.draft!r}: use r2t2 or scripted")
+        self.settings = settings
+        self.fw_spec = fw_spec  # HASR_FW_MODEL's syntax; '' = the embedded model
+        self.fw_device = fw_device
+        self.compute_type = compute_type
+        self.cuda = cuda
+        self.extra = dict(identity or {})
+        e = os.environ if env is None else env
+        self.script = e.get("HASR_FAKE_SCRIPT", "")
+        self.draft: Any = None
+        self.fw: Any = None
+
+    @property
+    def scripted(self) -> bool:
+        return self.settings.draft == "scripted"
+
+    def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
+        if self.scripted:
+            from hasrd.worker.engines.fake import DEFAULT_SCRIPT
+
+            self.script = self.script or DEFAULT_SCRIPT
+            draft_id: dict[str, Any] = {"name": "scripted", "script": self.script}
+        else:
+            weights = resolve_weights(self.settings.r2t2_model)
+            phase(f"loading R2T2 from {weights} (vLLM)")
+            self.draft = load_draft(weights, self.cuda)
+            draft_id = {"path": str(weights), "name": weights.name, "load": LOAD_KW}
+        from hasrd.worker.engines.select import resolve_fw
+
+        fw_ref = resolve_fw(self.fw_spec, phase)
+        phase(f"loading faster-whisper {fw_ref.name} on {self.fw_device} ({self.compute_type})")
+        self.fw = load_model(fw_ref, self.fw_device, self.compute_type)
+        ident: dict[str, Any] = {"engine": "hybrid", "models": {"draft": draft_id, "final": fw_ref.describe()},
+                                 "device": self.fw_device, "compute_type": self.compute_type,
+                                 "v2c_final": self.settings.v2c_final}
+        ident.update(self.extra)
+        ident.setdefault("versions", {}).update(versions("confucius4-r2t2", "vllm", "torch"))
+        return ident
+
+    def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
+                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+        draft = self.draft
+        if self.scripted:
+            from hasrd.worker.engines.fake import ScriptedDraft
+
+            script = str((options.get("fake") or {}).get("script") or self.script)
+            draft = ScriptedDraft(script, len(pcm))
+        return run_v2c(RESULT_ENGINE, draft, lambda code: window_fn(self.fw, whisper_code(self.fw, code)),
+                       self.settings, pcm, language, emit, cancelled)
+
+    def close(self) -> None:
+        self.draft = None
+        self.fw = None

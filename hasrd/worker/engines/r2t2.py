@@ -1,0 +1,173 @@
+"""The R2T2 draft (Confucius4-R2T2 through vLLM): import checks, the seed's load call, the draft-only engine.
+
+``from r2t2 import R2T2ASRModel`` must come from github.com/netease-youdao/Confucius4-R2T2 (distribution
+``confucius4-r2t2``). The PyPI package named ``r2t2`` is an unrelated project with the same import name; with it
+installed the import fails with "cannot import name" (an ImportError, not ModuleNotFoundError), which is told
+apart here. Each way of not having R2T2 (package missing or wrong, weights missing, no usable CUDA) is a
+``model_unavailable`` error whose sentence says what to install or download and how.
+
+The load parameters are the seed's, verbatim: ``R2T2ASRModel.LLM(model=..., gpu_memory_utilization=0.35,
+max_model_len=4096, max_new_tokens=4)`` (8192 blows the KV cache). R2T2 wants full language names
+("Chinese"); codes are mapped. ``finish_streaming_transcribe`` prints to stdout; v2c sends that to stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hasrd.config import Settings
+from hasrd.worker import segment, v2c
+from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.engines.whisper import language_of
+
+REPO = "https://github.com/netease-youdao/Confucius4-R2T2"
+WEIGHTS_REPO = "netease-youdao/Confucius4-R2T2"
+LOAD_KW: dict[str, Any] = {"gpu_memory_utilization": 0.35, "max_model_len": 4096, "max_new_tokens": 4}
+DEFAULT_LANGUAGE = "Chinese"
+INSTALL = (f"the GPU stack lives in its own venv (Python 3.10-3.13): python -m venv ~/.local/share/hasr/gpu && "
+           f"~/.local/share/hasr/gpu/bin/pip install 'git+{REPO}' faster-whisper hasr (this pulls vllm==0.14.0), "
+           f"then set HASR_WORKER_PYTHON=~/.local/share/hasr/gpu/bin/python (README: Setting up the GPU stack)")
+
+
+def import_r2t2() -> Any:
+    """``R2T2ASRModel``, or EngineError telling a missing package from the unrelated PyPI ``r2t2``."""
+    try:
+        from r2t2 import R2T2ASRModel  # type: ignore[import-not-found]
+    except ModuleNotFoundError as e:
+        if e.name not in (None, "r2t2"):  # r2t2 is there but one of its dependencies is not
+            raise EngineError("model_unavailable", f"R2T2 is installed for {sys.executable} but cannot import "
+                                                   f"{e.name!r} ({e}); reinstall it: {INSTALL}") from None
+        raise EngineError("model_unavailable", f"R2T2 (confucius4-r2t2) is not installed for {sys.executable}; "
+                                               f"{INSTALL}") from None
+    except ImportError as e:
+        if "cannot import name" in str(e) and "R2T2ASRModel" in str(e):
+            raise EngineError("model_unavailable", unrelated_message()) from None
+        raise EngineError("model_unavailable", f"R2T2 failed to import for {sys.executable}: {e}; {INSTALL}") from None
+    return R2T2ASRModel
+
+
+def unrelated_message() -> str:
+    version = ""
+    try:
+        from importlib.metadata import version as dist_version
+
+        version = " " + dist_version("r2t2")
+    except Exception:
+        pass
+    return (f"the 'r2t2' package importable by {sys.executable} is the unrelated PyPI project r2t2{version} (a "
+            f"research-references tool), not Confucius4-R2T2: run 'pip uninstall r2t2' in that environment, then "
+            f"install the real one: {INSTALL}")
+
+
+def resolve_weights(spec: str) -> Path:
+    """The R2T2 weights directory: HASR_R2T2_MODEL, else the local Hugging Face cache."""
+    from hasrd.worker.engines.select import hf_snapshot
+
+    looked: list[str] = []
+    if spec:
+        p = Path(spec).expanduser()
+        if (p / "config.json").is_file():
+            return p
+        looked.append(f"HASR_R2T2_MODEL={spec}")
+        snap = hf_snapshot(spec) if "/" in spec and not p.exists() else None
+    else:
+        snap = hf_snapshot(WEIGHTS_REPO)
+        looked.append(f"the Hugging Face cache for {WEIGHTS_REPO}")
+    if snap is not None:
+        return snap
+    raise EngineError("model_unavailable",
+                      f"the R2T2 weights were not found (looked in {', '.join(looked)}); download them (4.1 GB, "
+                      f"custom licence) with: huggingface-cli download {WEIGHTS_REPO} --local-dir "
+                      f"~/.local/share/hasr/models/Confucius4-R2T2, then set "
+                      f"HASR_R2T2_MODEL=~/.local/share/hasr/models/Confucius4-R2T2")
+
+
+def cuda_usable() -> tuple[bool, str]:
+    """Whether a CUDA device is usable from this interpreter (torch first: vLLM needs it)."""
+    try:
+        import torch  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            import ctranslate2
+
+            n = ctranslate2.get_cuda_device_count()
+            return n > 0, f"{n} CUDA device(s) seen by CTranslate2"
+        except Exception as e:  # no CUDA runtime at all
+            return False, f"no CUDA runtime ({type(e).__name__}: {e})"
+    if torch.cuda.is_available():
+        return True, f"{torch.cuda.device_count()} CUDA device(s) seen by torch {torch.__version__}"
+    return False, f"torch {torch.__version__} sees no CUDA device"
+
+
+def load_draft(weights: Path, cuda: Callable[[], tuple[bool, str]] = cuda_usable) -> Any:
+    """The seed's R2T2ASRModel.LLM(...) with every way of failing mapped to a sentence."""
+    cls = import_r2t2()
+    ok, why = cuda()
+    if not ok:
+        raise EngineError("model_unavailable", f"R2T2 runs on vLLM and needs a CUDA GPU; none is usable here ({why}). "
+                                               f"Use --engine whisper on this machine")
+    try:
+        return cls.LLM(model=str(weights), **LOAD_KW)
+    except Exception as e:
+        msg = f"{type(e).__name__}: {e}"
+        if "out of memory" in msg.lower() or "kv cache" in msg.lower():
+            raise EngineError("out_of_memory", f"R2T2 could not get its GPU memory ({msg}); free VRAM or set "
+                                               f"HASR_NEED_VRAM_MB so that hasr waits for it") from None
+        raise EngineError("model_unavailable", f"R2T2 failed to load from {weights}: {msg}") from None
+
+
+def draft_language(language: str, settings: Settings) -> tuple[str, str]:
+    """(full name for R2T2, whisper code): '' means Chinese, as in the seed."""
+    name, code = language_of(language or settings.language)
+    return (name, code) if name else (DEFAULT_LANGUAGE, "zh")
+
+
+def run_v2c(engine_name: str, draft: Any, window: Callable[[str], Any] | None, settings: Settings,
+            pcm: np.ndarray, language: str, emit: Emitter, cancelled: Callable[[], bool]) -> dict[str, Any]:
+    """v2c over segments of at most HASR_MAX_SEGMENT_SEC; ``window(code)`` builds the final stage (or None)."""
+    name, code = draft_language(language, settings)
+    ranges = segment.speech_ranges(segment.iter_segments(pcm, settings.max_segment_sec))
+    out = v2c.run(draft, pcm, name, window(code) if window else None, emit=emit, cancelled=cancelled,
+                  mode=settings.v2c_final, segments=ranges)
+    return v2c.result(engine_name, name, code, out, len(pcm))
+
+
+def versions(*dists: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str] = {}
+    for d in dists:
+        try:
+            out[d] = version(d)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+class R2T2Engine:
+    """The draft alone: v2c with no final model, so truncated sentences are cut at ``|``."""
+
+    name = "r2t2"
+
+    def __init__(self, settings: Settings, cuda: Callable[[], tuple[bool, str]] = cuda_usable) -> None:
+        self.settings = settings
+        self.cuda = cuda
+        self.draft: Any = None
+
+    def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
+        weights = resolve_weights(self.settings.r2t2_model)
+        phase(f"loading R2T2 from {weights} (vLLM)")
+        self.draft = load_draft(weights, self.cuda)
+        return {"engine": "r2t2", "models": {"draft": {"path": str(weights), "name": weights.name}},
+                "device": "cuda", "load": LOAD_KW, "versions": versions("confucius4-r2t2", "vllm", "torch")}
+
+    def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
+                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+        return run_v2c("r2t2", self.draft, None, self.settings, pcm, language, emit, cancelled)
+
+    def close(self) -> None:
+        self.draft = None

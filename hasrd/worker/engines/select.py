@@ -1,0 +1,226 @@
+"""Which real engine to build: model resolution, what is available here, and the ``auto`` rule.
+
+``auto`` (DESIGN.md "Engines") is :func:`choose`, a pure function of :class:`Available`: hybrid when R2T2
+imports, CUDA is usable and both models resolve; otherwise whisper on the GPU; otherwise whisper on the CPU
+with the embedded model; otherwise an error naming everything that is missing and how to get it. A model that
+is *configured* (HASR_FW_MODEL, HASR_R2T2_MODEL) but missing is always an error, never silently replaced.
+
+Model names: HASR_FW_MODEL is a directory, a faster-whisper size ("large-v3", "small", ...) or a repo id,
+looked up in the local Hugging Face cache only (no downloads in the worker); unset means "large-v3" from the
+cache for the GPU engines and the embedded whisper base otherwise. HASR_R2T2_MODEL is a directory or a repo id;
+unset means netease-youdao/Confucius4-R2T2 from the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from hasrd import config
+from hasrd.worker.engines import Engine, EngineError
+from hasrd.worker.engines.whisper import FwModel, compute_type_for
+
+GPU_DEFAULT = "large-v3"
+FW_REPOS = {"large": "Systran/faster-whisper-large-v3", "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+            "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+            "distil-large-v3": "Systran/faster-distil-whisper-large-v3",
+            "distil-large-v2": "Systran/faster-distil-whisper-large-v2"}
+
+
+def hf_cache_dirs() -> list[Path]:
+    env = os.environ
+    dirs = [env.get("HF_HUB_CACHE"), env.get("HUGGINGFACE_HUB_CACHE"),
+            os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None,
+            os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface", "hub")]
+    out: list[Path] = []
+    for d in dirs:
+        if d and Path(d) not in out:
+            out.append(Path(d))
+    return out
+
+
+def hf_snapshot(repo_id: str) -> Path | None:
+    """A complete local snapshot of ``repo_id`` (refs/main first, else the newest), or None."""
+    for cache in hf_cache_dirs():
+        base = cache / ("models--" + repo_id.replace("/", "--"))
+        snaps = base / "snapshots"
+        if not snaps.is_dir():
+            continue
+        ref = base / "refs" / "main"
+        order = [snaps / ref.read_text().strip()] if ref.is_file() else []
+        order += sorted(snaps.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        for snap in order:
+            if (snap / "config.json").is_file() or (snap / "model.bin").is_file():
+                return snap
+    return None
+
+
+def fw_repo(name: str) -> str:
+    if "/" in name:
+        return name
+    return FW_REPOS.get(name, f"Systran/faster-whisper-{name}")
+
+
+def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwModel:
+    """HASR_FW_MODEL -> a model; '' or 'embedded' -> the embedded whisper base (verified into the cache)."""
+    if spec in ("", "embedded"):
+        from hasrd.worker.engines import embedded
+
+        e = embedded.ensure(phase=phase)
+        return FwModel(e.path, e.name, e.revision, "embedded", e.files)
+    p = Path(spec).expanduser()
+    from hasrd.worker.engines import embedded
+
+    if embedded.is_ready(p):  # a verified copy of the embedded model, named by path
+        return FwModel(str(p), embedded.NAME, embedded.MODEL_SHA256, "embedded")
+    if (p / "model.bin").is_file():
+        rev = p.name if p.parent.name == "snapshots" else ""
+        return FwModel(str(p), p.parent.parent.name if rev else p.name, rev, "directory")
+    repo = fw_repo(spec)
+    snap = hf_snapshot(repo) if not p.is_absolute() else None
+    if snap is not None and (snap / "model.bin").is_file():
+        return FwModel(str(snap), spec, snap.name, "hf-cache")
+    where = [f"{p} (as a directory)"] + [str(c / ("models--" + repo.replace("/", "--"))) for c in hf_cache_dirs()]
+    raise EngineError("model_unavailable",
+                      f"faster-whisper model {spec!r} not found; looked in {', '.join(where)}. Fetch it with: "
+                      f"huggingface-cli download {repo} (or python -c \"import faster_whisper; "
+                      f"faster_whisper.download_model('{spec}')\"), or set HASR_FW_MODEL to a CTranslate2 model "
+                      f"directory")
+
+
+@dataclass(frozen=True)
+class Available:
+    """What this machine offers; every field has a human detail for the error and /api/ps."""
+
+    cuda: bool = False
+    r2t2: str = "unchecked"  # ok | missing | unrelated | broken | unchecked
+    r2t2_weights: bool = False
+    fw_model: bool = False  # the configured model, or large-v3 in the cache when none is configured
+    fw_configured: bool = False
+    r2t2_configured: bool = False
+    embedded: bool = False
+    fw_device: str = "auto"  # the HASR_FW_DEVICE setting
+    details: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Choice:
+    engine: str  # hybrid | whisper
+    model: str  # configured | gpu-default | embedded
+    device: str  # cuda | cpu
+    reason: str
+
+
+def choose(av: Available) -> Choice:
+    """The ``auto`` rule (pure)."""
+    d = av.details
+    if av.fw_configured and not av.fw_model:
+        raise EngineError("model_unavailable", d.get("fw_model", "the configured faster-whisper model is missing"))
+    if av.r2t2_configured and not av.r2t2_weights:
+        raise EngineError("model_unavailable", d.get("r2t2_weights", "the configured R2T2 weights are missing"))
+    fw_cuda = (av.cuda and av.fw_device != "cpu") or av.fw_device == "cuda"
+    model = "configured" if av.fw_configured else "gpu-default"
+    if av.cuda and av.r2t2 == "ok" and av.r2t2_weights and av.fw_model:
+        return Choice("hybrid", model, "cuda" if fw_cuda else "cpu", "R2T2, CUDA and both models are available")
+    missing = [d[k] for k in ("cuda", "r2t2", "r2t2_weights", "fw_model") if k in d]
+    why = "hybrid unavailable: " + "; ".join(missing) if missing else "hybrid unavailable"
+    if fw_cuda and (av.fw_model or av.embedded):
+        return Choice("whisper", model if av.fw_model else "embedded", "cuda", why)
+    if av.fw_configured:
+        return Choice("whisper", "configured", "cpu", why)
+    if av.embedded:
+        return Choice("whisper", "embedded", "cpu", why)
+    raise EngineError("model_unavailable", "no engine can run here: " + "; ".join(
+        missing + [d.get("embedded", "the embedded model is not installed: pip install 'hasr[cpu]'")]))
+
+
+def cuda_devices() -> tuple[bool, str]:
+    try:
+        import ctranslate2
+
+        n = ctranslate2.get_cuda_device_count()
+    except Exception as e:
+        return False, f"no usable CUDA ({type(e).__name__}: {e})"
+    return n > 0, f"{n} CUDA device(s)" if n else "no CUDA device is usable (CTranslate2 sees none)"
+
+
+def probe(settings: config.Settings) -> Available:
+    """Look at this machine (cheap checks first; R2T2 is imported only when CUDA and its weights are there)."""
+    from hasrd.worker.engines.r2t2 import import_r2t2, resolve_weights
+
+    details: dict[str, str] = {}
+    cuda, why = cuda_devices()
+    if not cuda:
+        details["cuda"] = why
+    weights = False
+    try:
+        resolve_weights(settings.r2t2_model)
+        weights = True
+    except EngineError as e:
+        details["r2t2_weights"] = e.message
+    r2t2 = "unchecked"
+    if cuda and weights:
+        try:
+            import_r2t2()
+            r2t2 = "ok"
+        except EngineError as e:
+            r2t2 = "unrelated" if "unrelated" in e.message else "missing"
+            details["r2t2"] = e.message
+    fw_spec = settings.fw_model or (GPU_DEFAULT if cuda else "")
+    fw_model = False
+    if fw_spec:
+        try:
+            resolve_fw(fw_spec)
+            fw_model = True
+        except EngineError as e:
+            details["fw_model"] = e.message
+    embedded_ok = False
+    try:
+        from hasrd.worker.engines import embedded
+
+        embedded.sources()
+        embedded_ok = True
+    except EngineError as e:
+        details["embedded"] = e.message
+    return Available(cuda=cuda, r2t2=r2t2, r2t2_weights=weights, fw_model=fw_model,
+                     fw_configured=bool(settings.fw_model), r2t2_configured=bool(settings.r2t2_model),
+                     embedded=embedded_ok, fw_device=settings.fw_device, details=details)
+
+
+def package_versions() -> dict[str, str]:
+    from hasrd.worker.engines.r2t2 import versions
+
+    return versions("faster-whisper", "ctranslate2", "vllm", "confucius4-r2t2", "torch", "onnxruntime")
+
+
+def create_real(name: str, settings: config.Settings | None = None) -> Engine:
+    """Build the engine ``name`` (auto | hybrid | whisper | r2t2); nothing heavy is loaded until load()."""
+    s = settings or config.load()
+    ident: dict[str, Any] = {"versions": package_versions()}
+    if name == "r2t2":
+        from hasrd.worker.engines.r2t2 import R2T2Engine
+
+        return R2T2Engine(s)
+    cuda, _why = cuda_devices() if s.fw_device == "auto" else (s.fw_device == "cuda", "")
+    if name == "auto":
+        choice = choose(probe(s))
+        ident.update(selected_by="auto", auto_reason=choice.reason)
+        name, device = choice.engine, choice.device
+        spec = s.fw_model if choice.model == "configured" else GPU_DEFAULT if choice.model == "gpu-default" else ""
+    elif name in ("hybrid", "whisper"):
+        real_draft = name == "hybrid" and s.draft == "r2t2"
+        device = s.fw_device if s.fw_device != "auto" else ("cuda" if cuda or real_draft else "cpu")
+        gpu_default = device == "cuda" and (real_draft or hf_snapshot(fw_repo(GPU_DEFAULT)) is not None)
+        spec = s.fw_model or (GPU_DEFAULT if gpu_default else "")
+    else:
+        raise EngineError("model_unavailable", f"unknown engine {name!r}")
+    compute = compute_type_for(device, s.fw_compute_type)
+    if name == "hybrid":
+        from hasrd.worker.engines.hybrid import HybridEngine
+
+        return HybridEngine(s, spec, device, compute, identity=ident)
+    from hasrd.worker.engines.whisper import WhisperEngine
+
+    return WhisperEngine(s, spec, device, compute, identity=ident)

@@ -1,0 +1,329 @@
+"""The v2c pipeline (seed 000 §2.4): a streaming draft, sentence windows, faster-whisper only where truncated.
+
+Engine-agnostic: the draft is anything with R2T2ASRModel's streaming API (:class:`DraftModel`: R2T2 itself or
+a scripted stand-in), and the final stage is any ``window_fn(audio) -> text`` (faster-whisper, or a fake).
+
+Stage 1 (draft): 160 ms chunks go to ``streaming_transcribe(chunk, state, max_new_tokens=4)``. When the
+returned text is non-empty ("" means "no update") and ``state.text`` grew, the new text is committed; a
+SENT_END mark in the new text, or ``|`` anywhere in ``state.text``, closes a sentence window. After
+``finish_streaming_transcribe`` the rest of the text is the last window.
+
+Stage 2 (final): a window is *truncated* when its text carries ``|`` or lacks a SENT_END mark; only those go
+to ``window_fn`` with 0.32 s of padding on both sides (clamped to the audio). Truncated -> the fw text, or the
+draft cut at ``|`` when fw returns nothing (engine "fw"); complete -> the draft text (engine "draft").
+
+One deliberate reading of the seed: its windows record the *character* offset where a window starts and then
+use it as a chunk index for the audio span. Here a window starts at the chunk after the previous window closed
+(chunk 0 for the first), so the audio span and the reported times are in one unit. The character offset is
+kept as ``Window.start_char``.
+
+Long audio arrives as segments (segment.py), each with a fresh draft state and its offset; windows, chunk
+indices and times are global. Events: ``draft`` carries the current segment's draft so far (the whole draft
+for audio up to HASR_MAX_SEGMENT_SEC, and bounded in size for a 4-hour file), ``sentence`` each settled
+sentence in order, ``progress`` per chunk and once more when everything is settled.
+
+Stage 2 may run while stage 1 continues (``mode="thread"``), at once in the draft loop (``"inline"``), or
+after the draft (``"after"``, the seed's order). Each window's result depends only on its own audio and text,
+so the three modes return the same result; sentences are emitted in order as soon as they and every earlier
+one are settled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Protocol
+
+import numpy as np
+
+from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.languages import join_sentences
+
+SENT_END = "。！？；?!;"
+SR = 16000
+CHUNK_SEC = 0.160
+CHUNK = 2560  # 160 ms at 16 kHz
+PAD = int(0.32 * SR)  # window padding on each side
+MAX_NEW_TOKENS = 4
+MODES = ("thread", "inline", "after")
+
+WindowFn = Callable[[np.ndarray], str]
+
+
+class DraftModel(Protocol):
+    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses."""
+
+    def init_streaming_state(self, context: str = "", language: str | None = None, unfixed_chunk_num: int = 2,
+                             unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> Any: ...
+
+    def streaming_transcribe(self, pcm16k: np.ndarray, state: Any,
+                             max_new_tokens: int | None = None) -> tuple[str, str]: ...
+
+    def finish_streaming_transcribe(self, state: Any, max_new_tokens: int | None = None) -> str: ...
+
+
+@dataclass(frozen=True)
+class Window:
+    """A sentence window of one segment: draft text and the chunks (segment-local) it covers."""
+
+    text: str
+    start_char: int
+    start_chunk: int
+    end_chunk: int
+
+
+def has_end_mark(text: str) -> bool:
+    return any(m in text for m in SENT_END)
+
+
+def is_truncated(text: str) -> bool:
+    """The symptom gate: ``|`` in the sentence, or no sentence-end mark at all."""
+    return "|" in text or not has_end_mark(text)
+
+
+def choose(sent_text: str, fw_text: str | None) -> tuple[str, str]:
+    """The v2c selection rule -> (text, engine). ``fw_text=None``: no final model (draft-only engine)."""
+    if not is_truncated(sent_text):
+        return sent_text, "draft"
+    if fw_text is None:
+        return sent_text.split("|")[0], "draft"
+    return (fw_text if fw_text else sent_text.split("|")[0]), "fw"
+
+
+def n_chunks(n_samples: int) -> int:
+    return (n_samples + CHUNK - 1) // CHUNK
+
+
+def window_span(start_chunk: int, end_chunk: int, n_samples: int) -> tuple[int, int]:
+    """Sample range given to faster-whisper: the window's chunks plus 0.32 s each side, clamped to the audio."""
+    a0 = max(0, int(start_chunk * CHUNK - PAD))
+    a1 = min(n_samples, int((end_chunk + 1) * CHUNK + PAD))
+    return a0, max(a0, a1)
+
+
+def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
+                  cancelled: Callable[[], bool] = lambda: False,
+                  on_text: Callable[[str], None] = lambda t: None,
+                  on_window: Callable[[Window], None] = lambda w: None,
+                  on_chunk: Callable[[int], None] = lambda i: None) -> tuple[list[Window], str, float | None]:
+    """Stage 1 over one segment -> (windows, full draft, first_text_s). Checks ``cancelled`` per chunk."""
+    try:
+        state = model.init_streaming_state(context="", language=language, unfixed_chunk_num=0, unfixed_token_num=1,
+                                           chunk_size_sec=CHUNK_SEC)
+    except ValueError as e:  # R2T2 refuses languages it does not know
+        raise EngineError("invalid_audio", f"the draft model does not take language {language!r}: {e}") from None
+    committed = ""
+    windows: list[Window] = []
+    win_start = 0  # character offset in state.text
+    win_chunk = 0  # first chunk of the open window
+    first_text_s: float | None = None
+    total = n_chunks(len(pcm))
+    for i in range(total):
+        if cancelled():
+            raise EngineError("cancelled", "the request was cancelled")
+        chunk = np.array(pcm[i * CHUNK:(i + 1) * CHUNK], dtype=np.float32)
+        _, text = model.streaming_transcribe(chunk, state, max_new_tokens=MAX_NEW_TOKENS)
+        current = state.text
+        if text and len(current) > len(committed):
+            if first_text_s is None:
+                first_text_s = round((i + 1) * CHUNK_SEC, 3)
+            new = current[len(committed):]
+            committed = current
+            on_text(current)
+            if has_end_mark(new) or "|" in current:
+                w = Window(current[win_start:], win_start, win_chunk, i)
+                windows.append(w)
+                on_window(w)
+                win_start, win_chunk = len(current), i + 1
+        on_chunk(i)
+    with contextlib.redirect_stdout(sys.stderr):  # R2T2 prints the final text; stdout is not ours
+        model.finish_streaming_transcribe(state)
+    full = state.text
+    if total and win_start < len(full):
+        if len(full) > len(committed):
+            on_text(full)
+        last = total - 1
+        w = Window(full[win_start:], win_start, min(win_chunk, last), last)
+        windows.append(w)
+        on_window(w)
+    return windows, full, first_text_s
+
+
+class FinalStage:
+    """Stage 2 for one segment: settles windows in order and emits each sentence once it and all earlier are."""
+
+    def __init__(self, pcm: np.ndarray, window_fn: WindowFn | None, mode: str, emit: Emitter,
+                 cancelled: Callable[[], bool], *, index0: int = 0, offset: int = 0) -> None:
+        self.pcm, self.window_fn, self.mode, self.emit, self.cancelled = pcm, window_fn, mode, emit, cancelled
+        self.index0, self.offset = index0, offset
+        self.windows: list[Window] = []
+        self.settled: list[dict[str, Any] | None] = []
+        self.next_emit = 0
+        self.fw_calls = 0
+        self.fw_s = 0.0
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.deferred: list[int] = []
+        self.queue: queue.Queue[int | None] = queue.Queue()
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        if mode == "thread" and window_fn is not None:
+            self.thread = threading.Thread(target=self._worker, name="hasr-v2c-final", daemon=True)
+            self.thread.start()
+
+    def submit(self, w: Window) -> None:
+        """A window closed: settle it now when that is free, else per the mode."""
+        self.check()
+        with self.lock:
+            k = len(self.windows)
+            self.windows.append(w)
+            self.settled.append(None)
+        if self.window_fn is None or not is_truncated(w.text) or self.mode == "inline":
+            self._settle(k)
+        elif self.mode == "after":
+            self.deferred.append(k)
+        else:
+            self.queue.put(k)
+
+    def check(self) -> None:
+        """Re-raise a failure of the final-stage thread in the caller."""
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> list[dict[str, Any]]:
+        """Wait until every window is settled; return the per-sentence entries in order."""
+        for k in self.deferred:
+            if self.cancelled():
+                raise EngineError("cancelled", "the request was cancelled")
+            self._settle(k)
+        self.deferred = []
+        if self.thread is not None:
+            self.queue.put(None)
+            while self.thread.is_alive():
+                self.thread.join(0.1)
+                if self.cancelled():
+                    raise EngineError("cancelled", "the request was cancelled")
+        self.check()
+        if any(s is None for s in self.settled):
+            if self.cancelled():
+                raise EngineError("cancelled", "the request was cancelled")
+            raise RuntimeError("the v2c final stage ended with unsettled windows")
+        return [s for s in self.settled if s is not None]
+
+    def abort(self) -> None:
+        """Stop the thread after its current window (cancel, error, or normal end)."""
+        self.stop.set()
+        if self.thread is not None and self.thread.is_alive():
+            self.queue.put(None)
+
+    def _worker(self) -> None:
+        try:
+            while not self.stop.is_set():
+                k = self.queue.get()
+                if k is None or self.cancelled():
+                    return
+                self._settle(k)
+        except BaseException as e:  # handed to the draft loop via check()
+            self.error = e
+
+    def _settle(self, k: int) -> None:
+        w = self.windows[k]
+        fw_text: str | None = None
+        if self.window_fn is not None and is_truncated(w.text):
+            a0, a1 = window_span(w.start_chunk, w.end_chunk, len(self.pcm))
+            t0 = time.monotonic()
+            fw_text = self.window_fn(self.pcm[a0:a1])
+            with self.lock:
+                self.fw_s += time.monotonic() - t0
+                self.fw_calls += 1
+        text, engine = choose(w.text, fw_text)
+        start_s = round((self.offset + w.start_chunk * CHUNK) / SR, 3)
+        end_s = round((self.offset + min(len(self.pcm), (w.end_chunk + 1) * CHUNK)) / SR, 3)
+        with self.lock:
+            self.settled[k] = {"text": text, "engine": engine, "start_s": start_s, "end_s": end_s}
+            while not self.stop.is_set() and self.next_emit < len(self.settled) and self.settled[self.next_emit] is not None:
+                s = self.settled[self.next_emit]
+                assert s is not None
+                self.emit.sentence(self.index0 + self.next_emit, s["text"], s["engine"], s["start_s"], s["end_s"])
+                self.next_emit += 1
+
+
+@dataclass
+class Outcome:
+    """Everything one run of v2c over the whole audio produced (segment offsets applied)."""
+
+    draft: list[str] = field(default_factory=list)
+    sent_windows: list[dict[str, Any]] = field(default_factory=list)
+    per_sentence: list[dict[str, Any]] = field(default_factory=list)
+    fw_calls: int = 0
+    first_text_s: float | None = None
+    draft_s: float = 0.0
+    final_s: float = 0.0
+    fw_s: float = 0.0
+    segments: int = 0
+
+
+def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: WindowFn | None, *,
+        emit: Emitter, cancelled: Callable[[], bool] = lambda: False, mode: str = "thread",
+        segments: Iterable[tuple[int, int]] | None = None) -> Outcome:
+    """v2c over ``pcm``, one fresh draft state per segment (``(start, end)`` samples; chunk-aligned starts)."""
+    if mode not in MODES:
+        raise ValueError(f"v2c mode must be one of {MODES}, not {mode!r}")
+    n = len(pcm)
+    total_s = round(n / SR, 3)
+    out = Outcome()
+    for start, end in (segments if segments is not None else [(0, n)]):
+        if start % CHUNK:
+            raise ValueError(f"segment start {start} is not a multiple of {CHUNK} samples")
+        seg = pcm[start:end]
+        chunk0 = start // CHUNK
+        stage = FinalStage(seg, window_fn, mode, emit, cancelled, index0=len(out.per_sentence), offset=start)
+
+        def on_chunk(i: int, start: int = start, stage: FinalStage = stage) -> None:
+            stage.check()
+            emit.progress(round(min(n, start + (i + 1) * CHUNK) / SR, 3), total_s)
+
+        t0 = time.monotonic()
+        try:
+            windows, draft, first = draft_windows(model, seg, language, cancelled=cancelled, on_text=emit.draft,
+                                                  on_window=stage.submit, on_chunk=on_chunk)
+            t1 = time.monotonic()
+            settled = stage.close()
+        finally:
+            stage.abort()
+        out.final_s += time.monotonic() - t1
+        out.draft_s += t1 - t0
+        out.fw_s += stage.fw_s
+        out.fw_calls += stage.fw_calls
+        out.segments += 1
+        out.draft.append(draft)
+        if out.first_text_s is None and first is not None:
+            out.first_text_s = round(start / SR + first, 3)
+        for w in windows:
+            out.sent_windows.append({"text": w.text, "start_chunk": chunk0 + w.start_chunk,
+                                     "end_chunk": chunk0 + w.end_chunk})
+        out.per_sentence.extend(settled)
+    emit.progress(total_s, total_s)  # everything settled: the last event before the result
+    return out
+
+
+def result(engine: str, language: str, code: str, out: Outcome, n_samples: int) -> dict[str, Any]:
+    """The result object of docs/API.md (the daemon adds audio_path and its own timings)."""
+    return {
+        "engine": engine,
+        "language": language,
+        "draft": join_sentences(out.draft, code) if len(out.draft) > 1 else "".join(out.draft),
+        "final": join_sentences([p["text"] for p in out.per_sentence], code),
+        "sent_windows": out.sent_windows,
+        "fw_calls": out.fw_calls,
+        "first_text_s": out.first_text_s,
+        "per_sentence": out.per_sentence,
+        "duration_s": round(n_samples / SR, 3),
+        "segments": out.segments,
+        "timings": {"draft_s": round(out.draft_s, 4), "final_s": round(out.final_s, 4),
+                    "fw_s": round(out.fw_s, 4)},
+    }

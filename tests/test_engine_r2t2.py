@@ -1,0 +1,130 @@
+"""The R2T2 engine's own code against a stand-in ``r2t2`` (tests/stand_in): imports, load call, draft-only v2c."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from speech import STAND_IN, with_path
+from workerclient import WorkerClient
+
+from hasrd import config
+from hasrd import protocol as p
+from hasrd.worker.engines import EngineError, NullEmitter
+from hasrd.worker.engines.r2t2 import R2T2Engine, import_r2t2
+
+SCRIPT = "0.48\t你好\n0.96\t你好世界。\n1.6\t你好世界。今天|天\n2.4\t你好世界。今天|天气好\n"
+
+
+def use(monkeypatch: pytest.MonkeyPatch, which: str | None) -> None:
+    monkeypatch.delitem(sys.modules, "r2t2", raising=False)  # restored (removed) after the test
+    if which:
+        monkeypatch.syspath_prepend(str(STAND_IN / which))
+
+
+@pytest.fixture
+def weights(tmp_path: Path) -> Path:
+    d = tmp_path / "Confucius4-R2T2"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3ASRForConditionalGeneration"]}))
+    (d / "script.tsv").write_text(SCRIPT, encoding="utf-8")
+    return d
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    use(monkeypatch, "real")
+    yield
+
+
+def engine(weights: Path, cuda: bool = True) -> R2T2Engine:
+    return R2T2Engine(config.load(env={"HASR_R2T2_MODEL": str(weights)}), cuda=lambda: (cuda, "stand-in"))
+
+
+def test_a_missing_r2t2_package_says_what_to_install_and_where(monkeypatch: pytest.MonkeyPatch) -> None:
+    use(monkeypatch, None)
+    with pytest.raises(EngineError) as e:
+        import_r2t2()
+    assert e.value.code == "model_unavailable"
+    assert "confucius4-r2t2" in e.value.message and "git+https://github.com/netease-youdao/Confucius4-R2T2" in e.value.message
+    assert "HASR_WORKER_PYTHON" in e.value.message
+
+
+def test_the_unrelated_pypi_r2t2_package_is_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    use(monkeypatch, "unrelated")
+    with pytest.raises(EngineError) as e:
+        import_r2t2()
+    assert e.value.code == "model_unavailable"
+    assert "unrelated" in e.value.message and "pip uninstall r2t2" in e.value.message
+
+
+def test_r2t2_is_loaded_with_the_seed_parameters_verbatim(stand_in: None, weights: Path) -> None:
+    eng = engine(weights)
+    ident = eng.load(lambda s: None)
+    cls = import_r2t2()
+    assert cls.loads[-1] == {"model": str(weights), "gpu_memory_utilization": 0.35, "max_model_len": 4096,
+                             "max_new_tokens": 4}
+    assert ident["engine"] == "r2t2" and ident["models"]["draft"]["path"] == str(weights)
+
+
+def test_no_usable_cuda_is_model_unavailable_pointing_at_the_whisper_engine(stand_in: None, weights: Path) -> None:
+    with pytest.raises(EngineError) as e:
+        engine(weights, cuda=False).load(lambda s: None)
+    assert e.value.code == "model_unavailable" and "CUDA" in e.value.message and "--engine whisper" in e.value.message
+
+
+def test_missing_weights_say_how_to_download_them(stand_in: None, tmp_path: Path) -> None:
+    with pytest.raises(EngineError) as e:
+        engine(tmp_path / "nothing").load(lambda s: None)
+    assert "huggingface-cli download netease-youdao/Confucius4-R2T2" in e.value.message
+
+
+def test_the_draft_alone_cuts_truncated_sentences_at_the_pipe_and_keeps_stdout_clean(
+        stand_in: None, weights: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    eng = engine(weights)
+    eng.load(lambda s: None)
+    pcm = np.zeros(int(2.6 * 16000), np.float32)
+    r = eng.transcribe(pcm, "zh", {}, NullEmitter(), lambda: False)  # "zh" must reach R2T2 as "Chinese"
+    assert r["engine"] == "r2t2" and r["language"] == "Chinese" and r["fw_calls"] == 0
+    assert [w["text"] for w in r["sent_windows"]] == ["你好世界。", "今天|天", "气好"]
+    assert [(s["text"], s["engine"]) for s in r["per_sentence"]] == [("你好世界。", "draft"), ("今天", "draft"),
+                                                                     ("气好", "draft")]
+    assert r["first_text_s"] == pytest.approx(0.48)
+    out, err = capfd.readouterr()
+    assert out == "" and "你好世界。今天|天气好" in err
+
+
+def test_an_empty_language_means_chinese_for_r2t2(stand_in: None, weights: Path) -> None:
+    eng = engine(weights)
+    eng.load(lambda s: None)
+    assert eng.transcribe(np.zeros(16000, np.float32), "", {}, NullEmitter(), lambda: False)["language"] == "Chinese"
+    with pytest.raises(EngineError):
+        eng.transcribe(np.zeros(16000, np.float32), "Klingon", {}, NullEmitter(), lambda: False)
+
+
+def test_the_worker_reports_the_unrelated_package_as_a_load_failure(weights: Path) -> None:
+    w = WorkerClient("r2t2", env={"PYTHONPATH": with_path(STAND_IN / "unrelated", STAND_IN / "cuda"),
+                                  "HASR_R2T2_MODEL": str(weights)})
+    try:
+        last = w.handshake()[-1]
+        assert isinstance(last, p.LoadFailed) and last.code == "model_unavailable" and "unrelated" in last.message
+    finally:
+        w.close()
+
+
+def test_the_worker_serves_the_r2t2_engine_with_the_stand_in(weights: Path) -> None:
+    w = WorkerClient("r2t2", env={"PYTHONPATH": with_path(STAND_IN / "real", STAND_IN / "cuda"),
+                                  "HASR_R2T2_MODEL": str(weights)})
+    try:
+        ready = w.handshake()[-1]
+        assert isinstance(ready, p.Ready) and ready.identity["engine"] == "r2t2"
+        events, res = w.transcribe(1, np.zeros(int(2.6 * 16000), np.float32), language="Chinese")
+        assert isinstance(res, p.Result) and res.result["final"] == "你好世界。今天气好"
+        assert [e.text for e in events if isinstance(e, p.Sentence)] == ["你好世界。", "今天", "气好"]
+        assert any(isinstance(e, p.Draft) for e in events)
+    finally:
+        w.close()

@@ -1,0 +1,317 @@
+"""The v2c pipeline on scripted drafts: windows, the symptom gate, padding, times, modes, cancel (no models)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hasrd.worker import v2c
+from hasrd.worker.engines import EngineError
+from hasrd.worker.engines.fake import FakeEngine, ScriptedDraft
+
+CH = v2c.CHUNK
+
+
+class State:
+    def __init__(self) -> None:
+        self.text = ""
+
+
+class ListDraft:
+    """Per chunk i: ``snaps[i]`` becomes state.text (None = nothing new, returns ""); ``final`` after finish."""
+
+    def __init__(self, snaps: list[str | None], final: str | None = None, silent: set[int] | None = None) -> None:
+        self.snaps, self.final, self.silent = snaps, final, silent or set()
+        self.calls: list[dict[str, Any]] = []
+        self.init_kwargs: dict[str, Any] = {}
+        self.i = 0
+
+    def init_streaming_state(self, **kw: Any) -> State:
+        self.init_kwargs = kw
+        return State()
+
+    def streaming_transcribe(self, pcm16k: np.ndarray, state: State, max_new_tokens: int | None = None) -> tuple[str, str]:
+        self.calls.append({"n": len(pcm16k), "dtype": pcm16k.dtype, "max_new_tokens": max_new_tokens})
+        snap = self.snaps[self.i] if self.i < len(self.snaps) else None
+        i, self.i = self.i, self.i + 1
+        if snap is None:
+            return "", ""
+        state.text = snap
+        return ("", "") if i in self.silent else (snap, snap)
+
+    def finish_streaming_transcribe(self, state: State, max_new_tokens: int | None = None) -> str:
+        print("R2T2 prints its final text to stdout")
+        if self.final is not None:
+            state.text = self.final
+        return state.text
+
+
+class Rec:
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def progress(self, done_s: float, total_s: float) -> None:
+        self.events.append(("progress", done_s, total_s))
+
+    def draft(self, text: str) -> None:
+        self.events.append(("draft", text))
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+        self.events.append(("sentence", index, text, engine, start_s, end_s))
+
+    def sentences(self) -> list[tuple[Any, ...]]:
+        return [e for e in self.events if e[0] == "sentence"]
+
+
+class FW:
+    """A window transcriber that records the audio it got and answers per call."""
+
+    def __init__(self, answers: list[str] | None = None, delay: float = 0.0) -> None:
+        self.answers = list(answers or [])
+        self.spans: list[int] = []
+        self.delay = delay
+
+    def __call__(self, audio: np.ndarray) -> str:
+        self.spans.append(len(audio))
+        if self.delay:
+            time.sleep(self.delay)
+        return self.answers.pop(0) if self.answers else f"fw{len(self.spans)}"
+
+
+def run(draft: Any, n_chunks: int, fw: Any = None, mode: str = "inline", tail: int = 0,
+        **kw: Any) -> tuple[dict[str, Any], Rec]:
+    pcm = np.zeros(max(0, n_chunks * CH - tail), dtype=np.float32)
+    rec = Rec()
+    out = v2c.run(draft, pcm, "Chinese", fw, emit=rec, mode=mode, **kw)
+    return v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm)), rec
+
+
+def test_complete_sentences_keep_the_draft_and_never_call_faster_whisper() -> None:
+    fw = FW()
+    r, rec = run(ListDraft([None, "今天", "今天天气好。", None, "今天天气好。走吧！"]), 5, fw)
+    assert fw.spans == [] and r["fw_calls"] == 0
+    assert [(p["text"], p["engine"]) for p in r["per_sentence"]] == [("今天天气好。", "draft"), ("走吧！", "draft")]
+    assert r["final"] == "今天天气好。走吧！" and r["draft"] == "今天天气好。走吧！"
+    assert r["sent_windows"] == [{"text": "今天天气好。", "start_chunk": 0, "end_chunk": 2},
+                                 {"text": "走吧！", "start_chunk": 3, "end_chunk": 4}]
+    assert r["first_text_s"] == pytest.approx(0.32)
+
+
+def test_a_pipe_suffix_sends_the_window_to_faster_whisper_and_its_text_wins() -> None:
+    fw = FW(["我们去公园散步吧。"])
+    r, _ = run(ListDraft(["好。", None, "好。我们去公园散步|吧。"]), 3, fw)
+    assert r["fw_calls"] == 1 and len(fw.spans) == 1
+    assert r["per_sentence"][0] == {"text": "好。", "engine": "draft", "start_s": 0.0, "end_s": 0.16}
+    assert r["per_sentence"][1]["text"] == "我们去公园散步吧。" and r["per_sentence"][1]["engine"] == "fw"
+
+
+def test_a_sentence_without_an_end_mark_is_truncated_and_re_transcribed() -> None:
+    fw = FW(["你好世界"])
+    r, _ = run(ListDraft([None, "你好", "你好世界"]), 3, fw)
+    assert r["sent_windows"] == [{"text": "你好世界", "start_chunk": 0, "end_chunk": 2}]
+    assert r["per_sentence"][0]["engine"] == "fw" and r["fw_calls"] == 1
+
+
+def test_empty_faster_whisper_text_falls_back_to_the_draft_cut_at_the_pipe() -> None:
+    r, _ = run(ListDraft(["我们去公园散步|吧。"]), 2, FW([""]))
+    assert r["per_sentence"][0] == {"text": "我们去公园散步", "engine": "fw", "start_s": 0.0, "end_s": 0.16}
+    assert r["final"] == "我们去公园散步"
+
+
+def test_text_after_the_last_mark_becomes_the_last_window_after_finish() -> None:
+    fw = FW(["然后呢"])
+    r, _ = run(ListDraft(["好。", None, "好。然后", None], final="好。然后呢"), 4, fw)
+    assert r["sent_windows"] == [{"text": "好。", "start_chunk": 0, "end_chunk": 0},
+                                 {"text": "然后呢", "start_chunk": 1, "end_chunk": 3}]
+    assert [p["engine"] for p in r["per_sentence"]] == ["draft", "fw"] and r["final"] == "好。然后呢"
+
+
+def test_several_pipes_in_one_window_cut_at_the_first() -> None:
+    r, _ = run(ListDraft(["甲|乙|丙。"]), 1, FW([""]))
+    assert r["per_sentence"][0]["text"] == "甲"
+
+
+def test_a_pipe_anywhere_in_the_state_text_closes_a_window_on_every_growth() -> None:
+    # the seed's rule: `"|" in state.text`, not only in the new text
+    r, _ = run(ListDraft(["甲|乙", "甲|乙丙", None, "甲|乙丙丁"]), 4, FW(["", "", ""]))
+    assert [w["text"] for w in r["sent_windows"]] == ["甲|乙", "丙", "丁"]
+    assert r["fw_calls"] == 3
+
+
+def test_an_empty_string_from_the_draft_means_no_update_even_if_state_changed() -> None:
+    # chunk 0 changes state.text but returns "": not committed, so no window closes there
+    r, rec = run(ListDraft(["好。", "好。走。"], silent={0}), 2, FW())
+    assert r["sent_windows"] == [{"text": "好。走。", "start_chunk": 0, "end_chunk": 1}]
+    assert [e for e in rec.events if e[0] == "draft"] == [("draft", "好。走。")]
+    assert r["first_text_s"] == pytest.approx(0.32)
+
+
+def test_empty_audio_gives_an_empty_result_without_calls() -> None:
+    fw = FW()
+    d = ListDraft([], final="")
+    r, rec = run(d, 0, fw)
+    assert d.calls == [] and fw.spans == []
+    assert r["final"] == "" and r["sent_windows"] == [] and r["per_sentence"] == [] and r["first_text_s"] is None
+    assert rec.events[-1] == ("progress", 0.0, 0.0)
+
+
+def test_one_chunk_of_audio_makes_one_window_over_all_of_it() -> None:
+    fw = FW(["一"])
+    r, _ = run(ListDraft([None], final="一"), 1, fw, tail=1000)
+    assert r["sent_windows"] == [{"text": "一", "start_chunk": 0, "end_chunk": 0}]
+    assert fw.spans == [CH - 1000]  # the whole clip; the padding is clamped at both ends
+    assert r["per_sentence"][0]["end_s"] == round((CH - 1000) / 16000, 3)
+
+
+def test_window_padding_is_0_32_s_and_clamped_at_both_ends() -> None:
+    n = 20 * CH
+    assert v2c.window_span(0, 3, n) == (0, 4 * CH + 5120)
+    assert v2c.window_span(5, 9, n) == (5 * CH - 5120, 10 * CH + 5120)
+    assert v2c.window_span(15, 19, n) == (15 * CH - 5120, n)
+    fw = FW(["", "", ""])
+    run(ListDraft([None, "甲|", None, None, None, "甲|乙", None, None, None, "甲|乙丙"] + [None] * 10), 20, fw)
+    # windows [0,1] [2,5] [6,9]; nothing after chunk 9, so no last window
+    assert fw.spans == [2 * CH + 5120, 4 * CH + 2 * 5120, 4 * CH + 2 * 5120]
+
+
+def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
+    rng = random.Random(7)
+    for _ in range(30):
+        n = rng.randint(1, 60)
+        text, snaps = "", list[str | None]()
+        for _ in range(n):
+            if rng.random() < 0.4:
+                text += rng.choice(["字", "词", "。", "？", "|", "a"])
+                snaps.append(text)
+            else:
+                snaps.append(None)
+        r, rec = run(ListDraft(snaps), n, FW([""] * 100), tail=rng.randint(0, CH - 1))
+        ws, ps = r["sent_windows"], r["per_sentence"]
+        assert len(ws) == len(ps) == len(rec.sentences())
+        prev_end = -1
+        for w, p in zip(ws, ps):
+            assert w["start_chunk"] == min(prev_end + 1, n - 1) and w["start_chunk"] <= w["end_chunk"] < n
+            assert p["start_s"] == pytest.approx(w["start_chunk"] * 0.16)
+            assert p["end_s"] == pytest.approx(min(r["duration_s"], (w["end_chunk"] + 1) * 0.16))
+            prev_end = w["end_chunk"]
+        assert "".join(w["text"] for w in ws) == r["draft"]
+        assert r["fw_calls"] == sum(v2c.is_truncated(w["text"]) for w in ws)
+
+
+def test_the_selection_rule_is_a_pure_symptom_gate() -> None:
+    assert v2c.choose("好。", "FW") == ("好。", "draft")
+    assert v2c.choose("好|吧。", "FW") == ("FW", "fw")
+    assert v2c.choose("好|吧。", "") == ("好", "fw")
+    assert v2c.choose("没有句号", "FW") == ("FW", "fw")
+    assert v2c.choose("没有句号", "") == ("没有句号", "fw")
+    assert v2c.choose("Why?", "FW") == ("Why?", "draft")
+    assert v2c.choose("a|b", None) == ("a", "draft")  # draft-only engine
+    assert all(v2c.is_truncated(t) for t in ("", "abc.", "a|b。"))  # "." is not in the seed's SENT_END
+
+
+def test_the_draft_model_gets_the_seed_parameters_and_160_ms_float32_chunks(capfd: pytest.CaptureFixture[str]) -> None:
+    d = ListDraft([None] * 3, final="好。")
+    run(d, 3, FW(), tail=100)
+    assert d.init_kwargs == {"context": "", "language": "Chinese", "unfixed_chunk_num": 0, "unfixed_token_num": 1,
+                             "chunk_size_sec": 0.160}
+    assert [c["n"] for c in d.calls] == [CH, CH, CH - 100]
+    assert all(c["dtype"] == np.float32 and c["max_new_tokens"] == 4 for c in d.calls)
+    out, err = capfd.readouterr()
+    assert out == "" and "R2T2 prints" in err
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_thread_inline_and_after_modes_return_the_same_result(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 50)
+    text, snaps = "", list[str | None]()
+    for _ in range(n):
+        text += rng.choice(["字", "。", "|", "", ""])
+        snaps.append(text or None)
+    results = []
+    for mode in v2c.MODES:
+        fw = FW(delay=0.002 if mode == "thread" else 0.0)
+        r, rec = run(ListDraft(list(snaps)), n, lambda a, fw=fw: f"<{len(a)}>", mode=mode)
+        results.append((r["per_sentence"], r["sent_windows"], r["fw_calls"], r["final"], rec.sentences()))
+    assert results[0] == results[1] == results[2]
+
+
+def test_sentences_are_emitted_in_order_while_the_draft_continues() -> None:
+    gate = threading.Event()
+    seen: list[int] = []
+
+    def slow_fw(audio: np.ndarray) -> str:
+        gate.wait(5)
+        return "慢"
+
+    class Draft(ListDraft):
+        def streaming_transcribe(self, pcm16k: np.ndarray, state: State, max_new_tokens: int | None = None) -> tuple[str, str]:
+            seen.append(self.i)
+            if self.i == 6:
+                gate.set()  # the fw thread was still busy with window 0 while we went on
+            return super().streaming_transcribe(pcm16k, state, max_new_tokens)
+
+    r, rec = run(Draft(["甲|。", None, "甲|。乙。", None, None, None, None, None]), 8, slow_fw, mode="thread")
+    assert seen == list(range(8))
+    assert [e[1:4] for e in rec.sentences()] == [(0, "慢", "fw"), (1, "乙。", "draft")]
+    assert r["final"] == "慢乙。"
+
+
+def test_cancel_is_checked_between_chunks() -> None:
+    calls = {"n": 0}
+
+    def cancelled() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 3
+
+    d = ListDraft([None] * 10)
+    with pytest.raises(EngineError) as e:
+        v2c.run(d, np.zeros(10 * CH, np.float32), "Chinese", FW(), emit=Rec(), cancelled=cancelled)
+    assert e.value.code == "cancelled" and len(d.calls) == 3
+
+
+def test_a_failing_final_stage_thread_reaches_the_caller() -> None:
+    def broken(audio: np.ndarray) -> str:
+        raise RuntimeError("CUDA failed")
+
+    with pytest.raises(RuntimeError, match="CUDA failed"):
+        run(ListDraft(["甲|。"] + [None] * 30), 31, broken, mode="thread")
+
+
+def test_segments_carry_their_offsets_into_windows_and_times() -> None:
+    class PerSegment(ListDraft):
+        def init_streaming_state(self, **kw: Any) -> State:
+            self.i = 0  # a fresh state per segment
+            return super().init_streaming_state(**kw)
+
+    pcm = np.zeros(10 * CH, np.float32)
+    rec = Rec()
+    out = v2c.run(PerSegment([None, "好。", None, None]), pcm, "Chinese", FW(), emit=rec,
+                  segments=[(0, 4 * CH), (6 * CH, 10 * CH)])
+    assert out.sent_windows == [{"text": "好。", "start_chunk": 0, "end_chunk": 1},
+                                {"text": "好。", "start_chunk": 6, "end_chunk": 7}]
+    assert [(p["start_s"], p["end_s"]) for p in out.per_sentence] == [(0.0, 0.32), (0.96, 1.28)]
+    assert [e[1] for e in rec.sentences()] == [0, 1] and out.first_text_s == pytest.approx(0.32)
+    with pytest.raises(ValueError):
+        v2c.run(PerSegment([]), pcm, "Chinese", None, emit=rec, segments=[(100, 200)])
+
+
+def test_the_scripted_draft_closes_one_window_per_script_sentence() -> None:
+    script = "今天天气很好。我们去公园散步|吧。最后一句没有句号"
+    pcm = np.zeros(16000 * 3, np.float32)
+    out = v2c.run(ScriptedDraft(script, len(pcm)), pcm, "Chinese", FW([""] * 5), emit=Rec())
+    assert [w["text"] for w in out.sent_windows] == ["今天天气很好。", "我们去公园散步|吧。", "最后一句没有句号"]
+    assert [p["engine"] for p in out.per_sentence] == ["draft", "fw", "fw"] and out.fw_calls == 2
+
+
+def test_the_fake_engine_runs_through_v2c_with_its_default_script() -> None:
+    rec = Rec()
+    r = FakeEngine(env={}).transcribe(np.zeros(32000, np.float32), "Chinese", {}, rec, lambda: False)
+    assert r["final"] == "今天天气很好。我们去公园散步" and r["fw_calls"] == 1 and r["draft"] == "今天天气很好。我们去公园散步|吧。"
+    assert [(p["engine"], p["start_s"]) for p in r["per_sentence"]] == [("draft", 0.0), ("fw", r["per_sentence"][0]["end_s"])]
+    assert rec.events[-1] == ("progress", 2.0, 2.0)
