@@ -7,6 +7,7 @@ hung one (504) — each followed by a request that works.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -56,7 +57,7 @@ def make_bad(kind: str, d: str) -> str:
             w.setframerate(16000)
     elif kind == "random.wav":
         with open(p, "wb") as f:
-            f.write(os.urandom(50_000))
+            f.write(random.Random(1).randbytes(50_000))
     elif kind == "notes.mp3":
         with open(p, "w") as f:
             f.write("this is a text file, not an mp3\n" * 200)
@@ -135,8 +136,10 @@ def test_an_unknown_response_format_is_400(daemon: Hasrd, tmpdir_m: str) -> None
 
 def test_an_upload_of_random_bytes_is_undecodable(daemon: Hasrd) -> None:
     with daemon.client() as c:
-        r = c.post("/v1/audio/transcriptions", files={"file": ("x.mp3", os.urandom(20_000), "audio/mpeg")})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "undecodable"
+        r = c.post("/v1/audio/transcriptions",
+                   files={"file": ("x.mp3", random.Random(2).randbytes(20_000), "audio/mpeg")})
+    # Random bytes may probe as some container (then it holds no audio stream) or as nothing at all.
+    assert r.status_code == 400 and r.json()["error"]["code"] in ("undecodable", "no_audio_stream")
     assert_untouched(daemon)
 
 
