@@ -203,7 +203,7 @@ def daemon_checks(socket_opt: str | None) -> list[Check]:
 def effective_settings() -> list[tuple[str, str, str]]:
     """(HASR_NAME, value, source) for every setting."""
     current = config.load()
-    toml = config._read_toml(config.config_file())
+    toml = config.read_toml(config.config_file())
     rows = []
     for s in config.Settings.describe():
         env = config.env_name(s.name)

@@ -121,7 +121,8 @@ def config_file() -> Path:
     return Path(base) / "hasr" / "config.toml"
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:
+    """The whole config file as a dict ({} when absent); ConfigError when it is not valid TOML."""
     if not path.is_file():
         return {}
     if sys.version_info >= (3, 11):
@@ -140,7 +141,7 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     known = {f.name: f.type for f in fields(Settings)}
-    for key, raw in _read_toml(toml_path or config_file()).items():
+    for key, raw in read_toml(toml_path or config_file()).items():
         if key in known:
             values[key] = _coerce(known[key], raw, key)
     for name, kind in known.items():

@@ -77,6 +77,8 @@ def test_systemd_activates_hasrd_which_unloads_exits_idle_and_comes_back(hasrd: 
     m.wait_for("hasrd.service", "ActiveState", "active", timeout=10)
     first = int(m.show("hasrd.service", "MainPID"))
     assert m.show("hasrd.service", "StatusText")
+    code, version = curl(sock, "/api/version")
+    assert code == 200 and version["pid"] == first  # MainPID is the pid that answered
 
     code, result = curl(sock, "/transcribe", "-H", "Content-Type: application/json",
                         "-d", json.dumps({"audio_path": str(write_wav(m.base / "会议 1.wav"))}))

@@ -11,7 +11,6 @@ else defaults:
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -29,17 +28,9 @@ class TraySettings:
 
 
 def _tray_table() -> dict[str, Any]:
-    path = config.config_file()
-    if not path.is_file():
-        return {}
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
     try:
-        with open(path, "rb") as f:
-            table = tomllib.load(f).get("tray", {})
-    except (OSError, ValueError):
+        table = config.read_toml(config.config_file()).get("tray", {})
+    except config.ConfigError:
         return {}
     return dict(table) if isinstance(table, dict) else {}
 
