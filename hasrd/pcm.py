@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import weakref
 from typing import BinaryIO
 
 SAMPLE_RATE = 16000
@@ -20,7 +21,8 @@ class PcmBuffer:
         self.fd = fd
         self.path = path  # set only for the file fallback; the worker then opens it by path
         self.frames = 0
-        self._closed = False
+        # Released even if a request dies between decoding and the worker (e.g. a stream never iterated).
+        self._release = weakref.finalize(self, _release, fd, path)
 
     @classmethod
     def create(cls, private_dir: str | None = None, use_memfd: bool = True) -> PcmBuffer:
@@ -56,21 +58,22 @@ class PcmBuffer:
         return self.frames / SAMPLE_RATE
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
-        if self.path:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+        self._release()
 
     def __enter__(self) -> PcmBuffer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release(fd: int, path: str | None) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    if path:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

@@ -42,3 +42,4 @@ def test_status_lines_say_the_state_in_words() -> None:
         "loading fake models 0.4 s"
     assert policy.status_text({"state": "stopping"}) == "unloading"
     assert policy.status_text({"state": "fatal", "error": "no GPU"}) == "error: no GPU"
+
