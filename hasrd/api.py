@@ -87,7 +87,24 @@ async def decode(d: Daemon, source: Any, name: str) -> tuple[PcmBuffer, dict[str
 
 
 def jsonl(obj: Any) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+    # A file name that is not UTF-8 arrives as surrogate escapes: never let it break the stream.
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
+
+
+def shown(path: str) -> str:
+    """A path as text that can always be encoded (bytes that are not UTF-8 become \\xNN)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def check_language(language: str) -> str:
+    """Refuse an unknown language before any audio is decoded or any worker is started (invariant 2)."""
+    from hasrd.worker.languages import UnknownLanguage, resolve
+
+    try:
+        resolve(language)
+    except UnknownLanguage as e:
+        raise errors.UnknownLanguage(str(e)) from None
+    return language
 
 
 async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, name: str, audio_path: str | None,
@@ -99,7 +116,7 @@ async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, name: str,
                                                on_event=on_event)
     finally:
         pcm.close()
-    result["audio_path"] = audio_path
+    result["audio_path"] = shown(audio_path) if audio_path is not None else None
     result.setdefault("language", language)
     result.setdefault("duration_s", info.get("duration_s"))
     timings = dict(result.get("timings") or {})
@@ -133,6 +150,10 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
                     final = {"event": "done", "result": task.result()}
                 except errors.HasrError as e:
                     final = {"event": "error", **e.to_json()}
+                except Exception as e:  # the stream must end with an error event, never just stop
+                    log.exception("transcription failed")
+                    final = {"event": "error", "error": {"code": "runtime_failure",
+                                                         "message": f"{type(e).__name__}: {e}"}}
                 out = render(final)
                 if out:
                     yield out
@@ -185,9 +206,11 @@ async def transcribe(request: Request) -> Response:
     options = body.get("options") or {}
     if not isinstance(language, str) or not isinstance(options, dict):
         raise errors.BadRequest("language must be a string and options an object")
+    check_language(language)
     check_path_access(d, request)
-    pcm, info = await decode(d, path, os.path.basename(path))
-    job: dict[str, Any] = dict(name=os.path.basename(path), audio_path=path, language=language, options=options)
+    name = shown(os.path.basename(path))
+    pcm, info = await decode(d, path, name)
+    job: dict[str, Any] = dict(name=name, audio_path=path, language=language, options=options)
     if "application/x-ndjson" in request.headers.get("accept", ""):
         return StreamingResponse(stream_job(d, pcm, info, jsonl, **job), media_type="application/x-ndjson")
     return JSONResponse(await run_job(d, pcm, info, on_event=None, **job))
@@ -213,11 +236,11 @@ async def openai_transcriptions(request: Request) -> Response:
         raise errors.BadRequest(f"malformed form: {e.detail}") from None
     fmt = str(form.get("response_format") or "json")
     formats.check(fmt)
-    language = str(form.get("language") or d.settings.language)
+    language = check_language(str(form.get("language") or d.settings.language))
     stream = str(form.get("stream") or "").lower() in ("true", "1", "yes")
     options: dict[str, Any] = {}
     if form.get("prompt"):
-        options["initial_prompt"] = str(form.get("prompt"))
+        options["prompt"] = str(form.get("prompt"))
     if "word" in [str(v) for v in form.getlist("timestamp_granularities[]")]:
         options["word_timestamps"] = True
     upload = form.get("file")
@@ -230,12 +253,12 @@ async def openai_transcriptions(request: Request) -> Response:
         if size > limit:
             raise errors.TooLarge(f"the upload is {size / 2**20:.0f} MB; the limit is "
                                   f"{d.settings.max_upload_mb:.0f} MB (HASR_MAX_UPLOAD_MB)")
-        name = upload.filename or "upload"
+        name = shown(upload.filename or "upload")
         pcm, info = await decode(d, f, name)
         audio_path = None
     elif isinstance(path, str) and path:
         check_path_access(d, request)
-        name = os.path.basename(path)
+        name = shown(os.path.basename(path))
         pcm, info = await decode(d, path, name)
         audio_path = path
     else:

@@ -272,7 +272,17 @@ def _declared_seconds(container: Any, stream: Any) -> float | None:
 
 
 def _too_long(shown: str, seconds: float, max_sec: float) -> AudioTooLong:
-    return AudioTooLong(f"{shown} is {seconds:.0f} s long; the limit is {max_sec:.0f} s (HASR_MAX_AUDIO_SEC)")
+    return AudioTooLong(f"{shown} is longer than the limit of {_secs(max_sec)} (HASR_MAX_AUDIO_SEC); it is at least "
+                        f"{_secs(seconds)} long")
+
+
+def _secs(s: float) -> str:
+    """Seconds for people: '2.5 s', '14 min 3 s', '4 h 0 min'."""
+    if s < 60:
+        return f"{s:.1f} s".replace(".0 s", " s")
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60)} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
 
 
 def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int | None,

@@ -27,6 +27,13 @@ def default_socket() -> str:
 
 SYSTEM_SOCKET = "/run/hasr/hasrd.sock"
 ENGINES = ("auto", "hybrid", "whisper", "r2t2", "fake")
+# Settings that take one of a few words: checked when the settings are loaded, not when a request fails.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "engine": ENGINES,
+    "fw_device": ("auto", "cpu", "cuda"),
+    "v2c_final": ("thread", "inline", "after"),
+    "draft": ("r2t2", "scripted"),
+}
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,8 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
         if val is not None:
             values[name] = val
     settings = Settings(**values)
-    if settings.engine not in ENGINES:
-        raise ConfigError(f"HASR_ENGINE={settings.engine!r} is not an engine; choose one of {', '.join(ENGINES)}")
+    for name, allowed in CHOICES.items():
+        value = getattr(settings, name)
+        if value not in allowed:
+            raise ConfigError(f"{env_name(name)}={value!r} is not valid; choose one of {', '.join(allowed)}")
     return settings

@@ -11,7 +11,8 @@ sees is ``{"error": {"code": ..., "message": ...}}`` built from one of these.
     │   │   │                       symlink_loop, permission_denied, not_a_file, empty_file, read_error
     │   │   ├── AudioDecodeError    undecodable, no_audio_stream, no_audio_frames
     │   │   └── AudioTooLong        audio_too_long  (over HASR_MAX_AUDIO_SEC)
-    │   └── UnknownFormat           unknown_format  400
+    │   ├── UnknownFormat           unknown_format  400
+    │   └── UnknownLanguage         unknown_language 400
     ├── Forbidden                   forbidden       403
     ├── NotFound                    not_found       404
     ├── TooLarge                    too_large       413
@@ -78,6 +79,10 @@ class AudioTooLong(InvalidAudio):
 
 class UnknownFormat(BadRequest):
     code = "unknown_format"
+
+
+class UnknownLanguage(BadRequest):
+    code = "unknown_language"
 
 
 class Forbidden(HasrError):

@@ -76,6 +76,23 @@ class PeerProtocol(H11Protocol):
             self.transport.close()
 
 
+def check_socket_dir(parent: str) -> None:
+    """Refuse a socket directory another user controls (e.g. a planted /tmp/hasr-UID when XDG_RUNTIME_DIR
+    is unset): they could swap the socket and receive the audio. Our own directory must be 0700."""
+    st = os.lstat(parent)
+    if not stat.S_ISDIR(st.st_mode):
+        raise SystemExit(f"hasrd: {parent} is not a directory")
+    if st.st_uid != os.getuid():
+        if st.st_mode & stat.S_ISVTX:  # sticky, like /tmp itself: others cannot replace our socket
+            return
+        raise SystemExit(f"hasrd: {parent} belongs to uid {st.st_uid}, not to us ({os.getuid()}); "
+                         f"refusing to put the socket there")
+    default_dir = os.path.dirname(config.default_socket())
+    if os.path.abspath(parent) == os.path.abspath(default_dir) and st.st_mode & 0o077:
+        raise SystemExit(f"hasrd: {parent} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700 "
+                         f"(chmod 700 {parent})")
+
+
 _BOUND: dict[str, tuple[int, int]] = {}  # socket files we bound: path -> (st_dev, st_ino)
 
 
@@ -83,6 +100,7 @@ def bind_socket(path: str) -> socket.socket:
     """Bind our own listening socket: parent dir 0700, socket 0600; refuse to steal a live one."""
     parent = os.path.dirname(path)
     os.makedirs(parent, mode=0o700, exist_ok=True)
+    check_socket_dir(parent)
     try:
         st = os.lstat(path)
     except FileNotFoundError:

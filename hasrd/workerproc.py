@@ -31,13 +31,42 @@ EventSink = Callable[[dict[str, Any]], None]
 
 
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: the daemon's, minus systemd's per-process variables, plus ``extra``."""
+    """The worker's environment: the daemon's, minus systemd's per-process variables, plus ``extra``.
+
+    The worker may run under another interpreter (the GPU venv, HASR_WORKER_PYTHON) where hasr is not
+    installed: a shim directory holding only a link to this ``hasrd`` package is added to PYTHONPATH, after
+    the user's own entries. Only hasrd is shared, never the daemon's site-packages (whose compiled modules
+    would break or shadow the venv's).
+    """
     env = scrubbed_env(base)
-    # The worker may run under another interpreter (the GPU venv): make this hasr importable there.
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (pkg_root, env.get("PYTHONPATH", "")) if x)
+    shim = package_shim()
+    parts = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x and x != shim]
+    env["PYTHONPATH"] = os.pathsep.join([*parts, shim])
     env.update(extra or {})
     return env
+
+
+def package_shim() -> str:
+    """A private directory whose only entry is a link to this hasrd package; created on first use."""
+    from hasrd.config import runtime_dir
+
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    shim = os.path.join(str(runtime_dir()), "hasr", f"pypath-{os.getuid()}")
+    link = os.path.join(shim, "hasrd")
+    try:
+        if os.readlink(link) == pkg:
+            return shim
+    except OSError:
+        pass
+    os.makedirs(shim, mode=0o700, exist_ok=True)
+    tmp = f"{link}.{os.getpid()}"
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    os.symlink(pkg, tmp)
+    os.replace(tmp, link)  # atomic: a concurrent spawn sees the old link or the new one
+    return shim
 
 
 @dataclass

@@ -255,3 +255,43 @@ def test_crash_timeout_and_queue_full_each_get_their_status_and_the_next_request
         assert d.get("/health")["status"] == "ok"
     finally:
         d.stop()
+
+
+def test_an_unknown_language_is_refused_before_decoding_or_loading(daemon: Hasrd, tmpdir_m: str) -> None:
+    wav = write_wav(os.path.join(tmpdir_m, "lang.wav"), 0.5)
+    with daemon.client() as c:
+        r = c.post("/transcribe", json={"audio_path": wav, "language": "Klingon"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_language"
+        r = c.post("/v1/audio/transcriptions", data={"path": wav, "language": "tlh-Latn"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_language"
+        assert c.post("/transcribe", json={"audio_path": wav, "language": "zh-CN"}).status_code == 200
+        c.post("/api/unload")
+    assert_untouched(daemon)
+
+
+def test_a_file_name_that_is_not_utf8_still_gets_its_result(daemon: Hasrd, tmpdir_m: str) -> None:
+    import json
+
+    raw = os.path.join(os.fsencode(tmpdir_m), b"bad\xffname.wav")
+    write_wav(os.fsdecode(raw), 0.5)
+    body = json.dumps({"audio_path": os.fsdecode(raw)})  # Python clients escape the byte as \udcff
+    with daemon.client() as c:
+        with c.stream("POST", "/transcribe", content=body, headers={"Accept": "application/x-ndjson",
+                                                                   "Content-Type": "application/json"}) as r:
+            events = [json.loads(line) for line in r.iter_lines() if line]
+        assert events[-1]["event"] == "done", events[-1]
+        assert events[-1]["result"]["audio_path"].endswith("bad\\xffname.wav")
+        r = c.post("/transcribe", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 200 and r.json()["final"]
+        c.post("/api/unload")
+
+
+def test_a_socket_directory_owned_by_another_user_is_refused(tmpdir_m: str) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to create a directory owned by another user")
+    planted = os.path.join(tmpdir_m, "planted")
+    os.makedirs(planted, exist_ok=True)
+    os.chown(planted, 65534, 65534)
+    r = subprocess.run([sys.executable, "-m", "hasrd.server", "--socket", os.path.join(planted, "s.sock")],
+                       env={**os.environ, "HASR_ENGINE": "fake"}, capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "belongs to uid 65534" in r.stderr

@@ -284,7 +284,13 @@ def test_the_worker_environment_is_scrubbed_of_systemd_variables() -> None:
     env = worker_env({"NOTIFY_SOCKET": "/run/x", "LISTEN_FDS": "1", "LISTEN_PID": "5", "LISTEN_FDNAMES": "a",
                       "WATCHDOG_USEC": "1", "WATCHDOG_PID": "2", "HOME": "/root", "PYTHONPATH": "/p"})
     assert set(env) == {"HOME", "PYTHONPATH"}
-    assert env["PYTHONPATH"].endswith(os.pathsep + "/p")
+    user, shim = env["PYTHONPATH"].split(os.pathsep)
+    assert user == "/p" and os.listdir(shim) == ["hasrd"]  # only hasr itself, never the daemon's site-packages
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import hasrd.worker.main as m; print(m.__file__)"], cwd="/",
+                         env={**os.environ, "PYTHONPATH": shim}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().startswith(shim)
 
     async def main() -> None:
         os.environ["NOTIFY_SOCKET"] = "/run/hasr-test-notify"
