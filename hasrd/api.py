@@ -13,8 +13,9 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, AsyncIterator, Callable
 
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -29,6 +30,7 @@ from hasrd.pcm import PcmBuffer
 from hasrd.supervisor import Supervisor
 
 log = logging.getLogger("hasrd.api")
+DECODES_AT_ONCE = 2
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Daemon:
     request_stop: Callable[[], None] = lambda: None
     uid: int = field(default_factory=os.getuid)
     group_socket: bool = False  # the socket is group-accessible (system-wide install)
+    decode_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(DECODES_AT_ONCE))
 
 
 def error_response(e: errors.HasrError) -> JSONResponse:
@@ -56,9 +59,19 @@ def caller_uid(request: Request) -> int | None:
     return None
 
 
-def check_access(d: Daemon, request: Request) -> None:
+def check_access(d: Daemon, request: Request, *, control: bool = False) -> None:
+    """Only the daemon's owner (or root, or the socket's group in a system-wide install) may call.
+
+    A TCP caller (the unit's optional TCP socket) cannot be identified: it may transcribe uploads and read
+    state, but not control the daemon (``control``: load, unload, stop).
+    """
     uid = caller_uid(request)
-    if uid is None or uid in (d.uid, 0) or d.group_socket:
+    if uid is None:
+        if control:
+            raise errors.Forbidden("a caller over TCP cannot be identified, so it may not load, unload or stop "
+                                   "the daemon; use the Unix socket")
+        return
+    if uid in (d.uid, 0) or d.group_socket:
         return
     raise errors.Forbidden(f"uid {uid} may not use this daemon (it belongs to uid {d.uid})")
 
@@ -74,8 +87,20 @@ def check_path_access(d: Daemon, request: Request) -> None:
 
 
 async def decode(d: Daemon, source: Any, name: str) -> tuple[PcmBuffer, dict[str, Any]]:
-    """Validate and decode to a memfd in a thread; map every failure to a typed 4xx."""
+    """Validate and decode to a memfd in a thread; map every failure to a typed 4xx.
+
+    A request the queue would refuse is refused first (no decoding for nothing), and at most
+    DECODES_AT_ONCE decodes run together, so a burst of long files cannot pin all memory and cores.
+    """
     from hasrd import audio
+
+    d.supervisor.check_admission()
+    async with d.decode_slots:
+        d.supervisor.check_admission()
+        return await _decode(d, source, name, audio)
+
+
+async def _decode(d: Daemon, source: Any, name: str, audio: Any) -> tuple[PcmBuffer, dict[str, Any]]:
 
     def work() -> tuple[PcmBuffer, dict[str, Any]]:
         fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name)
@@ -132,6 +157,7 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
     async def gen() -> AsyncIterator[bytes]:
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         task = asyncio.create_task(run_job(d, pcm, info, on_event=q.put_nowait, **job))
+        getter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         try:
             while True:
                 getter = asyncio.create_task(q.get())
@@ -159,12 +185,14 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
                     yield out
                 return
         finally:
+            getter.cancel()
             if not task.done():
                 task.cancel()
-                try:
-                    await task
-                except BaseException:
-                    pass
+                with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
+                    try:
+                        await task
+                    except BaseException:
+                        pass
     return gen()
 
 
@@ -230,10 +258,7 @@ async def openai_transcriptions(request: Request) -> Response:
     ctype = request.headers.get("content-type", "")
     if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
-    try:
-        form = await request.form(max_files=1, max_fields=32)
-    except HTTPException as e:
-        raise errors.BadRequest(f"malformed form: {e.detail}") from None
+    form = await read_form(request, limit)
     fmt = str(form.get("response_format") or "json")
     formats.check(fmt)
     language = check_language(str(form.get("language") or d.settings.language))
@@ -273,6 +298,27 @@ async def openai_transcriptions(request: Request) -> Response:
     return Response(body, media_type=formats.content_type(fmt))
 
 
+async def read_form(request: Request, limit: int) -> Any:
+    """Parse the form while counting bytes: a chunked upload over the limit stops at the limit, not after
+    it has been spooled to disk whole."""
+    from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
+
+    async def limited() -> AsyncGenerator[bytes, None]:
+        seen = 0
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > limit + 65536:
+                raise errors.TooLarge(f"the upload is over the {limit / 2**20:.0f} MB limit (HASR_MAX_UPLOAD_MB)")
+            yield chunk
+
+    try:
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            return await MultiPartParser(request.headers, limited(), max_files=1, max_fields=32).parse()
+        return await FormParser(request.headers, limited()).parse()
+    except MultiPartException as e:
+        raise errors.BadRequest(f"malformed form: {e.message}") from None
+
+
 def sse(ev: dict[str, Any]) -> bytes | None:
     kind = ev.get("event")
     if kind == "sentence":
@@ -301,12 +347,27 @@ async def models(request: Request) -> Response:
 
 
 async def ps(request: Request) -> Response:
-    return JSONResponse({**request.app.state.daemon.supervisor.snapshot(), "daemon_pid": os.getpid()})
+    d: Daemon = request.app.state.daemon
+    check_access(d, request)
+    snap = d.supervisor.snapshot()
+    if snap["pid"] and snap["identity"].get("device", "").startswith("cuda"):
+        from hasrd import gpu
+
+        pids = {int(x) for x in os.listdir("/proc") if x.isdigit() and _pgid(int(x)) == snap["pid"]}
+        snap["vram_mb"] = await asyncio.to_thread(gpu.process_vram_mb, pids | {snap["pid"]})
+    return JSONResponse({**snap, "daemon_pid": os.getpid()})
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 async def load(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
-    check_access(d, request)
+    check_access(d, request, control=True)
     keep: float | None | bool = False
     raw = await request.body()
     if raw.strip():
@@ -325,20 +386,21 @@ async def load(request: Request) -> Response:
 
 async def unload(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
-    check_access(d, request)
+    check_access(d, request, control=True)
     await d.supervisor.unload()
     return JSONResponse({"state": d.supervisor.state.value})
 
 
 async def stop(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
-    check_access(d, request)
+    check_access(d, request, control=True)
     asyncio.get_running_loop().call_soon(d.request_stop)
     return JSONResponse({"stopping": True})
 
 
 async def events(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
+    check_access(d, request)
 
     async def gen() -> AsyncIterator[bytes]:
         q = d.events.subscribe()

@@ -67,6 +67,7 @@ class Settings:
     backoff_base_sec: float = _s(0.5, "first retry delay after a failed load (doubles each time)")
     backoff_max_sec: float = _s(30.0, "longest retry delay after failed loads")
     stop_grace_sec: float = _s(3.0, "wait after Shutdown, then after SIGTERM, before escalating")
+    stop_max_sec: float = _s(3600.0, "longest a stopping daemon keeps finishing accepted work before it kills it")
     max_audio_sec: float = _s(4 * 3600.0, "longest audio accepted")
     max_upload_mb: float = _s(512.0, "largest upload accepted")
     max_segment_sec: float = _s(60.0, "long audio is split at silences into segments of at most this")
@@ -159,6 +160,9 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
         if val is not None:
             values[name] = val
     settings = Settings(**values)
+    if settings.max_concurrent != 1:
+        raise ConfigError(f"HASR_MAX_CONCURRENT={settings.max_concurrent}: one worker serves one transcription at "
+                          f"a time, so only 1 is supported (queue more with HASR_MAX_QUEUE)")
     for name, allowed in CHOICES.items():
         value = getattr(settings, name)
         if value not in allowed:

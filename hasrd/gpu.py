@@ -85,6 +85,40 @@ def list_gpus(timeout: float = 5.0) -> list[Gpu]:
     return parse_smi(text)
 
 
+def process_vram_mb(pids: set[int], timeout: float = 3.0) -> int | None:
+    """VRAM used by these processes (the worker's group), in MB; None when unknown (no NVIDIA driver)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            total = 0
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    if proc.pid in pids and proc.usedGpuMemory:
+                        total += int(proc.usedGpuMemory // 2**20)
+            return total
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        text = subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=timeout, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    used = 0
+    for line in text.strip().splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and int(parts[0]) in pids:
+            used += _int(parts[1]) or 0
+    return used
+
+
 def parse_smi(text: str) -> list[Gpu]:
     out = []
     for line in text.strip().splitlines():

@@ -39,13 +39,13 @@ def should_unload(now: float, last_used: float, ttl: float | None, in_flight: in
 
 def health_status(state: str, busy: bool = False) -> str:
     """Map the worker state to the seed's /health status: idle | loading | ok | error."""
-    if state in ("starting", "backoff"):
+    if state == "starting":
         return "loading"
     if state == "ready":
         return "ok"
     if state == "fatal":
         return "error"
-    return "idle"  # stopped, stopping: not a fault, the next request loads
+    return "idle"  # stopped, stopping, backoff (the reason is in "error"): the next request loads
 
 
 def status_text(snap: dict[str, Any]) -> str:
@@ -65,7 +65,7 @@ def status_text(snap: dict[str, Any]) -> str:
             return phase
         return f"{phase} {int(snap.get('elapsed_s') or 0)} s"
     if state == "backoff":
-        return f"load failed, retrying: {snap.get('error') or ''}".strip()
+        return f"load failed ({snap.get('failures') or 1}x): {snap.get('error') or ''}; the next request retries"
     if state == "fatal":
         return f"error: {snap.get('error') or 'loading failed repeatedly'}"
     if state == "stopping":

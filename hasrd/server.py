@@ -149,6 +149,9 @@ class HasrServer(uvicorn.Server):
         self.exit_reason = ""
         self.on_started: Callable[[], None] | None = None
         self.on_exit: Callable[[], None] | None = None
+        self.on_force: Callable[[], None] | None = None
+        self.busy: Callable[[], bool] = lambda: False
+        self.stop_max_sec = 3600.0
         self.passive = lambda: 0  # connections that only follow /api/events: they never hold the daemon
 
     def request_exit(self, reason: str) -> None:
@@ -159,13 +162,26 @@ class HasrServer(uvicorn.Server):
             self.should_exit = True
             if self.on_exit is not None:
                 self.on_exit()  # end the event streams so their connections close
-            asyncio.get_running_loop().create_task(self._extend_stop_timeout())
+            asyncio.get_running_loop().create_task(self._bound_the_stop())
 
-    async def _extend_stop_timeout(self) -> None:
-        """Finishing accepted work may outlast TimeoutStopSec on long files: ask systemd for more time."""
+    def force(self, reason: str) -> None:
+        """Stop now: the worker is killed, so running and queued requests fail with worker_crashed."""
+        log.warning("forced exit: %s", reason)
+        self.force_exit = True
+        if self.on_force is not None:
+            self.on_force()
+
+    async def _bound_the_stop(self) -> None:
+        """Finishing accepted work may outlast TimeoutStopSec on long files: ask systemd for more time while
+        requests run, up to HASR_STOP_MAX_SEC; then give up on them."""
+        started = time.monotonic()
         while True:
-            self.notifier.extend_timeout(60)
-            await asyncio.sleep(30)
+            if time.monotonic() - started >= self.stop_max_sec:
+                self.force(f"accepted work still running after {self.stop_max_sec:g} s (HASR_STOP_MAX_SEC)")
+                return
+            if self.busy():
+                self.notifier.extend_timeout(60)
+            await asyncio.sleep(min(30.0, self.stop_max_sec))
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -173,7 +189,13 @@ class HasrServer(uvicorn.Server):
             self.on_started()  # READY=1 as soon as the socket is served, before the first request is read
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        self.request_exit(f"signal {signal.Signals(sig).name}")
+        # A signal handler must not touch the loop's state directly: hand over to the loop.
+        name = signal.Signals(sig).name
+        loop = asyncio.get_event_loop()
+        if self.should_exit:  # a second signal: stop waiting for accepted work
+            loop.call_soon_threadsafe(self.force, f"second {name}")
+        else:
+            loop.call_soon_threadsafe(self.request_exit, f"signal {name}")
 
     @property
     def open_connections(self) -> int:
@@ -187,7 +209,8 @@ async def idle_watch(server: HasrServer, sup: Supervisor, idle_exit: float) -> N
     step = max(0.05, min(1.0, idle_exit / 5))
     while not server.should_exit:
         await asyncio.sleep(step)
-        idle = server.open_connections == 0 and sup.in_flight == 0 and sup.state in (State.STOPPED, State.FATAL)
+        idle = (server.open_connections == 0 and sup.in_flight == 0
+                and sup.state in (State.STOPPED, State.BACKOFF, State.FATAL))
         now = time.monotonic()
         if not idle:
             idle_since = None
@@ -237,6 +260,9 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
                  ", socket-activated" if activated else "")
     server.on_started = announce_ready
     server.on_exit = events.close
+    server.on_force = sup.kill_now
+    server.busy = lambda: sup.in_flight > 0
+    server.stop_max_sec = settings.stop_max_sec
     server.passive = lambda: events.subscribers
     try:
         await server.serve(sockets=sockets)

@@ -168,7 +168,17 @@ class Supervisor:
         self.expected_s = self.load_s or 0.0
         self.load_started = self.clock()
         self._load_task = asyncio.create_task(self._load(), name="hasr-load")
+        # Waiters may all have gone (clients left): the failure is kept in last_error, not "never retrieved".
+        self._load_task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        asyncio.create_task(self._loading_heartbeat(self._load_task), name="hasr-load-heartbeat")
         self._set(State.STARTING)
+
+    async def _loading_heartbeat(self, task: asyncio.Task[None]) -> None:
+        """Publish the elapsed loading time once a second: engines report a phase per model, not per second."""
+        while not task.done():
+            await asyncio.wait([task], timeout=1.0)
+            if not task.done():
+                self._changed()
 
     async def _load(self) -> None:
         worker: WorkerProcess | None = None
@@ -191,9 +201,13 @@ class Supervisor:
                     self.failures, self.s.backoff_base_sec, self.s.backoff_max_sec)
                 self._set(State.BACKOFF)
             log.warning("worker load failed (%d in a row): %s", self.failures, err.message)
-            if not isinstance(err, errors.Unavailable):
-                err = errors.LoadFailed(err.message)
-            err.retry_after = max(1.0, self.backoff_until - self.clock())
+            if self.state == State.FATAL:
+                err = errors.Fatal(f"loading failed {self.failures} times in a row: {err.message} "
+                                   f"(run `hasrctl load` to retry)", retry_after=60)
+            else:
+                if not isinstance(err, errors.Unavailable):
+                    err = errors.LoadFailed(err.message)
+                err.retry_after = max(1.0, self.backoff_until - self.clock())
             raise err from None
         self.worker = worker
         self.identity = dict(ready.identity)
@@ -221,7 +235,7 @@ class Supervisor:
         if self.worker is worker and self.state == State.READY:
             log.warning("worker %d died: %s", worker.pid, worker.death_reason)
             self._forget_worker()
-            await worker.stop(grace=0.5)  # reap and clear its process group
+        await worker.stop(grace=0.5)  # always: reap it and clear its process group (vLLM helpers)
 
     def _forget_worker(self) -> None:
         self.worker = None
@@ -230,14 +244,25 @@ class Supervisor:
 
     # ---- requests ---------------------------------------------------------------------------------------
 
+    def check_admission(self) -> None:
+        """Raise what lease() would raise, without admitting: lets the API refuse before decoding audio."""
+        if self.closing:
+            raise errors.ShuttingDown("the daemon is shutting down", retry_after=1)
+        if self.state == State.FATAL and self.last_error is not None:
+            raise errors.Fatal(f"loading failed {self.failures} times in a row: {self.last_error.message} "
+                               f"(run `hasrctl load` to retry)", retry_after=60)
+        if self.in_flight >= self.s.max_queue + self.s.max_concurrent:
+            raise errors.QueueFull(f"the queue is full: {self.in_flight} transcriptions are already running or "
+                                   f"waiting (HASR_MAX_QUEUE={self.s.max_queue}); try again later", retry_after=5)
+
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[None]:
         """Count a request as admitted from queueing to its end: the TTL never fires under it."""
         if self.closing:
             raise errors.ShuttingDown("the daemon is shutting down", retry_after=1)
         if self.in_flight >= self.s.max_queue + self.s.max_concurrent:
-            raise errors.QueueFull(f"{self.in_flight} requests are already admitted (HASR_MAX_QUEUE="
-                                   f"{self.s.max_queue}); try again later", retry_after=5)
+            raise errors.QueueFull(f"the queue is full: {self.in_flight} transcriptions are already running or "
+                                   f"waiting (HASR_MAX_QUEUE={self.s.max_queue}); try again later", retry_after=5)
         self.in_flight += 1
         self._idle.clear()
         try:
@@ -365,9 +390,13 @@ class Supervisor:
             self.failures = 0
             self.last_error = None
             self._set(State.STOPPED)
+        if self._load_task and not self._load_task.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._load_task)
+        # A request that waited for that load may now be running: "after the running job" includes it.
         while self.running:
             await asyncio.sleep(0.02)
-        await self._stop_worker()
+        await self._stop_worker()  # no await before STOPPING is set once the load is done
         self.keep_alive = False
 
     async def _stop_worker(self) -> None:
@@ -411,6 +440,12 @@ class Supervisor:
                 self.keep_alive = False
                 return
             await asyncio.sleep(min(left, 5.0))
+
+    def kill_now(self) -> None:
+        """A forced exit: SIGKILL the worker; its requests fail with worker_crashed and leave the queue."""
+        self.closing = True
+        if self.worker is not None:
+            self.worker.kill()
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -98,6 +99,7 @@ class WorkerProcess:
         self.death_reason = ""
         self.exit_code: int | None = None
         self._wlock = asyncio.Lock()
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self._tasks = [asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}-reader"),
                        asyncio.create_task(self._wait_exit(), name=f"worker-{self.pid}-wait")]
         if proc.stderr is not None:
@@ -146,7 +148,13 @@ class WorkerProcess:
             self.kill()
         except OSError as e:
             reason = f"the worker's channel failed: {e}"
-        self._mark_dead(reason)
+        # The channel usually ends because the process died: give the exit status a moment to arrive so
+        # the reason says how it died (signal, exit code, last words on stderr) rather than just "EOF".
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), 0.5)
+        except asyncio.TimeoutError:
+            pass
+        self._mark_dead(self._describe_death(reason))
 
     def _dispatch(self, msg: p.WorkerMsg) -> None:
         if isinstance(msg, (p.Progress, p.Draft, p.Sentence)):
@@ -184,14 +192,27 @@ class WorkerProcess:
         self.pongs.clear()
         self.hs.queue.put_nowait(None)
 
-    async def _wait_exit(self) -> None:
-        code = await self.proc.wait()
-        self.exit_code = code
-        if code < 0:
-            self.death_reason = self.death_reason or f"killed by {signal.Signals(-code).name}"
+    def _describe_death(self, fallback: str) -> str:
+        code = self.proc.returncode
+        if code is None:
+            what = fallback
+        elif code < 0:
+            what = f"killed by {signal.Signals(-code).name}" + (" (out of memory?)" if code == -9 else "")
         else:
-            self.death_reason = self.death_reason or f"exited with code {code}"
-        self._mark_dead(self.death_reason)
+            what = f"exited with code {code}"
+        last = next((line for line in reversed(self.stderr_tail) if line.strip()), "")
+        return f"{what}; its last output: {last}" if last else what
+
+    async def _wait_exit(self) -> None:
+        self.exit_code = await self.proc.wait()
+        reader = self._tasks[0]
+        try:  # let the reader drain what the worker wrote before it died (a Result may be in flight)
+            await asyncio.wait_for(asyncio.shield(reader), 0.5)
+        except asyncio.TimeoutError:
+            reader.cancel()  # a grandchild holds the channel open: EOF will not come
+        except BaseException:
+            pass
+        self._mark_dead(self._describe_death("it exited"))
         try:
             self.sock.close()
         except OSError:
@@ -203,7 +224,9 @@ class WorkerProcess:
             line = await self.proc.stderr.readline()
             if not line:
                 return
-            log.info("worker[%d]: %s", self.pid, line.decode("utf-8", "replace").rstrip())
+            text = line.decode("utf-8", "replace").rstrip()
+            self.stderr_tail.append(text[:300])
+            log.info("worker[%d]: %s", self.pid, text)
 
     # ---- writing ----------------------------------------------------------------------------------------
 
@@ -286,20 +309,31 @@ class WorkerProcess:
             raise errors.Timeout(f"the worker exceeded this request's work budget of {budget:.0f} s and was "
                                  f"killed") from None
         except asyncio.CancelledError:
-            # The client went away: ask the worker to stop, but keep the slot until it has (or kill it).
+            # The client went away: ask the worker to stop, and keep the slot until it has. The handshake
+            # runs in its own task and further cancellations (anyio cancels a scope's every await) are
+            # absorbed, so a healthy worker is never killed just because the client left.
             if not fut.done() and not self.dead.is_set():
-                try:
-                    await self._send(p.Cancel(id=req_id))
-                    await asyncio.wait([fut], timeout=5.0)
-                except BaseException:
-                    pass
-                if not fut.done():
-                    self.kill()  # it did not honour Cancel: the slot must not be shared with a runaway job
+                cleanup = asyncio.ensure_future(self._cancel_and_wait(req_id, fut))
+                while not cleanup.done():
+                    try:
+                        await asyncio.shield(cleanup)
+                    except asyncio.CancelledError:
+                        continue
             raise
         finally:
             self.pending.pop(req_id, None)
             if fut.done() and not fut.cancelled():
                 fut.exception()  # mark retrieved
+
+    async def _cancel_and_wait(self, req_id: int, fut: asyncio.Future[dict[str, Any]]) -> None:
+        try:
+            await self._send(p.Cancel(id=req_id))
+            await asyncio.wait([fut], timeout=5.0)
+        except errors.WorkerCrashed:
+            return
+        if not fut.done():
+            log.warning("worker %d ignored Cancel for 5 s; killing it", self.pid)
+            self.kill()  # a runaway job must not share the slot with the next one
 
     async def ping(self, timeout: float = 2.0) -> bool:
         nonce = next(self.ids)

@@ -155,6 +155,8 @@ def test_an_optional_tcp_socket_from_the_unit_is_served_but_may_not_name_paths(s
             with open(wav, "rb") as f:
                 r = c.post("/v1/audio/transcriptions", files={"file": ("a.wav", f)})
             assert r.status_code == 200 and r.json()["text"]
+            r = c.post("/api/stop")
+            assert r.status_code == 403 and "Unix socket" in r.json()["error"]["message"]
         with client(os.path.join(short_tmp, "s.sock")) as c:
             assert c.post("/transcribe", json={"audio_path": wav}).status_code == 200
     finally:

@@ -232,3 +232,47 @@ def test_an_unknown_engine_is_refused_at_start(short_tmp: str) -> None:
     r = subprocess.run([sys.executable, "-m", "hasrd.server", "--socket", os.path.join(short_tmp, "x.sock")],
                        env={**os.environ, "HASR_ENGINE": "nonsense"}, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "HASR_ENGINE='nonsense'" in r.stderr and "whisper" in r.stderr
+
+
+def test_a_client_disconnecting_from_a_stream_leaves_the_worker_loaded(daemon: Hasrd, short_tmp: str) -> None:
+    import socket as so
+    wav = write_wav(os.path.join(short_tmp, "long.wav"), 10.0)
+    with daemon.client() as c:
+        pid = c.post("/api/load").json()["pid"]
+    body = json.dumps({"audio_path": wav, "options": {"fake": {"rtf": 1.0}}}).encode()
+    s = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    s.connect(daemon.sock)
+    s.sendall(b"POST /transcribe HTTP/1.1\r\nHost: hasr\r\nAccept: application/x-ndjson\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    s.recv(4096)  # the stream has started
+    time.sleep(0.5)
+    s.close()
+    deadline = time.monotonic() + 10
+    while daemon.get("/api/ps")["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ps = daemon.get("/api/ps")
+    assert ps["state"] == "ready" and ps["pid"] == pid and ps["running"] == 0
+    assert "died" not in daemon.log()
+
+
+def test_a_chunked_upload_over_the_limit_is_stopped_at_the_limit(daemon: Hasrd) -> None:
+    sent = 0
+
+    def chunks():  # type: ignore[no-untyped-def]
+        nonlocal sent
+        yield b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.wav\"\r\n\r\n"
+        for _ in range(200):  # 200 x 64 KiB = 12.5 MB against a 1 MB limit
+            sent += 65536
+            yield b"\0" * 65536
+        yield b"\r\n--b--\r\n"
+
+    import httpx
+    with daemon.client() as c:
+        try:
+            r = c.post("/v1/audio/transcriptions", content=chunks(),
+                       headers={"Content-Type": "multipart/form-data; boundary=b"})
+        except httpx.TransportError:  # the daemon answered 413 and closed before we finished sending
+            assert sent < 200 * 65536, "the daemon read the whole oversized upload"
+        else:
+            assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    assert daemon.get("/health")["status"] == "idle"

@@ -226,8 +226,19 @@ def test_a_failing_load_is_503_with_retry_after_and_then_fatal(short_tmp: str) -
         assert h["status"] == "error" and "no weights" in h["error"]
         r = transcribe(d.sock, wav)
         assert r.status_code == 503 and r.json()["error"]["code"] == "fatal"
+        assert d.get("/api/ps")["state"] == "fatal"
     finally:
         d.stop()
+
+
+def test_a_daemon_whose_load_failed_once_still_exits_when_idle(short_tmp: str) -> None:
+    d = Hasrd(os.path.join(short_tmp, "b.sock"), env={"HASR_FAKE_FAIL_LOAD": "model_unavailable:nope"},
+              args=["--idle-exit", "0.5"])
+    wav = write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
+    assert transcribe(d.sock, wav).status_code == 503
+    h = d.get("/health")
+    assert h["status"] == "idle" and h["error"] == "nope" and h["loading"] is False
+    assert d.proc.wait(10) == 0
 
 
 def test_crash_timeout_and_queue_full_each_get_their_status_and_the_next_request_works(short_tmp: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -63,7 +64,9 @@ def test_a_failed_load_reaches_every_waiter_with_the_reason_and_the_next_request
         assert all(isinstance(o, errors.Unavailable) for o in outcomes), outcomes
         assert all("weights missing in /x" in str(o) for o in outcomes)
         assert sup.spawns == 1 and sup.state == State.BACKOFF
-        assert sup.snapshot()["health"] == "loading" and "weights missing" in sup.snapshot()["error"]
+        snap = sup.snapshot()  # not "loading": nothing is loading until the next request retries
+        assert snap["health"] == "idle" and "weights missing" in snap["error"]
+        assert "the next request retries" in snap["status_text"]
         knobs.pop("HASR_FAKE_FAIL_LOAD")
         result = await transcribe(sup)
         assert result["final"] and sup.spawns == 2 and sup.state == State.READY
@@ -75,9 +78,11 @@ def test_consecutive_load_failures_reach_fatal_and_an_explicit_load_clears_it() 
     async def main() -> None:
         sup, knobs = make({"HASR_FAKE_FAIL_LOAD": "runtime_failure:CUDA error: no kernel image"},
                           max_load_failures=3)
-        for _ in range(3):
-            with pytest.raises(errors.Unavailable):
+        for _ in range(2):
+            with pytest.raises(errors.LoadFailed):
                 await transcribe(sup)
+        with pytest.raises(errors.Fatal):  # the failure that makes it fatal already says so
+            await transcribe(sup)
         assert sup.state == State.FATAL
         snap = sup.snapshot()
         assert snap["health"] == "error" and "no kernel image" in snap["error"]
@@ -325,3 +330,64 @@ def test_a_worker_speaking_another_protocol_is_refused_loudly(short_tmp: str) ->
         await w.stop(grace=0.2)
         assert not pid_alive(w.pid)
     run(main())
+
+
+def test_a_client_leaving_mid_request_does_not_kill_a_healthy_worker_even_if_cancelled_twice() -> None:
+    async def main() -> None:
+        sup, _ = make()
+        await sup.load()
+        assert sup.worker is not None
+        pid = sup.worker.pid
+        task = asyncio.create_task(transcribe(sup, 10.0, options={"fake": {"rtf": 1.0}}))
+        while not sup.running:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # anyio cancels every await of a cancelled scope: the cleanup must survive that
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert sup.worker is not None and sup.worker.pid == pid and pid_alive(pid)
+        assert (await transcribe(sup, 0.2))["final"] and sup.worker.pid == pid
+        await sup.close()
+    run(main())
+
+
+def test_unload_during_a_load_lets_the_request_that_started_it_finish() -> None:
+    async def main() -> None:
+        sup, _ = make({"HASR_FAKE_LOAD_SEC": "0.6"})
+        task = asyncio.create_task(transcribe(sup, 0.5, options={"fake": {"rtf": 0.5}}))
+        await asyncio.sleep(0.2)
+        assert sup.state == State.STARTING
+        await sup.unload()
+        result = await task  # not "cancelled": unload waits for the running job, including this one
+        assert result["final"] and sup.state == State.STOPPED
+    run(main())
+
+
+def test_a_crash_reports_how_the_worker_died_and_its_last_words() -> None:
+    async def main() -> None:
+        sup, _ = make()
+        with pytest.raises(errors.WorkerCrashed) as exc:
+            await transcribe(sup, 1.0, options={"fake": {"crash": True}})
+        assert "killed by SIGKILL" in exc.value.message and "fake engine: loaded" in exc.value.message
+        await sup.close()
+    run(main())
+
+
+def test_a_worker_that_cannot_start_says_why(short_tmp: str) -> None:
+    async def main() -> None:
+        async def spawn(report: Any) -> WorkerProcess:
+            return await WorkerProcess.spawn("fake", argv=[sys.executable, "-c",
+                                                           "import sys; sys.exit('No module named msgspec')"])
+
+        sup = Supervisor(settings(), spawn)
+        with pytest.raises(errors.LoadFailed) as exc:
+            await transcribe(sup)
+        assert "exited with code 1" in exc.value.message and "No module named msgspec" in exc.value.message
+    run(main())
+
+
+def test_max_concurrent_above_one_is_refused_at_configuration() -> None:
+    with pytest.raises(config.ConfigError, match="HASR_MAX_CONCURRENT"):
+        config.load(env={"HASR_MAX_CONCURRENT": "2"})

@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent(args.parent_pid)
     sys.stdout.flush()
     os.dup2(2, 1)  # vLLM and R2T2's finish_streaming_transcribe print to stdout; keep the channel clean
+    os.set_inheritable(args.fd, False)  # vLLM's helpers and any os.system() must not hold the channel open
     sock = socket.socket(fileno=args.fd)
     ch = Channel(sock)
     ch.send(p.Hello(protocol=p.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0],
