@@ -350,7 +350,7 @@ async def ps(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)
     snap = d.supervisor.snapshot()
-    if snap["pid"] and snap["identity"].get("device", "").startswith("cuda"):
+    if snap["pid"] and str(snap["identity"].get("device") or "").startswith("cuda"):
         from hasrd import gpu
 
         pids = {int(x) for x in os.listdir("/proc") if x.isdigit() and _pgid(int(x)) == snap["pid"]}
