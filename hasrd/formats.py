@@ -111,16 +111,45 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False) + "\n"
 
 
+def words(result: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """OpenAI's top-level ``words`` ``[{word, start, end}]`` from the sentences' ``words``; None when no sentence
+    carries any (word timestamps were not asked for, or the engine has none).
+
+    Words are stripped of whisper's leading space, empty ones dropped; times are clamped like segments'.
+    """
+    out: list[dict[str, Any]] = []
+    found = False
+    for item in result.get("per_sentence") or []:
+        items = item.get("words") if isinstance(item, dict) else None
+        if not isinstance(items, list):
+            continue
+        found = True
+        for w in items:
+            if not isinstance(w, dict):
+                continue
+            text = str(w.get("word") or "").strip()
+            if not text:
+                continue
+            start = _seconds(w.get("start"))
+            out.append({"word": text, "start": start, "end": max(start, _seconds(w.get("end")))})
+    return out if found else None
+
+
 def verbose(result: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI's verbose_json shape, with hasr's whole result under ``hasr``."""
-    return {
+    """OpenAI's verbose_json shape (``words`` too when the sentences carry them), with hasr's whole result
+    under ``hasr``."""
+    doc: dict[str, Any] = {
         "task": "transcribe",
         "language": result.get("language"),
         "duration": result.get("duration_s"),
         "text": result.get("final") or "",
         "segments": segments(result),
-        "hasr": result,
     }
+    ws = words(result)
+    if ws is not None:
+        doc["words"] = ws
+    doc["hasr"] = result
+    return doc
 
 
 def render(result: dict[str, Any], fmt: str) -> str:

@@ -89,6 +89,25 @@ def test_the_openai_endpoint_returns_timed_segments_from_real_speech(whisper_dae
     assert body["segments"] and body["segments"][-1]["end"] <= body["duration"] + 0.1
 
 
+def test_word_timestamps_come_through_the_daemon_as_openai_words(whisper_daemon: Hasrd) -> None:
+    # the reviewer's repro: numpy.float64 in the result made this a runtime_failure
+    with whisper_daemon.client(120) as c, open(DATA / "en_quick_brown_fox.flac", "rb") as f:
+        r = c.post("/v1/audio/transcriptions", files={"file": ("fox.flac", f, "audio/flac")},
+                   data={"language": "en", "response_format": "verbose_json", "timestamp_granularities[]": "word"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    words = body["words"]
+    assert [w["word"].strip(".").lower() for w in words] == "the quick brown fox jumps over the lazy dog".split()
+    assert all(set(w) == {"word", "start", "end"} and 0 <= w["start"] <= w["end"] <= body["duration"] + 0.05
+               for w in words)
+    assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+    assert [w["word"] for w in words] == [x["word"].strip() for s in body["hasr"]["per_sentence"] for x in s["words"]]
+    with whisper_daemon.client(120) as c, open(DATA / "en_hello_world.flac", "rb") as f:
+        r = c.post("/v1/audio/transcriptions", files={"file": ("hello.flac", f, "audio/flac")},
+                   data={"language": "en", "response_format": "verbose_json"})
+    assert r.status_code == 200 and "words" not in r.json()  # only on request
+
+
 def lowpass(pcm: np.ndarray, hz: float) -> np.ndarray:
     """Band-limit so an 8 kHz copy carries the same content as the 16 kHz ones (the test is decoding, not
     the model's robustness to telephone bandwidth)."""

@@ -3,8 +3,11 @@
 Audio: three Chinese clips with 1 s pauses. The draft scripts are laid out so that sentence k's window covers
 clip k: sentence 1 is complete (its draft text must survive untouched), sentence 2 carries ``|`` and sentence
 3 has no end mark, so exactly those two windows go to faster-whisper, whose text must be the clip's speech.
-Measured CER of those fw sentences with whisper base (int8): jishu window 0.10, pangrama window 0.375 (the
-padded window hears the pause edges; whisper writes some traditional characters); thresholds 0.40 / 0.50.
+Measured CER of those fw sentences with whisper base (int8): jishu window 0.00, pangrama window 0.375
+(whisper writes some traditional characters); thresholds 0.40 / 0.50. The scripted draft does not lag the
+audio, so each window, reaching v2c.LAG_CHUNKS (0.8 s) + 0.32 s back for R2T2's lag, also hears the last
+~0.5 s of the previous clip; fw did not carry any of it into the text. (With windows starting at the chunk
+after the previous close the jishu window measured 0.10.)
 """
 
 from __future__ import annotations

@@ -54,6 +54,22 @@ def test_a_missing_r2t2_package_says_what_to_install_and_where(monkeypatch: pyte
     assert "HASR_WORKER_PYTHON" in e.value.message
 
 
+def test_the_install_hint_is_the_readme_recipe_and_installs_nothing_unpublished() -> None:
+    import re
+
+    from hasrd.worker.engines.r2t2 import INSTALL
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    venv = "~/.local/share/hasr/gpu-venv"
+    assert f"-m venv {venv}" in INSTALL and f"-m venv {venv}" in readme
+    pip = re.search(r"/bin/pip install (.*?) \(", INSTALL)
+    assert pip is not None and pip.group(1).split() == [
+        "'git+https://github.com/netease-youdao/Confucius4-R2T2'", "faster-whisper", "msgspec", "numpy"]
+    assert "install 'git+https://github.com/netease-youdao/Confucius4-R2T2'" in readme
+    assert "faster-whisper msgspec numpy" in readme
+    assert f"HASR_WORKER_PYTHON={venv}/bin/python" in INSTALL and "/gpu/" not in INSTALL
+
+
 def test_the_unrelated_pypi_r2t2_package_is_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     use(monkeypatch, "unrelated")
     with pytest.raises(EngineError) as e:

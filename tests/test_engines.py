@@ -118,6 +118,31 @@ def test_word_timestamps_come_on_request_inside_their_sentence(whisper: WhisperE
     assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
     plain, _ = run(whisper, load("en_hello_world"), "English")
     assert "words" not in plain["per_sentence"][0]
+    # faster-whisper's numpy.float64 values must not reach the worker channel (msgspec refuses them)
+    p.encode(p.Result(id=1, result=r))
+    assert all(type(w[k]) is float for w in words for k in ("start", "end", "probability"))
+    assert all(type(x[k]) is float for x in (s,) for k in ("start_s", "end_s"))
+
+
+def test_the_prompt_reaches_the_real_model_as_initial_prompt(whisper: WhisperEngine) -> None:
+    real = whisper.model
+    seen: list[Any] = []
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def transcribe(self, audio: np.ndarray, **kw: Any) -> Any:
+            seen.append(kw.get("initial_prompt"))
+            return real.transcribe(audio, **kw)
+
+    whisper.model = Spy()
+    try:
+        r, _ = run(whisper, load("en_hello_world"), "English", prompt="Hello world.")
+    finally:
+        whisper.model = real
+    assert seen == ["Hello world."]
+    assert error_rate("en", CLIPS["en_hello_world"][1], r["final"]) <= MAX_WER
 
 
 def test_long_audio_is_cut_at_pauses_and_times_carry_the_offsets() -> None:
@@ -173,5 +198,11 @@ def test_the_worker_subprocess_transcribes_real_speech_with_the_whisper_engine()
         assert isinstance(res, p.Result) and res.result["final"] == ""
         _events, bad = w.transcribe(3, load("en_hello_world"), language="Klingon")
         assert isinstance(bad, p.Failed) and "Klingon" in bad.message
+        # word timestamps: numpy.float64 from faster-whisper used to fail the encoding of events and result
+        events, res = w.transcribe(4, load("en_quick_brown_fox"), {"word_timestamps": True}, language="en")
+        assert isinstance(res, p.Result), res
+        words = [x for s in res.result["per_sentence"] for x in s["words"]]
+        assert [x["word"].strip(" .").lower() for x in words][:3] == ["the", "quick", "brown"]
+        assert [e.text for e in events if isinstance(e, p.Sentence)] == [s["text"] for s in res.result["per_sentence"]]
     finally:
         w.close()

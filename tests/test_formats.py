@@ -54,6 +54,25 @@ def test_verbose_json_carries_segments_and_the_whole_result() -> None:
         {"id": 1, "start": 1.5, "end": 3723.0456, "text": "我们去公园散步吧。"},
     ]
     assert doc["hasr"] == RESULT
+    assert "words" not in doc  # no sentence carries words: OpenAI omits the field
+
+
+def test_verbose_json_has_top_level_words_when_sentences_carry_them() -> None:
+    result = {"final": "The quick brown. Fox", "per_sentence": [
+        {"text": "The quick brown.", "start_s": 0.0, "end_s": 1.0,
+         "words": [{"word": " The", "start": 0.0, "end": 0.2, "probability": 0.9},
+                   {"word": " quick", "start": 0.2, "end": 0.5, "probability": 0.8},
+                   {"word": " ", "start": 0.5, "end": 0.5, "probability": 0.1},
+                   {"word": " brown.", "start": 0.5, "end": 0.4, "probability": 0.7}]},
+        {"text": "Fox", "start_s": 1.0, "end_s": 2.0, "words": [{"word": " Fox", "start": -1, "end": 1.9}]},
+    ]}
+    doc = json.loads(formats.render(result, "verbose_json"))
+    assert doc["words"] == [{"word": "The", "start": 0.0, "end": 0.2}, {"word": "quick", "start": 0.2, "end": 0.5},
+                            {"word": "brown.", "start": 0.5, "end": 0.5}, {"word": "Fox", "start": 0.0, "end": 1.9}]
+    assert [s["text"] for s in doc["segments"]] == ["The quick brown.", "Fox"] and "words" not in doc["segments"][0]
+    # asked for but nothing said: an empty list, not a missing field
+    silent = {"final": "", "per_sentence": [{"text": "", "start_s": 0, "end_s": 1, "words": []}]}
+    assert formats.verbose(silent)["words"] == []
 
 
 def test_srt_uses_comma_milliseconds_and_hours() -> None:

@@ -15,6 +15,7 @@ from hasrd.worker.engines import EngineError
 from hasrd.worker.engines.fake import FakeEngine, ScriptedDraft
 
 CH = v2c.CHUNK
+LAG = v2c.LAG_CHUNKS
 
 
 class State:
@@ -97,8 +98,11 @@ def test_complete_sentences_keep_the_draft_and_never_call_faster_whisper() -> No
     assert fw.spans == [] and r["fw_calls"] == 0
     assert [(p["text"], p["engine"]) for p in r["per_sentence"]] == [("今天天气好。", "draft"), ("走吧！", "draft")]
     assert r["final"] == "今天天气好。走吧！" and r["draft"] == "今天天气好。走吧！"
+    # the second window opened at chunk 3; its audio reaches LAG_CHUNKS back (clamped at chunk 0) ...
     assert r["sent_windows"] == [{"text": "今天天气好。", "start_chunk": 0, "end_chunk": 2},
-                                 {"text": "走吧！", "start_chunk": 3, "end_chunk": 4}]
+                                 {"text": "走吧！", "start_chunk": 0, "end_chunk": 4}]
+    # ... while the sentence times stay on the draft's clock, contiguous
+    assert [(p["start_s"], p["end_s"]) for p in r["per_sentence"]] == [(0.0, 0.48), (0.48, 0.8)]
     assert r["first_text_s"] == pytest.approx(0.32)
 
 
@@ -127,8 +131,10 @@ def test_text_after_the_last_mark_becomes_the_last_window_after_finish() -> None
     fw = FW(["然后呢"])
     r, _ = run(ListDraft(["好。", None, "好。然后", None], final="好。然后呢"), 4, fw)
     assert r["sent_windows"] == [{"text": "好。", "start_chunk": 0, "end_chunk": 0},
-                                 {"text": "然后呢", "start_chunk": 1, "end_chunk": 3}]
+                                 {"text": "然后呢", "start_chunk": 0, "end_chunk": 3}]  # 1 - LAG, clamped
     assert [p["engine"] for p in r["per_sentence"]] == ["draft", "fw"] and r["final"] == "好。然后呢"
+    assert fw.spans == [4 * CH]  # chunks 0-3, padding clamped at both ends
+    assert r["per_sentence"][1]["start_s"] == pytest.approx(0.16)
 
 
 def test_several_pipes_in_one_window_cut_at_the_first() -> None:
@@ -174,9 +180,48 @@ def test_window_padding_is_0_32_s_and_clamped_at_both_ends() -> None:
     assert v2c.window_span(5, 9, n) == (5 * CH - 5120, 10 * CH + 5120)
     assert v2c.window_span(15, 19, n) == (15 * CH - 5120, n)
     fw = FW(["", "", ""])
-    run(ListDraft([None, "甲|", None, None, None, "甲|乙", None, None, None, "甲|乙丙"] + [None] * 10), 20, fw)
-    # windows [0,1] [2,5] [6,9]; nothing after chunk 9, so no last window
-    assert fw.spans == [2 * CH + 5120, 4 * CH + 2 * 5120, 4 * CH + 2 * 5120]
+    snaps: list[str | None] = [None] * 30
+    snaps[1], snaps[12], snaps[25] = "甲|", "甲|乙", "甲|乙丙"
+    r, _ = run(ListDraft(snaps), 30, fw)
+    # closes at 1, 12, 25 -> windows [0,1] [2-LAG (clamped to 0),12] [13-LAG,25]; nothing after 25, no last window
+    assert [(w["start_chunk"], w["end_chunk"]) for w in r["sent_windows"]] == [(0, 1), (0, 12), (13 - LAG, 25)]
+    assert fw.spans == [2 * CH + 5120, 13 * CH + 5120, (13 + LAG) * CH + 2 * 5120]
+
+
+@pytest.mark.parametrize("lag", [0, 3, LAG, LAG + 2])
+def test_a_lagging_draft_still_gives_faster_whisper_the_sentence_from_its_true_start(lag: int) -> None:
+    """R2T2 writes a sentence some chunks after it is spoken. Audio (chunks): A 0-9, B 11-25, C 28-36 of 40.
+    The draft shows each text ``lag`` chunks late: A (complete) closes at 9+lag, B (truncated by "|") at
+    25+lag, C (no end mark) arrives at finish. fw must hear B and C from their first chunk."""
+    a, b, c = "今天天气很好。", "我们去公园散步|吧。", "最后一句"
+    snaps: list[str | None] = [None] * 40
+    snaps[2 + lag], snaps[9 + lag] = a[:2], a  # A grows, then closes with its mark
+    snaps[13 + lag], snaps[25 + lag] = a + b[:3], a + b  # B grows (no mark, no "|" yet), then closes
+    heard: list[set[int]] = []
+
+    def fw(audio: np.ndarray) -> str:
+        heard.append({int(v) - 1 for v in np.unique(audio)})  # chunk k holds the value k + 1
+        return f"fw{len(heard)}"
+
+    pcm = np.repeat(np.arange(1, 41, dtype=np.float32), CH)
+    rec = Rec()
+    out = v2c.run(ListDraft(snaps, final=a + b + c), pcm, "Chinese", fw, emit=rec, mode="inline")
+    r = v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm))
+    assert [w["text"] for w in r["sent_windows"]] == [a, b, c]
+    assert [p["engine"] for p in r["per_sentence"]] == ["draft", "fw", "fw"] and r["fw_calls"] == 2
+    # the window rule: audio from LAG_CHUNKS before the chunk after the previous close
+    assert r["sent_windows"][1] == {"text": b, "start_chunk": max(0, 9 + lag + 1 - LAG), "end_chunk": 25 + lag}
+    assert r["sent_windows"][2] == {"text": c, "start_chunk": 25 + lag + 1 - LAG, "end_chunk": 39}
+    # what matters: B and C were heard whole, from their true first chunk (LAG_CHUNKS + 0.32 s of padding
+    # cover a draft up to 0.8 + 0.32 s late)
+    assert set(range(11, 26)) <= heard[0] and set(range(28, 37)) <= heard[1]
+    # times stay on the draft's clock: B starts where A ended
+    assert [(p["start_s"], p["end_s"]) for p in r["per_sentence"]] == [
+        (0.0, round((10 + lag) * 0.16, 3)), (round((10 + lag) * 0.16, 3), round((26 + lag) * 0.16, 3)),
+        (round((26 + lag) * 0.16, 3), 6.4)]
+    if lag >= 4:  # starting at the chunk after the close (the previous rule) would cut B's first syllables
+        a0, _ = v2c.window_span(9 + lag + 1, 25 + lag, len(pcm))
+        assert a0 > 11 * CH
 
 
 def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
@@ -195,10 +240,15 @@ def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
         assert len(ws) == len(ps) == len(rec.sentences())
         prev_end = -1
         for w, p in zip(ws, ps):
-            assert w["start_chunk"] == min(prev_end + 1, n - 1) and w["start_chunk"] <= w["end_chunk"] < n
-            assert p["start_s"] == pytest.approx(w["start_chunk"] * 0.16)
+            # the audio window reaches LAG chunks back from the chunk after the previous close
+            assert w["start_chunk"] == max(0, prev_end + 1 - LAG) and w["start_chunk"] <= w["end_chunk"] < n
+            # the sentence starts on the draft's clock at that chunk (the last window stays inside the audio)
+            assert p["start_s"] == pytest.approx(min(prev_end + 1, n - 1) * 0.16)
             assert p["end_s"] == pytest.approx(min(r["duration_s"], (w["end_chunk"] + 1) * 0.16))
             prev_end = w["end_chunk"]
+        # cues follow each other: each sentence starts where the previous ended (bar the end-of-audio clamp)
+        for a, b in zip(ps, ps[1:]):
+            assert b["start_s"] == pytest.approx(a["end_s"]) or b["start_s"] == pytest.approx((n - 1) * 0.16)
         assert "".join(w["text"] for w in ws) == r["draft"]
         assert r["fw_calls"] == sum(v2c.is_truncated(w["text"]) for w in ws)
 
@@ -225,6 +275,18 @@ def test_the_draft_model_gets_the_seed_parameters_and_160_ms_float32_chunks(capf
     assert out == "" and "R2T2 prints" in err
 
 
+class SlowDraft(ListDraft):
+    """A ListDraft that takes a seeded random time per chunk, so the final-stage thread interleaves with it."""
+
+    def __init__(self, snaps: list[str | None], rng: random.Random, max_delay: float) -> None:
+        super().__init__(snaps)
+        self.rng, self.max_delay = rng, max_delay
+
+    def streaming_transcribe(self, pcm16k: np.ndarray, state: State, max_new_tokens: int | None = None) -> tuple[str, str]:
+        time.sleep(self.rng.uniform(0, self.max_delay))
+        return super().streaming_transcribe(pcm16k, state, max_new_tokens)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_thread_inline_and_after_modes_return_the_same_result(seed: int) -> None:
     rng = random.Random(seed)
@@ -233,10 +295,25 @@ def test_thread_inline_and_after_modes_return_the_same_result(seed: int) -> None
     for _ in range(n):
         text += rng.choice(["字", "。", "|", "", ""])
         snaps.append(text or None)
+    # chunk k holds the value k + 1, so the fw text names exactly the samples it was given
+    pcm = np.repeat(np.arange(1, n + 1, dtype=np.float32), CH)[:n * CH - rng.randint(0, CH - 1)]
     results = []
     for mode in v2c.MODES:
-        fw = FW(delay=0.002 if mode == "thread" else 0.0)
-        r, rec = run(ListDraft(list(snaps)), n, lambda a, fw=fw: f"<{len(a)}>", mode=mode)
+        delays = random.Random(seed + 1000)  # the same per-window delays (and draft delays) in every mode
+        on_main: list[bool] = []
+
+        def fw(audio: np.ndarray, delays: random.Random = delays, on_main: list[bool] = on_main) -> str:
+            on_main.append(threading.current_thread() is threading.main_thread())
+            time.sleep(delays.uniform(0.0, 0.008))  # fw lags the draft by a different time per window
+            return f"<{int(audio[0])}-{int(audio[-1])}:{len(audio)}>"
+
+        rec = Rec()
+        out = v2c.run(SlowDraft(list(snaps), random.Random(seed + 2000), 0.002), pcm, "Chinese", fw, emit=rec,
+                      mode=mode)
+        r = v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm))
+        assert len(on_main) == r["fw_calls"] == sum(v2c.is_truncated(w["text"]) for w in r["sent_windows"])
+        assert all(m == (mode != "thread") for m in on_main)  # thread mode really ran fw beside the draft
+        assert [e[1] for e in rec.sentences()] == list(range(len(r["per_sentence"])))  # emitted in order
         results.append((r["per_sentence"], r["sent_windows"], r["fw_calls"], r["final"], rec.sentences()))
     assert results[0] == results[1] == results[2]
 

@@ -1,8 +1,10 @@
 """Language names and codes: R2T2 wants full names ("Chinese"), faster-whisper wants codes ("zh").
 
 Requests may carry either ("Chinese", "chinese", "zh", "zh-CN", "zh_TW", "en-US", "Mandarin"); ``resolve`` maps
-them to one (name, code) pair. Pure and import-light, so the daemon can validate a request's language before
-it wakes a worker.
+them to one (name, code) pair. Pure and import-light (standard library only: no numpy), so the daemon
+validates a request's language with ``resolve`` before it decodes audio or wakes a worker; an unknown one
+raises :class:`UnknownLanguage` (a ValueError whose message is the sentence to show). Whether a particular
+model takes a known language (R2T2 knows fewer than Whisper) is the worker's to say.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ class UnknownLanguage(ValueError):
 
 
 def resolve(language: str | None) -> tuple[str, str]:
-    """Map a request's language to (full name, whisper code); ("", "") means "detect"."""
+    """Map a request's language to (full name, whisper code); ("", "") means "detect" ("", "auto", "detect").
+
+    Raises UnknownLanguage for a language neither R2T2 nor Whisper knows. Safe to call in the daemon.
+    """
     raw = (language or "").strip()
     if not raw or raw.lower() in ("auto", "detect"):
         return "", ""

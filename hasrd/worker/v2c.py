@@ -12,10 +12,21 @@ Stage 2 (final): a window is *truncated* when its text carries ``|`` or lacks a 
 to ``window_fn`` with 0.32 s of padding on both sides (clamped to the audio). Truncated -> the fw text, or the
 draft cut at ``|`` when fw returns nothing (engine "fw"); complete -> the draft text (engine "draft").
 
-One deliberate reading of the seed: its windows record the *character* offset where a window starts and then
-use it as a chunk index for the audio span. Here a window starts at the chunk after the previous window closed
-(chunk 0 for the first), so the audio span and the reported times are in one unit. The character offset is
-kept as ``Window.start_char``.
+Changes from the seed (window start): the seed records a window's start as a *character* offset into the
+draft and then uses it as a chunk index for the audio span (mixed units). For Chinese (fewer characters than
+160 ms chunks) that lands earlier than the chunk where the previous window closed, and so, by accident, covers
+the draft's lag behind the audio. Starting at the chunk after the previous close instead would cut off the
+first syllables of a truncated sentence that began while the draft lagged, exactly where faster-whisper is
+asked to repair it. Here a window's audio starts at ``max(0, previous_close + 1 - LAG_CHUNKS)`` (chunk 0 for the
+first window; never before its segment's start), with LAG_CHUNKS = 5 (0.8 s: the seed's measured median
+first-text delay), then 0.32 s of padding on both sides, clamped to the audio, as in the seed. The price: where
+the draft keeps up with the audio, a window also hears up to 0.8 s of the previous sentence's end (the seed's
+windows reached back further still). Units are chunks throughout; the character offset
+is kept as ``Window.start_char``. ``sent_windows[k]`` = ``{start_chunk, end_chunk}`` is that audio window
+before padding (so consecutive windows overlap by up to LAG_CHUNKS chunks); ``per_sentence[k]`` ``start_s`` /
+``end_s`` are the sentence's times on the draft's clock, from the chunk after the previous close
+(``Window.open_chunk``) to the end of its own close chunk: contiguous and never overlapping, so subtitle cues
+follow each other, trailing the speech by the draft's lag.
 
 Long audio arrives as segments (segment.py), each with a fresh draft state and its offset; windows, chunk
 indices and times are global. Events: ``draft`` carries the current segment's draft so far (the whole draft
@@ -48,6 +59,10 @@ SR = 16000
 CHUNK_SEC = 0.160
 CHUNK = 2560  # 160 ms at 16 kHz
 PAD = int(0.32 * SR)  # window padding on each side
+# How far (in chunks) a window's audio reaches back before the chunk after the previous close: the draft lags
+# the audio, so a sentence's speech starts before its text appears. 5 chunks = 0.8 s, the seed's measured
+# median first-text delay of R2T2 (seed 000 §2.4); see "Changes from the seed" above.
+LAG_CHUNKS = 5
 MAX_NEW_TOKENS = 4
 MODES = ("thread", "inline", "after")
 
@@ -68,12 +83,18 @@ class DraftModel(Protocol):
 
 @dataclass(frozen=True)
 class Window:
-    """A sentence window of one segment: draft text and the chunks (segment-local) it covers."""
+    """A sentence window of one segment: draft text and its chunks (segment-local).
+
+    ``start_chunk``..``end_chunk``: the audio faster-whisper gets (before padding), reaching LAG_CHUNKS back
+    for the draft's lag; ``open_chunk``: the chunk after the previous window closed, where the sentence starts
+    on the draft's clock (``per_sentence.start_s``).
+    """
 
     text: str
     start_char: int
     start_chunk: int
     end_chunk: int
+    open_chunk: int
 
 
 def has_end_mark(text: str) -> bool:
@@ -98,6 +119,11 @@ def n_chunks(n_samples: int) -> int:
     return (n_samples + CHUNK - 1) // CHUNK
 
 
+def window_start(open_chunk: int) -> int:
+    """First audio chunk of the window opened at ``open_chunk`` (previous close + 1): LAG_CHUNKS earlier."""
+    return max(0, open_chunk - LAG_CHUNKS)
+
+
 def window_span(start_chunk: int, end_chunk: int, n_samples: int) -> tuple[int, int]:
     """Sample range given to faster-whisper: the window's chunks plus 0.32 s each side, clamped to the audio."""
     a0 = max(0, int(start_chunk * CHUNK - PAD))
@@ -119,7 +145,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
     committed = ""
     windows: list[Window] = []
     win_start = 0  # character offset in state.text
-    win_chunk = 0  # first chunk of the open window
+    win_chunk = 0  # the chunk after the previous close: where the open window starts on the draft's clock
     first_text_s: float | None = None
     total = n_chunks(len(pcm))
     for i in range(total):
@@ -135,7 +161,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
             committed = current
             on_text(current)
             if has_end_mark(new) or "|" in current:
-                w = Window(current[win_start:], win_start, win_chunk, i)
+                w = Window(current[win_start:], win_start, window_start(win_chunk), i, win_chunk)
                 windows.append(w)
                 on_window(w)
                 win_start, win_chunk = len(current), i + 1
@@ -147,7 +173,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
         if len(full) > len(committed):
             on_text(full)
         last = total - 1
-        w = Window(full[win_start:], win_start, min(win_chunk, last), last)
+        w = Window(full[win_start:], win_start, min(window_start(win_chunk), last), last, min(win_chunk, last))
         windows.append(w)
         on_window(w)
     return windows, full, first_text_s
@@ -241,7 +267,7 @@ class FinalStage:
                 self.fw_s += time.monotonic() - t0
                 self.fw_calls += 1
         text, engine = choose(w.text, fw_text)
-        start_s = round((self.offset + w.start_chunk * CHUNK) / SR, 3)
+        start_s = round((self.offset + w.open_chunk * CHUNK) / SR, 3)  # the draft's clock: contiguous cues
         end_s = round((self.offset + min(len(self.pcm), (w.end_chunk + 1) * CHUNK)) / SR, 3)
         with self.lock:
             self.settled[k] = {"text": text, "engine": engine, "start_s": start_s, "end_s": end_s}

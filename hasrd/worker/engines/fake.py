@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hasrd.worker import v2c
-from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.engines import Emitter, EngineError, plain_result
 from hasrd.worker.languages import UnknownLanguage, resolve
 
 SENT_END = v2c.SENT_END
@@ -206,7 +206,7 @@ class FakeEngine:
         result = v2c.result("fake", language, code, out, n)
         result["draft"] = script
         result["final"] = "".join(p["text"] for p in out.per_sentence)  # the script decides its own spacing
-        return result
+        return plain_result(result)
 
     def close(self) -> None:
         self._gpu_block = None

@@ -10,6 +10,12 @@ engine's :class:`~hasrd.worker.engines.fake.ScriptedDraft` over ``HASR_FAKE_SCRI
 final stage is the real faster-whisper model (HASR_FW_MODEL, or the embedded one on the CPU). Through the
 daemon, fw_calls is then the number of truncated script sentences, and exactly those sentences carry
 faster-whisper's text of their window.
+
+The request's prompt (``options["prompt"]``, the OpenAI ``prompt``) is not used here, on purpose: the draft
+is initialised with the seed's ``context=""`` and the windows are the seed's call verbatim (language,
+beam_size=5, vad_filter=False), which is what the v2c CER was measured with; and a window is a short piece of
+a truncated sentence, where an initial prompt is what whisper most readily echoes or continues (seed §2.5:
+small windows amplify fw hallucinations). The whisper engine passes the prompt on.
 """
 
 from __future__ import annotations

@@ -21,16 +21,20 @@ import numpy as np
 
 from hasrd.config import Settings
 from hasrd.worker import segment, v2c
-from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.engines import Emitter, EngineError, plain_result
 from hasrd.worker.engines.whisper import language_of
 
 REPO = "https://github.com/netease-youdao/Confucius4-R2T2"
 WEIGHTS_REPO = "netease-youdao/Confucius4-R2T2"
 LOAD_KW: dict[str, Any] = {"gpu_memory_utilization": 0.35, "max_model_len": 4096, "max_new_tokens": 4}
 DEFAULT_LANGUAGE = "Chinese"
-INSTALL = (f"the GPU stack lives in its own venv (Python 3.10-3.13): python -m venv ~/.local/share/hasr/gpu && "
-           f"~/.local/share/hasr/gpu/bin/pip install 'git+{REPO}' faster-whisper hasr (this pulls vllm==0.14.0), "
-           f"then set HASR_WORKER_PYTHON=~/.local/share/hasr/gpu/bin/python (README: Setting up the GPU stack)")
+GPU_VENV = "~/.local/share/hasr/gpu-venv"
+# What the README's "Setting up the GPU stack" says. hasr itself is not installed there (it is not published):
+# the daemon makes its own hasrd package importable in HASR_WORKER_PYTHON's interpreter.
+INSTALL = (f"the GPU stack lives in its own venv (Python 3.10-3.13): python3.12 -m venv {GPU_VENV} && "
+           f"{GPU_VENV}/bin/pip install 'git+{REPO}' faster-whisper msgspec numpy (this pulls vllm==0.14.0), "
+           f"then set HASR_WORKER_PYTHON={GPU_VENV}/bin/python (hasrd makes its own package importable there; "
+           f"README: Setting up the GPU stack)")
 
 
 def import_r2t2() -> Any:
@@ -133,7 +137,7 @@ def run_v2c(engine_name: str, draft: Any, window: Callable[[str], Any] | None, s
     ranges = segment.speech_ranges(segment.iter_segments(pcm, settings.max_segment_sec))
     out = v2c.run(draft, pcm, name, window(code) if window else None, emit=emit, cancelled=cancelled,
                   mode=settings.v2c_final, segments=ranges)
-    return v2c.result(engine_name, name, code, out, len(pcm))
+    return plain_result(v2c.result(engine_name, name, code, out, len(pcm)))
 
 
 def versions(*dists: str) -> dict[str, str]:

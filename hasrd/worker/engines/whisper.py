@@ -4,11 +4,19 @@ Windows (hybrid): the seed's call exactly, ``transcribe(window, language=<code>,
 vad_filter=False)``, on a numpy view of the request's PCM (no temporary files).
 
 Whole files (whisper engine): Silero VAD on, timestamps per segment, optional word timestamps
-(``options={"word_timestamps": true}``), ``options["prompt"]`` as initial prompt, and a bounded temperature
-fallback (0.0, 0.2, 0.4) without conditioning on previous text and a token cap for short pieces, so a 5 s
-clip cannot turn into 15 s of retries (notes/models.md) and one hallucination cannot feed the next window. Silence gives no segments, hence
-an empty transcript. Long input goes through segment.py first, so the mel spectrogram never covers more than
-HASR_WHISPER_SEGMENT_SEC.
+(``options={"word_timestamps": true}``), ``options["prompt"]`` (the OpenAI ``prompt``; ``"initial_prompt"`` is
+read too) as faster-whisper's ``initial_prompt`` for every piece, and a bounded temperature fallback (0.0, 0.2,
+0.4) without conditioning on previous text and a token cap for short pieces, so a 5 s clip cannot turn into
+15 s of retries (notes/models.md) and one hallucination cannot feed the next window. Silence gives no
+segments, hence an empty transcript. Long input goes through segment.py first, so the mel spectrogram never
+covers more than HASR_WHISPER_SEGMENT_SEC.
+
+The v2c windows never get the prompt: they are the seed's call verbatim, and a prompt on a short fragment of a
+truncated sentence invites whisper to echo or continue it (hybrid.py).
+
+faster-whisper returns numpy.float64 times and probabilities once word timestamps are on (segment times
+included); the worker channel (msgspec) cannot encode those, so every number is made a float where it is read
+and the result goes through :func:`~hasrd.worker.engines.plain_result`.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 
 from hasrd.config import Settings
 from hasrd.worker import segment
-from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.engines import Emitter, EngineError, plain_result
 from hasrd.worker.languages import NAMES, UnknownLanguage, join_sentences, resolve
 
 SR = 16000
@@ -112,9 +120,17 @@ def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
         if len(audio) == 0:
             return ""
         segments, _info = model.transcribe(audio, language=code, **WINDOW_KW)
-        return "".join(s.text for s in segments).strip()
+        return "".join(str(s.text) for s in segments).strip()
 
     return transcribe_window
+
+
+def prompt_of(options: dict[str, Any]) -> str | None:
+    """The initial prompt a request asks for: ``options["prompt"]`` (the OpenAI field), else "initial_prompt"."""
+    for key in ("prompt", "initial_prompt"):
+        if options.get(key):
+            return str(options[key])
+    return None
 
 
 def language_of(language: str) -> tuple[str, str]:
@@ -153,8 +169,7 @@ class WhisperEngine:
                    cancelled: Callable[[], bool]) -> dict[str, Any]:
         name, code = language_of(language or self.settings.language)
         fw_code = whisper_code(self.model, code)
-        kw = dict(WHOLE_KW, word_timestamps=bool(options.get("word_timestamps")),
-                  initial_prompt=(str(options["prompt"]) if options.get("prompt") else None))
+        kw = dict(WHOLE_KW, word_timestamps=bool(options.get("word_timestamps")), initial_prompt=prompt_of(options))
         n = len(pcm)
         total_s = round(n / SR, 3)
         per_sentence: list[dict[str, Any]] = []
@@ -173,16 +188,17 @@ class WhisperEngine:
             for s in segments:  # lazy: decoding happens while iterating
                 if cancelled():
                     raise EngineError("cancelled", "the request was cancelled")
-                text = s.text.strip()
-                emit.progress(round(min(offset + s.end, total_s), 3), total_s)
+                text = str(s.text).strip()
+                seg_start, seg_end = float(s.start), float(s.end)  # numpy.float64 with word timestamps
+                emit.progress(round(min(offset + seg_end, total_s), 3), total_s)
                 if not text:
                     continue
-                start_s, end_s = round(offset + s.start, 3), round(offset + s.end, 3)
+                start_s, end_s = round(offset + seg_start, 3), round(offset + seg_end, 3)
                 entry: dict[str, Any] = {"text": text, "engine": "fw", "start_s": start_s, "end_s": end_s}
                 if s.words:
-                    entry["words"] = [{"word": w.word, "start": round(offset + w.start, 3),
-                                       "end": round(offset + w.end, 3), "probability": round(w.probability, 4)}
-                                      for w in s.words]
+                    entry["words"] = [{"word": str(w.word), "start": round(offset + float(w.start), 3),
+                                       "end": round(offset + float(w.end), 3),
+                                       "probability": round(float(w.probability), 4)} for w in s.words]
                 if first_text_s is None:
                     first_text_s = end_s
                 emit.sentence(len(per_sentence), text, "fw", start_s, end_s)
@@ -191,11 +207,11 @@ class WhisperEngine:
                 windows.append({"text": text, "start_chunk": c0,
                                 "end_chunk": max(c0, math.ceil(end_s / 0.16) - 1)})
             if fw_code is None and info.language:  # detected once, then kept for the following pieces
-                fw_code = info.language
+                fw_code = str(info.language)
                 name, code = NAMES.get(fw_code, fw_code), fw_code
         emit.progress(total_s, total_s)
         elapsed = time.monotonic() - t0
-        return {
+        return plain_result({
             "engine": "whisper",
             "language": name,
             "language_code": code,
@@ -207,7 +223,7 @@ class WhisperEngine:
             "per_sentence": per_sentence,
             "duration_s": total_s,
             "timings": {"draft_s": 0.0, "final_s": round(elapsed, 4), "fw_s": round(elapsed, 4)},
-        }
+        })
 
     def close(self) -> None:
         self.model = None

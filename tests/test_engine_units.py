@@ -1,0 +1,141 @@
+"""Engine code against a stub WhisperModel (no model, fast): what reaches faster-whisper, and that everything an
+engine sends over the worker channel can be encoded (faster-whisper hands out numpy.float64)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hasrd import config
+from hasrd import protocol as p
+from hasrd.worker.engines import plain, plain_result
+from hasrd.worker.engines.fake import FakeEngine
+from hasrd.worker.engines.hybrid import HybridEngine
+from hasrd.worker.engines.whisper import WhisperEngine
+from hasrd.worker.languages import UnknownLanguage, resolve
+
+SR = 16000
+
+
+class StubWhisper:
+    """Records every ``transcribe`` call's keyword arguments; answers one segment per call with numpy.float64
+    times and probabilities, as faster-whisper 1.x does once word timestamps are on."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def transcribe(self, audio: np.ndarray, **kw: Any) -> tuple[Any, Any]:
+        self.calls.append(kw)
+        dur = np.float64(len(audio) / SR)
+        words = None
+        if kw.get("word_timestamps"):
+            words = [SimpleNamespace(word=" hello", start=np.float64(0.1), end=np.float64(0.4),
+                                     probability=np.float64(0.91234567)),
+                     SimpleNamespace(word=" world", start=np.float64(0.4), end=dur, probability=np.float32(0.5))]
+        seg = SimpleNamespace(text=" hello world", start=np.float64(0.0), end=dur, words=words)
+        return iter([seg]), SimpleNamespace(language=kw.get("language") or "en")
+
+
+class Wire:
+    """An Emitter that encodes every event as the worker does (msgspec msgpack), so numpy values fail here."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def progress(self, done_s: float, total_s: float) -> None:
+        self.frames.append(p.encode(p.Progress(id=1, done_s=done_s, total_s=total_s)))
+
+    def draft(self, text: str) -> None:
+        self.frames.append(p.encode(p.Draft(id=1, text=text)))
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+        self.frames.append(p.encode(p.Sentence(id=1, index=index, text=text, engine=engine, start_s=start_s,
+                                               end_s=end_s)))
+
+
+def whisper_engine(stub: StubWhisper) -> WhisperEngine:
+    e = WhisperEngine(config.load(env={}), "", "cpu", "int8")
+    e.model = stub  # no load(): the stub stands in for WhisperModel
+    return e
+
+
+def all_plain(obj: Any) -> bool:
+    if isinstance(obj, dict):
+        return all(all_plain(k) and all_plain(v) for k, v in obj.items())
+    if isinstance(obj, list):
+        return all(all_plain(v) for v in obj)
+    return obj is None or type(obj) in (str, int, float, bool)
+
+
+def test_the_prompt_reaches_faster_whisper_as_initial_prompt() -> None:
+    stub = StubWhisper()
+    e = whisper_engine(stub)
+    pcm = np.zeros(2 * SR, np.float32)
+    e.transcribe(pcm, "en", {"prompt": "Hasr, R2T2, faster-whisper."}, Wire(), lambda: False)
+    e.transcribe(pcm, "en", {}, Wire(), lambda: False)
+    e.transcribe(pcm, "en", {"initial_prompt": "older key"}, Wire(), lambda: False)  # what /transcribe once took
+    assert [c["initial_prompt"] for c in stub.calls] == ["Hasr, R2T2, faster-whisper.", None, "older key"]
+    assert all(c["language"] == "en" and c["beam_size"] == 5 and c["vad_filter"] for c in stub.calls)
+
+
+def test_word_timestamps_from_numpy_values_cross_the_worker_channel() -> None:
+    stub = StubWhisper()
+    wire = Wire()
+    r = whisper_engine(stub).transcribe(np.zeros(2 * SR, np.float32), "en", {"word_timestamps": True}, wire,
+                                        lambda: False)
+    assert stub.calls[0]["word_timestamps"] is True
+    p.encode(p.Result(id=1, result=r))  # TypeError here was runtime_failure through the daemon
+    assert all_plain(r)
+    (s,) = r["per_sentence"]
+    assert s["words"] == [{"word": " hello", "start": 0.1, "end": 0.4, "probability": 0.9123},
+                          {"word": " world", "start": 0.4, "end": 2.0, "probability": 0.5}]
+    assert (s["start_s"], s["end_s"]) == (0.0, 2.0) and type(r["first_text_s"]) is float
+    assert len(wire.frames) >= 3  # progress and sentence events were encoded too
+    sentence = [m for m in map(p.decode_worker, (f[4:] for f in wire.frames)) if isinstance(m, p.Sentence)]
+    assert [(m.text, m.start_s, m.end_s) for m in sentence] == [("hello world", 0.0, 2.0)]
+
+
+def test_plain_turns_numpy_values_into_python_ones() -> None:
+    got = plain({"a": np.float64(1.5), "b": (np.int64(2), np.bool_(True)), np.str_("c"): np.arange(3),
+                 "d": [{"e": np.float32(0.25)}], "f": None})
+    assert got == {"a": 1.5, "b": [2, True], "c": [0, 1, 2], "d": [{"e": 0.25}], "f": None} and all_plain(got)
+    assert plain_result({"x": np.float64(0.5)}) == {"x": 0.5}
+
+
+def test_hybrid_windows_get_the_seed_call_and_never_the_prompt() -> None:
+    stub = StubWhisper()
+    e = HybridEngine(config.load(env={"HASR_DRAFT": "scripted", "HASR_V2C_FINAL": "inline"}), "", "cpu", "int8",
+                     env={})
+    e.script, e.fw = "今天天气很好。我们去公园散步|吧。最后一句", stub  # no load(): scripted draft + stub fw
+    wire = Wire()
+    r = e.transcribe(np.zeros(3 * SR, np.float32), "Chinese", {"prompt": "会议纪要", "word_timestamps": True}, wire,
+                     lambda: False)
+    assert r["fw_calls"] == 2 and [s["engine"] for s in r["per_sentence"]] == ["draft", "fw", "fw"]
+    assert stub.calls == [{"language": "zh", "beam_size": 5, "vad_filter": False}] * 2
+    p.encode(p.Result(id=1, result=r))
+    assert all_plain(r)
+
+
+def test_the_fake_engine_result_is_plain() -> None:
+    r = FakeEngine(env={}).transcribe(np.zeros(SR, np.float32), "zh", {}, Wire(), lambda: False)
+    p.encode(p.Result(id=1, result=r))
+    assert all_plain(r)
+
+
+def test_the_daemon_can_check_a_language_without_importing_anything_heavy() -> None:
+    code = ("import sys; from hasrd.worker.languages import resolve, UnknownLanguage; resolve('zh-CN'); "
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('numpy', 'msgspec', 'av', 'faster_whisper', 'ctranslate2', 'torch', 'vllm', 'r2t2')); "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert resolve("zh-CN") == ("Chinese", "zh") and resolve("Cantonese") == ("Cantonese", "yue")
+    assert resolve("") == resolve("auto") == ("", "")
+    with pytest.raises(UnknownLanguage) as e:
+        resolve("Klingon")
+    assert isinstance(e.value, ValueError) and "Klingon" in str(e.value) and "'Chinese'" in str(e.value)
