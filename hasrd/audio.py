@@ -4,6 +4,10 @@ Every input becomes 16 kHz mono float32 little-endian PCM, decoded and resampled
 into a binary file object, so a four-hour file costs no more memory than a four-second one. The daemon writes
 into a sealed memfd (:func:`decode_to_memfd`) that it hands to the worker with SCM_RIGHTS.
 
+The decode path does not import numpy (about 14 MB of the daemon's idle RSS): the channels are averaged and
+resampled by an FFmpeg filter graph, and the PCM is written straight from the frames' buffers. Only
+:func:`decode_to_array` (tests, short inputs) uses numpy, imported when it is called.
+
 This is the one boundary where ``av.error.*`` and ``OSError`` become hasr errors, each with its own code:
 
 - :data:`PATH_CODES` (:class:`~hasrd.errors.AudioPathError`, 400): the named file cannot be used.
@@ -19,6 +23,7 @@ FFmpeg's nested opens are blocked, so a path or an upload can never make the dae
 
 from __future__ import annotations
 
+import array
 import errno
 import fcntl
 import io
@@ -27,10 +32,13 @@ import stat
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import IO, Any, BinaryIO, Protocol, Union
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol, Union, cast
 
 import av
-import numpy as np
+import av.filter
+
+if TYPE_CHECKING:  # numpy is imported by decode_to_array only: the daemon's decode path never loads it
+    import numpy as np
 
 from hasrd.errors import (AUDIO_DECODE_CODES, AUDIO_PATH_CODES, AudioDecodeError, AudioPathError, AudioTooLong,
                           HasrError)
@@ -150,39 +158,82 @@ def _refuse_nested_open(url: str, flags: int, options: dict[str, Any]) -> Any:
 
 
 class _Resampler:
-    """Planar float at 16 kHz; survives a change of input format/rate/layout mid-stream (chained ogg, mp3)."""
+    """16 kHz mono planar float through an FFmpeg filter graph; rebuilt when the input format/rate/layout changes
+    mid-stream (chained ogg, mp3), after flushing the old one.
+
+    The channels are *averaged* (``pan`` with a gain of 1/N on each): FFmpeg's own mono downmix adds channels at
+    -3 dB, which lifts dual-mono recordings by 1.41 (peaks above 1.0); the mean stays in range. The mix is done in
+    float before resampling (both are linear, so the order only changes rounding), which resamples one channel
+    instead of N.
+    """
 
     def __init__(self) -> None:
         self._key: tuple[str, str, int] | None = None
-        self._r: av.AudioResampler | None = None
+        self._graph: av.filter.Graph | None = None
+        self._sink: av.filter.context.FilterContext | None = None
 
     def resample(self, frame: av.AudioFrame | None) -> list[av.AudioFrame]:
         if frame is None:
-            return self._r.resample(None) if self._r is not None else []
+            if self._graph is None:
+                return []
+            self._graph.push(None)
+            rest = self._drain()
+            self._graph = self._sink = self._key = None
+            return rest
         key = (frame.format.name, frame.layout.name, frame.sample_rate)
         out: list[av.AudioFrame] = []
         if key != self._key:
             out = self.resample(None)
+            self._build(frame)
             self._key = key
-            # Keep the channels and average them ourselves: FFmpeg's mono downmix adds channels at -3 dB,
-            # which lifts dual-mono recordings by 1.41 (peaks above 1.0); the mean stays in range.
-            self._r = av.AudioResampler(format="fltp", layout=frame.layout, rate=SAMPLE_RATE)
-        assert self._r is not None
-        return out + self._r.resample(frame)
+        assert self._graph is not None
+        self._graph.push(frame)
+        return out + self._drain()
+
+    def _build(self, frame: av.AudioFrame) -> None:
+        g = av.filter.Graph()
+        rate = frame.sample_rate
+        tb = frame.time_base or f"1/{rate}"
+        nodes = [g.add("abuffer", sample_rate=str(rate), sample_fmt=frame.format.name,
+                       channel_layout=frame.layout.name, time_base=str(tb))]
+        if frame.layout.name != "mono":  # also one channel that is not FC ("FL", "1 channels"): pan maps it as is
+            n = frame.layout.nb_channels
+            gain = repr(1.0 / n)  # exact in float for 1, 2, 4, 8 channels
+            nodes.append(g.add("aformat", sample_fmts="fltp"))  # mix in float, not in the decoder's s16/s32
+            nodes.append(g.add("pan", "mono|c0=" + "+".join(f"{gain}*c{i}" for i in range(n))))
+        nodes.append(g.add("aresample", out_sample_rate=str(SAMPLE_RATE)))
+        # Planar mono is one plane of packed float32: the bytes of "flt" without a conversion pass.
+        nodes.append(g.add("aformat", sample_fmts="fltp", channel_layouts="mono", sample_rates=str(SAMPLE_RATE)))
+        nodes.append(g.add("abuffersink"))
+        g.link_nodes(*nodes)
+        g.configure()
+        self._graph, self._sink = g, nodes[-1]
+
+    def _drain(self) -> list[av.AudioFrame]:
+        assert self._sink is not None
+        out: list[av.AudioFrame] = []
+        while True:
+            try:
+                out.append(cast(av.AudioFrame, self._sink.pull()))
+            except (av.error.BlockingIOError, av.error.EOFError):  # wants more input / flushed
+                return out
 
 
 def _write_all(out: Writer, frame: av.AudioFrame) -> int:
-    planes: np.ndarray = frame.to_ndarray()
-    pcm = planes[0] if planes.shape[0] == 1 else planes.mean(axis=0, dtype=np.float32)
+    n = frame.samples
+    # The plane is padded (aligned) past its samples: write only the samples.
+    view = memoryview(frame.planes[0]).cast("B")[:n * BYTES_PER_FRAME]
     if not _LITTLE:  # pragma: no cover - Linux on big-endian hardware
-        pcm = pcm.astype("<f4")
-    view = memoryview(pcm.data).cast("B")
+        swapped = array.array("f")
+        swapped.frombytes(view)
+        swapped.byteswap()
+        view = memoryview(swapped).cast("B")
     while view:
-        n = out.write(view)
-        if n is None:  # pragma: no cover - a non-blocking raw writer
+        w = out.write(view)
+        if w is None:  # pragma: no cover - a non-blocking raw writer
             raise BlockingIOError(errno.EAGAIN, "output would block")
-        view = view[n:]
-    return int(pcm.shape[0])
+        view = view[w:]
+    return n
 
 
 def _as_file(source: Source, name: str | None) -> tuple[IO[bytes], str, bool]:
@@ -333,6 +384,8 @@ def _emit(frames: list[av.AudioFrame], out: Writer) -> int:
 def decode_to_array(source: Source, *, max_audio_sec: float | None = None,
                     name: str | None = None) -> tuple[np.ndarray, AudioInfo]:
     """Decode into memory: (float32 array of 16 kHz mono samples, info). For tests and short inputs."""
+    import numpy as np  # here only: the daemon's decode path stays free of numpy (its idle RSS)
+
     buf = io.BytesIO()
     info = decode(source, buf, max_audio_sec=max_audio_sec, name=name)
     return np.frombuffer(buf.getbuffer(), dtype="<f4").astype(np.float32), info

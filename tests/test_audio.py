@@ -9,6 +9,8 @@ import os
 import random
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 import wave
@@ -240,6 +242,55 @@ def test_8k_stereo_and_48k_float_inputs_are_resampled_and_channels_averaged(tmp_
     assert float(np.abs(x).max()) == pytest.approx(0.9, abs=0.01) and abs(dominant_hz(x) - 1000) < 3
 
 
+def write_s16(path: Path, layout: str, channels: list[np.ndarray], rate: int = 16000) -> Path:
+    """A wav of packed s16 frames in the given layout (PyAV cannot build planar frames of 8+ channels)."""
+    inter = (np.stack(channels).T * 32767).astype(np.int16).reshape(1, -1)
+    n = len(channels)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("pcm_s16le", rate=rate, layout=layout)
+        for i in range(0, inter.shape[1], 1024 * n):
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(inter[:, i:i + 1024 * n]), format="s16",
+                                               layout=layout)
+            frame.sample_rate = rate
+            for p in s.encode(frame):
+                c.mux(p)
+        for p in s.encode(None):
+            c.mux(p)
+    return path
+
+
+def test_surround_and_unnamed_layouts_are_averaged_over_all_their_channels(tmp_path: Path) -> None:
+    # Not FFmpeg's downmix (which drops the LFE and weighs the others): the plain mean, signs included.
+    # 8+ channels also guard against PyAV's AudioFrame.to_ndarray(), which crashed the process on 7.1 input.
+    amps = [0.8, 0.4, -0.4, 0.2, 0.6, 0.0, 0.2, 0.2]
+    cases = [("5.1", amps[:6], 48000), ("7.1", amps, 44100), ("8 channels", amps, 8000)]
+    for layout, gains, rate in cases:
+        p = write_s16(tmp_path / f"{layout}.wav", layout, [tone(rate, 2.0, 300.0, a) for a in gains], rate)
+        x, info = audio.decode_to_array(str(p))
+        assert (info.channels, info.frames, len(x)) == (len(gains), 32000, 32000), layout
+        assert float(np.abs(x[1000:-1000]).max()) == pytest.approx(sum(gains) / len(gains), abs=0.005), layout
+        assert abs(dominant_hz(x) - 300) < 3
+    with wave.open(str(tmp_path / "w12.wav"), "wb") as w:  # a plain WAVE header: no layout, just 12 channels
+        w.setnchannels(12)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((np.stack([tone(16000, 1.0, 300.0, 0.6)] + [np.zeros(16000, np.float32)] * 11).T
+                       * 32767).astype("<i2").tobytes())
+    x, info = audio.decode_to_array(str(tmp_path / "w12.wav"))
+    assert info.channels == 12 and float(np.abs(x).max()) == pytest.approx(0.05, abs=0.002)
+
+
+def test_a_change_of_rate_and_layout_mid_stream_is_followed(tmp_path: Path) -> None:
+    a = write_media(tmp_path / "a.mp3", "libmp3lame", rate=44100, seconds=3.0)  # stereo, 440 Hz
+    b = write_media(tmp_path / "b.mp3", "libmp3lame", rate=22050, seconds=3.0, channels=[tone(22050, 3.0, 1000.0)])
+    (tmp_path / "ab.mp3").write_bytes(a.read_bytes() + b.read_bytes())
+    x, info = audio.decode_to_array(str(tmp_path / "ab.mp3"))
+    assert info.duration_s == pytest.approx(6.0, abs=0.2)
+    first, last = x[4000:40000], x[-40000:-4000]
+    assert abs(dominant_hz(first) - 440) < 3 and abs(dominant_hz(last) - 1000) < 3
+    assert 0.4 < float(np.abs(first).max()) < 0.6 and 0.4 < float(np.abs(last).max()) < 0.6
+
+
 def test_a_video_without_audio_has_no_audio_stream(tmp_path: Path) -> None:
     p = write_media(tmp_path / "silent.mp4", fmt="mp4", video="mpeg4", audio_stream=False)
     with pytest.raises(AudioDecodeError) as ei:
@@ -396,6 +447,24 @@ def test_decode_to_memfd_gives_a_sealed_fd_with_exactly_the_pcm(wav: Path) -> No
             audio.decode_to_memfd(b"junk" * 100, name="junk")
         finally:
             assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_daemons_decode_path_does_not_import_numpy(tmp_path: Path) -> None:
+    # numpy is ~14 MB of RSS that the daemon would keep for its whole life after its first transcription.
+    stereo = write_media(tmp_path / "stereo.mp3", "libmp3lame", seconds=1.0)
+    mono = write_media(tmp_path / "mono.flac", "flac", rate=16000, seconds=1.0, channels=[tone(16000, 1.0, 440.0)])
+    code = ("import os, sys\n"
+            "from hasrd.audio import decode_to_memfd\n"
+            "for p in sys.argv[1:]:\n"
+            "    fd, info = decode_to_memfd(p)\n"
+            "    assert os.fstat(fd).st_size == info.frames * 4 > 0\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numpy'))\n")
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", code, str(stereo), str(mono)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_decoding_is_much_faster_than_real_time(tmp_path: Path) -> None:
