@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -15,13 +16,14 @@ from hasrctl.common import Daemon, daemon_options, say, settings
 from hasrd.formats import FORMATS, render
 
 
-def _view(name: str, stream: bool, progress: bool | None, quiet: bool) -> tuple[terminal.View, bool]:
+def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
+          language: str | None = None) -> tuple[terminal.View, bool]:
     """The view for one file and whether it leaves the final text on stdout (then it is not printed again)."""
     if stream:
         if terminal.is_tty(sys.stdout):
-            return terminal.LiveView(sys.stdout), True
+            return terminal.LiveView(sys.stdout, language), True
         if terminal.is_tty(sys.stderr):
-            return terminal.LiveView(sys.stderr), False
+            return terminal.LiveView(sys.stderr, language), False
     show = terminal.is_tty(sys.stderr) if progress is None else progress
     if show and not quiet:
         return terminal.ProgressBar(sys.stderr, name), False
@@ -42,12 +44,15 @@ def _summary(name: str, result: dict[str, Any], took: float, target: Any) -> str
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS, case_sensitive=False), default="text",
               show_default=True, envvar="HASR_FORMAT", show_envvar=True, help="Output format.")
 @click.option("-o", "--output", "out", metavar="FILE|DIR", envvar="HASR_OUTPUT", show_envvar=True,
-              help="Write to FILE, or to DIR/NAME.<ext> for each input (default: stdout).")
+              help="Write to FILE, or to DIR/NAME.<ext> for each input; - is stdout (the default).")
 @click.option("--beside", is_flag=True, envvar="HASR_BESIDE", show_envvar=True,
               help="Write NAME.<ext> next to each input.")
-@click.option("--force", is_flag=True, envvar="HASR_FORCE", show_envvar=True, help="Overwrite existing files.")
+@click.option("--force", is_flag=True, envvar="HASR_FORCE", show_envvar=True,
+              help="Overwrite existing files (a link is written through, never replaced).")
 @click.option("-l", "--language", metavar="NAME", envvar="HASR_LANGUAGE", show_envvar=True,
-              help="Spoken language, e.g. Chinese, English [default: detect].")
+              help="Spoken language: a name or code, e.g. Chinese, English, zh, en. Without it the whisper "
+                   "engine detects the language, while the hybrid and r2t2 engines (the R2T2 draft) assume "
+                   "Chinese; `hasrctl status` shows which engine runs.")
 @click.option("--stream/--no-stream", default=False, envvar="HASR_STREAM", show_envvar=True,
               help="Show the draft live on the terminal, replaced by final sentences as they settle.")
 @click.option("--progress/--no-progress", default=None, envvar="HASR_PROGRESS", show_envvar=True,
@@ -81,7 +86,7 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
                 output.check_free(item.target, force)
             if client is None:
                 client = daemon.client()
-            view, shown = _view(name, stream, progress, quiet)
+            view, shown = _view(name, stream, progress, quiet, language)
             t0 = time.monotonic()
             result = _transcribe(client, item, language, view)
             text = render(result, fmt)
@@ -123,19 +128,41 @@ def _duration(seconds: Any) -> str:
     return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
 
 
+def _model(value: Any) -> str:
+    """One model of an identity as ``name@revision (path)``: revisions shortened, repeated parts left out."""
+    if not isinstance(value, dict):
+        return str(value)
+    path = str(value.get("path") or "")
+    name = str(value.get("name") or (os.path.basename(path.rstrip("/")) if path else "?"))
+    rev = str(value.get("revision") or "")
+    text = name + (f"@{rev[:12]}" if rev and rev[:8] not in name else "")
+    if path and not path.startswith("(") and path not in (name, rev):
+        text += f" ({path})"
+    return text
+
+
 def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
     rows = [("state", str(ps.get("state")) + (f" (worker pid {ps['pid']})" if ps.get("pid") else ""))]
     if ps.get("phase"):
         rows.append(("phase", str(ps["phase"])))
     ident = ps.get("identity") or {}
-    if ps.get("engine") or ident:
-        parts = [str(ps.get("engine") or ident.get("engine") or "")]
-        models = ident.get("models")
-        if isinstance(models, dict):
-            parts.append("models " + ", ".join(f"{k}={v}" for k, v in models.items()))
+    configured = str(ps.get("engine") or "")
+    selected = str(ident.get("engine") or "")
+    if selected:
+        parts = [selected]
         if ident.get("device"):
-            parts.append(f"on {ident['device']}")
-        rows.append(("engine", ", ".join(p for p in parts if p)))
+            parts.append(f"on {ident['device']}" + (f" ({ident['compute_type']})" if ident.get("compute_type") else ""))
+        if configured and configured != selected:
+            parts.append(f"(HASR_ENGINE={configured})")
+        rows.append(("engine", " ".join(parts)))
+    elif configured:
+        chosen = "; chosen when the models load" if configured == "auto" else "; models not loaded"
+        rows.append(("engine", f"{configured}{chosen}"))
+    models = ident.get("models")
+    if isinstance(models, dict) and models:
+        rows.append(("models", ", ".join(f"{role} {_model(m)}" for role, m in models.items())))
+    if ident.get("auto_reason"):
+        rows.append(("why", str(ident["auto_reason"])))
     if ps.get("load_s") is not None:
         rows.append(("loaded in", f"{float(ps['load_s']):.1f} s"))
     if ps.get("vram_mb") is not None:
@@ -163,7 +190,7 @@ def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
     try:
         client = daemon.client(autostart=False)
     except Unreachable as e:
-        say(f"hasrd is not running ({e.message})")
+        say(f"hasrd is not running: {_not_running(e)}")
         return EXIT_UNREACHABLE
     if watch:
         return _watch(client, as_json)
@@ -174,6 +201,17 @@ def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
         for key, value in _describe(ps, client.path):
             click.echo(f"{key:<10} {value}")
     return EXIT_FAILED if ps.get("state") == "fatal" else EXIT_OK
+
+
+def _not_running(e: Unreachable) -> str:
+    """Why no daemon answered, and how one starts (status itself never starts one)."""
+    from hasrctl.discovery import NotRunning
+
+    if not isinstance(e, NotRunning):
+        return e.message
+    how = ("systemctl --user start hasrd.socket" if e.unit is not None else
+           "`hasrctl transcribe` or `hasrctl load` start one; `hasrctl setup` has systemd start it on demand")
+    return f"nothing answers on {e.tried} ({how})"
 
 
 def _watch(client: Client, as_json: bool) -> int:

@@ -3,19 +3,24 @@
 Autostart exists so that ``hasrctl transcribe x.wav`` works on a fresh machine before ``hasrctl setup``: the
 started ``hasrd`` runs detached (own session, output to a log next to its socket) and its idle exit ends it.
 A socket unit, when systemd has one, is preferred: starting a second daemon beside it would fight over the path.
+
+Without XDG_RUNTIME_DIR the socket lives under /tmp/hasr-$UID, a name anyone could create first: that directory
+and the socket's own must be directories of ours with mode 0700 before we connect, start a daemon there or open
+its log (with O_NOFOLLOW), or whoever planted them could swap the socket and receive the audio.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-from hasrctl.client import Unreachable, probe
+from hasrctl.client import CliError, Unreachable, probe
 from hasrd.config import SYSTEM_SOCKET, default_socket, runtime_dir
 
 UNIT_SOCKET = "hasrd.socket"
@@ -76,10 +81,82 @@ def _scrubbed_env() -> dict[str, str]:
     return env
 
 
+class NotRunning(Unreachable):
+    """No daemon answers and none may be started: ``tried`` the sockets, ``unit`` a socket unit that exists."""
+
+    def __init__(self, message: str, tried: str, unit: Path | None) -> None:
+        super().__init__(message)
+        self.tried, self.unit = tried, unit
+
+
+class UnsafeDir(CliError):
+    """A directory for the socket (or the tray's lock) that someone else controls."""
+
+
+def check_dir(path: Path, private: bool) -> None:
+    """Refuse ``path`` unless it is a directory (not a link) of ours, and with ``private`` of mode 0700.
+
+    Not private (an explicit --socket's directory): someone else's sticky directory such as /tmp is fine too,
+    as hasrd itself accepts it. FileNotFoundError passes through.
+    """
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDir(f"{path} is not a directory ({'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'a file'}); "
+                        f"refusing to use it for hasrd's socket: remove it")
+    if st.st_uid != os.getuid():
+        if not private and st.st_mode & stat.S_ISVTX:
+            return
+        raise UnsafeDir(f"{path} belongs to uid {st.st_uid}, not to you ({os.getuid()}): whoever made it could "
+                        f"swap hasrd's socket; remove it, or set XDG_RUNTIME_DIR")
+    if private and stat.S_IMODE(st.st_mode) & 0o077:
+        raise UnsafeDir(f"{path} has mode {stat.S_IMODE(st.st_mode):04o}, but it must be 0700: chmod 700 {path}")
+
+
+def private_dirs(path: str) -> list[Path]:
+    """The directories that must be ours with mode 0700 for the socket ``path``, outermost first: at the
+    default place its own directory, and /tmp/hasr-$UID when that stands in for XDG_RUNTIME_DIR."""
+    sockdir = Path(path).parent
+    if sockdir != runtime_dir() / "hasr":
+        return []
+    return ([] if os.environ.get("XDG_RUNTIME_DIR") else [runtime_dir()]) + [sockdir]
+
+
+def secure_dir(path: str, create: bool) -> Path:
+    """The directory of the socket ``path``, checked (and with ``create`` made, mode 0700) before any use.
+
+    UnsafeDir when someone else controls it; FileNotFoundError when it is missing and not ``create``.
+    """
+    sockdir = Path(path).parent
+    private = private_dirs(path)
+    for d in private:
+        if create:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        check_dir(d, private=True)
+    if not private:
+        if create:
+            os.makedirs(sockdir, mode=0o700, exist_ok=True)
+        check_dir(sockdir, private=False)
+    return sockdir
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open (creating, 0600) a file of ours in a checked directory; never through a symbolic link."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            raise OSError(f"{path} is not a regular file of ours")
+        os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _lock(dirpath: Path) -> int:
     import fcntl
 
-    fd = os.open(dirpath / ".autostart.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_private(dirpath / ".autostart.lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
@@ -88,8 +165,10 @@ def start_daemon(path: str, idle_exit: float, timeout: float, say: Callable[[str
     """Start ``hasrd`` detached on ``path`` and wait until it accepts; one line on stderr says so."""
     sockdir = Path(path).parent
     try:
-        sockdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        secure_dir(path, create=True)
         lock = _lock(sockdir)
+    except UnsafeDir as e:
+        raise Unreachable(f"cannot start hasrd on {path}: {e.message}") from None
     except OSError as e:
         raise Unreachable(f"cannot start hasrd on {path}: {e.strerror or e} ({sockdir})") from e
     try:
@@ -97,8 +176,11 @@ def start_daemon(path: str, idle_exit: float, timeout: float, say: Callable[[str
             return
         log_path = sockdir / "hasrd.log"
         cmd = [*hasrd_command(), "--socket", path, "--idle-exit", f"{idle_exit:g}"]
-        with open(log_path, "ab") as log:
-            os.chmod(log_path, 0o600)
+        try:
+            log_fd = open_private(log_path, os.O_WRONLY | os.O_APPEND)
+        except OSError as e:
+            raise Unreachable(f"cannot open hasrd's log {log_path}: {e.strerror or e}") from None
+        with os.fdopen(log_fd, "ab") as log:
             try:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
                                         start_new_session=True, close_fds=True, env=_scrubbed_env())
@@ -129,7 +211,14 @@ def find(explicit: str | None, *, autostart: bool, idle_exit: float, timeout: fl
          say: Callable[[str], None]) -> str:
     """The socket of a daemon that answers, starting one when allowed; Unreachable (exit 3) otherwise."""
     cands = candidates(explicit)
-    for path, _kind in cands:
+    for path, kind in cands:
+        if private_dirs(path):
+            try:  # before connecting: a socket in a directory someone else controls may not be hasrd at all
+                secure_dir(path, create=False)
+            except FileNotFoundError:
+                continue
+            except UnsafeDir as e:
+                raise Unreachable(e.message) from None
         if probe(path):
             return path
     tried = ", ".join(p for p, _ in cands)
@@ -137,7 +226,7 @@ def find(explicit: str | None, *, autostart: bool, idle_exit: float, timeout: fl
     unit = socket_unit() if target == default_socket() else None
     if not autostart:
         hint = "systemctl --user start hasrd.socket" if unit else "run `hasrd` or drop --no-autostart"
-        raise Unreachable(f"no hasrd answers on {tried} and autostart is off ({hint})")
+        raise NotRunning(f"no hasrd answers on {tried} and autostart is off ({hint})", tried, unit)
     if unit is not None:
         res = systemctl("start", UNIT_SOCKET)
         if res.returncode == 0 and probe(target):

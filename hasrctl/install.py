@@ -1,9 +1,11 @@
-"""``hasrctl setup [--uninstall]``: the user units, the tray's desktop entries, and systemd enabling the socket.
+"""``hasrctl setup [--uninstall]``: the user units, the tray's desktop entries and icons, and systemd enabling
+the socket.
 
-The units come from the repository's systemd/ directory (or an installed share/hasr/systemd) with ExecStart
-pointed at THIS installation's daemon. Every file written is recorded with its sha256 in a manifest, so that
-a second run is a no-op, a file someone else put there is never replaced without --force, and --uninstall
-removes exactly what setup installed (directories it created included) and nothing a person changed since.
+The units, entries and icons ship inside the package (``hasrctl/data``, read with importlib.resources; in a
+checkout those are links to the repository's systemd/ and packaging/), and the service's ExecStart is pointed
+at THIS installation's daemon. Every file written is recorded with its sha256 in a manifest, so that a second
+run is a no-op, a file someone else put there is never replaced without --force, and --uninstall removes
+exactly what setup installed (directories it created included) and nothing a person changed since.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import json
 import os
 import re
 import sys
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator, Union
 
 import click
 
@@ -23,18 +26,13 @@ from hasrctl.client import EXIT_OK, CliError, Client, UsageError, peer_pid, prob
 from hasrctl.common import say
 from hasrctl.output import write
 
-TRAY_ENTRY = """[Desktop Entry]
-Type=Application
-Name=hasr
-GenericName=Speech to text
-Comment=Local speech-to-text: drop audio files on the window to transcribe them
-Exec={exec}
-Icon=audio-input-microphone
-Terminal=false
-Categories=AudioVideo;Audio;Utility;
-Keywords=transcribe;speech;subtitles;asr;
-StartupNotify=false
-"""
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
+    Source = Union[Path, Traversable]
+
+UNITS = ("hasrd.socket", "hasrd.service")
+REINSTALL = "reinstall hasr (pip install --force-reinstall hasr)"
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -45,15 +43,43 @@ def manifest_path() -> Path:
     return _xdg("XDG_DATA_HOME", ".local/share") / "hasr" / "setup-manifest.json"
 
 
-def _repo() -> Path:
-    return Path(__file__).resolve().parent.parent
+def shipped(kind: str) -> Traversable:
+    """``hasrctl/data/<kind>`` (systemd or packaging) of this installation."""
+    return resources.files("hasrctl") / "data" / kind
 
 
-def find_source(rel: str, names: list[str], override: str | None) -> Path | None:
-    """The first directory holding all ``names``: --units-dir, the repository, then share/hasr under prefixes."""
-    dirs = [Path(override)] if override else []
-    dirs += [_repo() / rel, Path(sys.prefix) / "share" / "hasr" / rel, Path("/usr/share/hasr") / rel]
-    return next((d for d in dirs if all((d / n).is_file() for n in names)), None)
+def unit_source(units_dir: str | None) -> Source:
+    """Where hasrd.socket and hasrd.service come from: --units-dir, else the installation's own."""
+    src: Source = Path(units_dir) if units_dir else shipped("systemd")
+    missing = [n for n in UNITS if not (src / n).is_file()]
+    if missing and units_dir:
+        raise UsageError(f"--units-dir {units_dir} has no {' or '.join(missing)}")
+    if missing:
+        raise UsageError(f"this installation lacks its unit files ({', '.join(missing)} in {src}): {REINSTALL}, "
+                         f"or point --units-dir at a directory holding them")
+    return src
+
+
+def _packaging(*parts: str) -> Traversable:
+    src = shipped("packaging")
+    for part in parts:
+        src = src / part
+    if not src.is_file():
+        raise UsageError(f"this installation lacks {'/'.join(parts)} (looked in {shipped('packaging')}): {REINSTALL}")
+    return src
+
+
+def icons() -> Iterator[tuple[str, Traversable]]:
+    """(``SIZE/apps/NAME``, file) for every icon under packaging/icons/hicolor."""
+    root = shipped("packaging") / "icons" / "hicolor"
+    if not root.is_dir():
+        raise UsageError(f"this installation lacks its icons ({root}): {REINSTALL}")
+    for size in sorted(root.iterdir(), key=lambda t: t.name):
+        apps = size / "apps"
+        if size.is_dir() and apps.is_dir():
+            for icon in sorted(apps.iterdir(), key=lambda t: t.name):
+                if icon.is_file() and icon.name.startswith("hasr") and icon.name.endswith((".png", ".svg")):
+                    yield f"{size.name}/apps/{icon.name}", icon
 
 
 def _unit_quote(argv: list[str]) -> str:
@@ -115,34 +141,46 @@ def tray_exec() -> str:
     return _desktop_quote([sys.executable, "-m", "tray.app"])
 
 
-def render_desktop(text: str | None, autostart: bool) -> str:
-    body = text if text is not None else TRAY_ENTRY.format(exec=tray_exec())
-    body = re.sub(r"(?m)^Exec=\S+", lambda _m: "Exec=" + tray_exec(), body, count=1)
-    if autostart and "X-GNOME-Autostart-enabled" not in body:
-        body = body.rstrip("\n") + "\nX-GNOME-Autostart-enabled=true\n"
+def render_desktop(text: str) -> str:
+    """A desktop entry with Exec= pointed at this installation's hasr-tray (its arguments kept)."""
+    body, n = re.subn(r"(?m)^Exec=\S+", lambda _m: "Exec=" + tray_exec(), text, count=1)
+    if not n:
+        raise UsageError("the tray's desktop entry has no Exec= line to point at this installation")
     return body
 
 
-def planned_files(units_dir: str | None, tray: bool) -> dict[Path, str]:
-    src = find_source("systemd", ["hasrd.socket", "hasrd.service"], units_dir)
-    if src is None:
-        raise UsageError("cannot find hasrd.socket and hasrd.service (looked in the repository's systemd/ and "
-                         "share/hasr/systemd); point --units-dir at them")
+def planned_files(units_dir: str | None, tray: bool) -> dict[Path, bytes]:
+    """Every file setup writes, with its content."""
+    src = unit_source(units_dir)
     unit_dir = _xdg("XDG_CONFIG_HOME", ".config") / "systemd" / "user"
-    files = {unit_dir / "hasrd.socket": (src / "hasrd.socket").read_text(),
-             unit_dir / "hasrd.service": render_service((src / "hasrd.service").read_text())}
+    files = {unit_dir / "hasrd.socket": (src / "hasrd.socket").read_bytes(),
+             unit_dir / "hasrd.service": render_service((src / "hasrd.service").read_text()).encode()}
     if tray:
-        pkg = find_source("packaging", ["hasr-tray.desktop"], None)
-        entry = (pkg / "hasr-tray.desktop").read_text() if pkg else None
-        files[_xdg("XDG_DATA_HOME", ".local/share") / "applications" / "hasr-tray.desktop"] = \
-            render_desktop(entry, autostart=False)
+        data = _xdg("XDG_DATA_HOME", ".local/share")
+        files[data / "applications" / "hasr-tray.desktop"] = \
+            render_desktop(_packaging("hasr-tray.desktop").read_text()).encode()
         files[_xdg("XDG_CONFIG_HOME", ".config") / "autostart" / "hasr-tray.desktop"] = \
-            render_desktop(entry, autostart=True)
+            render_desktop(_packaging("autostart", "hasr-tray.desktop").read_text()).encode()
+        for rel, icon in icons():  # Icon=hasr in both entries; the tray's state icons beside it
+            files[data / "icons" / "hicolor" / rel] = icon.read_bytes()
     return files
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read(path: Path) -> bytes | None:
+    """The content of an installed file, None when there is none; never through a symbolic link."""
+    if path.is_symlink():
+        raise UsageError(f"{path} is a symbolic link (to {os.readlink(path)}): setup neither replaces links nor "
+                         f"writes through them; remove the link and run setup again")
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory: remove it and run setup again") from None
 
 
 def read_manifest() -> dict[str, Any]:
@@ -178,20 +216,25 @@ def install(units_dir: str | None, tray: bool, force: bool) -> None:
     files = planned_files(units_dir, tray)
     manifest = read_manifest()
     owned: dict[str, str] = manifest["files"]
-    for path, text in files.items():
-        if path.exists() and str(path) not in owned and path.read_text(errors="replace") != text and not force:
-            raise UsageError(f"{path} exists and was not installed by hasrctl setup (use --force to replace it)")
+    current = {path: _read(path) for path in files}
+    for path, data in files.items():
+        old = current[path]
+        if old is not None and old != data and not force and (
+                str(path) not in owned or _sha(old) != owned[str(path)]):
+            why = "was changed since setup installed it" if str(path) in owned else \
+                "exists and was not installed by hasrctl setup"
+            raise UsageError(f"{path} {why} (use --force to replace it)")
     if not discovery.user_manager_running():
         raise CliError("no systemd user manager is running (nothing at $XDG_RUNTIME_DIR/systemd/private): "
                        "log in through a systemd session, or keep using hasrctl's autostart")
     created: list[str] = list(manifest.get("dirs", []))
-    for path, text in files.items():
-        old = path.read_text(errors="replace") if path.exists() else None
+    for path, data in files.items():
+        old = current[path]
         _mkdirs(path.parent, created)
-        if old != text:
-            write(path, text, force=True)
-        owned[str(path)] = _sha(text)
-        click.echo(f"{'unchanged' if old == text else 'updated' if old is not None else 'installed'}  {path}")
+        if old != data:
+            write(path, data, force=True)
+        owned[str(path)] = _sha(data)
+        click.echo(f"{'unchanged' if old == data else 'updated' if old is not None else 'installed'}  {path}")
     wants = _xdg("XDG_CONFIG_HOME", ".config") / "systemd" / "user" / "sockets.target.wants"
     if not wants.exists() and str(wants) not in created:
         created.append(str(wants))  # `systemctl enable` creates it; uninstall removes it when empty
@@ -223,9 +266,9 @@ def uninstall(force: bool) -> None:
     kept = {}
     for name, sha in manifest["files"].items():
         path = Path(name)
-        if not path.exists():
+        if not path.exists() or path.is_symlink():
             continue
-        if _sha(path.read_text(errors="replace")) != sha and not force:
+        if _sha(path.read_bytes()) != sha and not force:
             say(f"{path} was changed since setup: left in place (--force removes it)")
             kept[name] = sha
             continue
@@ -247,18 +290,19 @@ def uninstall(force: bool) -> None:
 @click.command(epilog="Needs a running systemd user manager (a normal desktop login has one).")
 @click.option("--uninstall", "remove", is_flag=True, help="Remove what setup installed (disables the socket).")
 @click.option("--tray/--no-tray", default=True, show_default=True, envvar="HASR_SETUP_TRAY", show_envvar=True,
-              help="Also install the tray's desktop entry and autostart entry.")
+              help="Also install the tray's desktop entry, autostart entry and icons.")
 @click.option("--units-dir", metavar="DIR", envvar="HASR_UNITS_DIR", show_envvar=True,
-              help="Take hasrd.socket and hasrd.service from DIR [default: the installation's].")
-@click.option("--force", is_flag=True, envvar="HASR_FORCE", show_envvar=True,
+              help="Take hasrd.socket and hasrd.service from DIR [default: the ones shipped with hasr].")
+@click.option("--force", is_flag=True, envvar="HASR_SETUP_FORCE", show_envvar=True,
               help="Replace files setup did not install; on --uninstall remove files changed since.")
 def setup(remove: bool, tray: bool, units_dir: str | None, force: bool) -> int:
     """Install the systemd user units (socket activation) and the tray's desktop entries; idempotent.
 
     \b
     Afterwards systemd listens on $XDG_RUNTIME_DIR/hasr/hasrd.sock and starts hasrd on the first request;
-    hasrd exits again when idle. Files go to ~/.config/systemd/user, ~/.local/share/applications and
-    ~/.config/autostart; what was installed is listed in ~/.local/share/hasr/setup-manifest.json.
+    hasrd exits again when idle. Files go to ~/.config/systemd/user, ~/.local/share/applications,
+    ~/.local/share/icons/hicolor and ~/.config/autostart; what was installed is listed in
+    ~/.local/share/hasr/setup-manifest.json.
     """
     if remove:
         uninstall(force)

@@ -3,11 +3,17 @@
 Output files are never overwritten without --force, and never half-written: the text goes to a temporary file
 in the same directory that is then linked into place (link fails if the name exists, so there is no window in
 which another writer's file could be clobbered) or, with --force, renamed over it.
+
+``-o -`` (and ``-o /dev/stdout``) is stdout. What is not a regular file is never renamed over: a character
+device or FIFO (/dev/null, a terminal, a named pipe) is opened and written, and a symbolic link is written
+through (opened, like a shell redirection; the link stays, and --force is needed when it leads to a file).
+Directories, sockets, block devices and dangling links are refused.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +23,7 @@ from hasrctl.client import UsageError
 from hasrd.formats import extension
 
 STDIN = "-"
+STDOUT = ("-", "/dev/stdout")  # -o values that mean stdout
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ def plan(inputs: list[str], fmt: str, output: str | None, beside: bool) -> list[
     ext = extension(fmt)
     out_dir: Path | None = None
     out_file: Path | None = None
+    if output in STDOUT:
+        output = None
     if output:
         p = Path(os.path.expanduser(output))
         if p.is_dir() or output.endswith(os.sep):
@@ -99,22 +108,65 @@ def plan(inputs: list[str], fmt: str, output: str | None, beside: bool) -> list[
     return out
 
 
+def _kind(target: Path) -> str:
+    """What ``target`` is: "missing", "file", "link" (a link to a regular file) or "stream" (a character
+    device or FIFO, possibly behind a link: written in place); UsageError for anything not to write to."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        raise UsageError(f"{target}: {e.strerror or e}") from None
+    link = stat.S_ISLNK(st.st_mode)
+    if link:
+        try:
+            st = os.stat(target)
+        except OSError:
+            raise UsageError(f"{target} is a symbolic link to {os.readlink(target)}, which does not exist: "
+                             f"write to a real path, or remove the link") from None
+    if stat.S_ISREG(st.st_mode):
+        return "link" if link else "file"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        return "stream"
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{target} is a directory")
+    raise UsageError(f"{target} is not a regular file (a socket or a block device): refusing to write to it")
+
+
 def check_free(target: Path, force: bool) -> None:
     """Refuse early (before any transcription work) when the target exists and --force is absent."""
-    if target.exists() and not force:
+    kind = _kind(target)
+    if kind in ("file", "link") and not force:
         raise UsageError(f"{target} exists (use --force to overwrite)")
-    if not target.parent.is_dir():
+    if kind != "stream" and not target.parent.is_dir():
         raise UsageError(f"{target.parent}: no such directory")
 
 
-def write(target: Path, text: str, force: bool) -> None:
-    """Write atomically; without ``force`` an existing file (even one created meanwhile) is left alone."""
+def write(target: Path, text: str | bytes, force: bool) -> None:
+    """Write atomically; without ``force`` an existing file (even one created meanwhile) is left alone.
+
+    Character devices and FIFOs are opened and written; a link to a regular file is written through with
+    ``force`` (the link stays): neither is ever renamed over.
+    """
     import tempfile
 
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    kind = _kind(target)
+    if kind == "link" and not force:
+        raise UsageError(f"{target} exists (use --force to overwrite)")
+    if kind in ("link", "stream"):
+        # O_TRUNC: a file behind a link is replaced in place (as `>` does); devices and FIFOs ignore it.
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as e:
+            raise UsageError(f"{target}: {e.strerror or e}") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())
         if force:
             os.replace(tmp, target)

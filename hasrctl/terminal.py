@@ -141,68 +141,187 @@ def split_sentences(text: str) -> list[str]:
     return out + [cur] if cur else out
 
 
+def spaceless(ch: str) -> bool:
+    """Whether ``ch`` belongs to a script written without spaces between sentences (hasrd.worker.languages
+    NO_SPACE: Chinese, Japanese, Thai, Lao, Khmer, Burmese, Tibetan; Korean, also wide, uses spaces)."""
+    o = ord(ch)
+    if 0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:  # Hangul
+        return False
+    return (unicodedata.east_asian_width(ch) in "WF" or 0x0E00 <= o <= 0x0FFF or 0x1000 <= o <= 0x109F
+            or 0x1780 <= o <= 0x17FF)
+
+
+def language_joiner(language: str | None) -> str | None:
+    """The separator the daemon puts between sentences of ``language``; None when that is not known."""
+    if not language:
+        return None
+    from hasrd.worker.languages import UnknownLanguage, joiner, resolve
+
+    try:
+        _name, code = resolve(language)
+    except UnknownLanguage:
+        return None
+    return joiner(code) if code else None
+
+
+def advance(pos: tuple[int, int], text: str, cols: int) -> tuple[int, int]:
+    """(row, column) of the cursor after ``text`` is written at ``pos`` on a terminal ``cols`` wide.
+
+    A column of ``cols`` means the row is full and the cursor waits on its last cell (the terminal wraps only
+    when the next character comes); a wide character that does not fit in the row wraps early.
+    """
+    row, col = pos
+    for ch in text:
+        if ch == "\n":
+            row, col = row + 1, 0
+            continue
+        w = width(ch)
+        if w == 0:
+            continue
+        if col + w > cols:
+            row, col = row + 1, 0
+        col += w
+    return row, col
+
+
+def position(text: str, cols: int) -> tuple[int, int]:
+    return advance((0, 0), text, cols)
+
+
+def common(a: str, b: str) -> int:
+    """The length of the longest common prefix."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def lines(stream: TextIO) -> int:
+    try:
+        return max(2, os.get_terminal_size(stream.fileno()).lines)
+    except (OSError, ValueError, AttributeError):
+        return 24
+
+
 class LiveView(View):
-    """Final sentences printed for good, the draft beyond them redrawn in place after them."""
+    """Final sentences printed for good, the draft beyond them redrawn in place after them (dimmed).
+
+    The view remembers what it drew since it started (at column 0) and redraws from the first character that
+    differs, so a growing draft costs only its new characters, and at the end the screen holds exactly the
+    final text, also where that differs from what was streamed: the region is rewritten, never appended to.
+
+    Sentences are joined as the daemon joins the final text: nothing between Chinese (and other spaceless)
+    sentences, a space otherwise. A draft event carries the draft of the current segment only (long audio is
+    drafted in segments of at most HASR_MAX_SEGMENT_SEC), and within a segment every draft is longer than the
+    one before; so a draft that is not longer, or does not extend the previous one, starts a new segment, and
+    the sentences already final are counted from there.
+    """
 
     MAX_ROWS = 3
+    SLACK = 12  # characters at the end of a draft that the next one may revise (R2T2 keeps a token unfixed)
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, language: str | None = None) -> None:
         self.stream = stream
-        self.final: list[str] = []
-        self.col = 0  # cursor column after the permanent text
-        self.rows = 0  # extra rows the drawn tail occupies below the cursor's row
-        self.tail = ""
-        self.draft_text = ""
+        self.sep = language_joiner(language)
+        self.final: list[str] = []  # the final sentences so far
+        self.text = ""  # the final sentences, joined: the permanent text
+        self.draft_text = ""  # the current segment's draft
+        self.base = 0  # len(self.final) when the current segment's draft began
+        # What is on screen: permanent text, dimmed tail, and the cursor position after the permanent text.
+        self.drawn_text, self.drawn_tail, self.drawn_pos = "", "", (0, 0)
 
-    def _erase(self) -> None:
-        if not self.tail:
-            return
-        seq = "\r" + (f"\x1b[{self.rows}A" if self.rows else "") + (f"\x1b[{self.col}C" if self.col else "")
-        self.stream.write(seq + CLEAR_EOS)
-        self.tail, self.rows = "", 0
+    def _sep(self, head: str, tail: str) -> str:
+        if not head or not tail:
+            return ""
+        if self.sep is not None:
+            return self.sep
+        return "" if spaceless(head[-1]) or spaceless(tail[0]) else " "
 
-    def _advance(self, text: str, cols: int) -> None:
-        if "\n" in text:
-            self.col, text = 0, text.rsplit("\n", 1)[1]
-        self.col = (self.col + width(text)) % cols
+    def _draw(self, text: str, tail: str = "") -> bool:
+        """Make the screen show ``text`` and then ``tail`` dimmed, rewriting from the first difference.
 
-    def _redraw(self) -> None:
+        False, with nothing drawn, when that difference has scrolled out of reach above the window.
+        """
         cols = columns(self.stream)
-        pending = split_sentences(self.draft_text)[len(self.final):]
-        tail = "".join(pending).replace("|", "")
-        room = cols * self.MAX_ROWS - self.col - 1
-        tail = tail_to_fit(tail, room) if tail else ""
-        self._erase()
-        if tail:
-            self.stream.write(DIM + tail + RESET)
-            self.tail = tail
-            self.rows = (self.col + width(tail) - 1) // cols  # a full last row leaves the cursor on it
+        old_text, old_tail, old_pos = self.drawn_text, self.drawn_tail, self.drawn_pos
+        if text == old_text:  # the usual case: only the draft changed
+            p = len(text) + common(tail, old_tail)
+            if p == len(text) + len(tail) == len(text) + len(old_tail):
+                return True
+        elif text.startswith(old_text):  # sentences were added: they replace the dimmed draft
+            p = len(old_text)
+        else:  # the final text differs from what was streamed
+            p = common(text, old_text)
+        out = ""
+        if p < len(old_text) + len(old_tail):  # go back to the first difference and clear from there
+            end = advance(old_pos, old_tail, cols)
+            at = advance(old_pos, old_tail[: p - len(old_text)], cols) if p >= len(old_text) else \
+                position(old_text[:p], cols)
+            row, col = (at[0] + 1, 0) if at[1] >= cols else at  # a full row: next character starts the next
+            if end[0] - row >= lines(self.stream):
+                return False
+            out = "\r" + (f"\x1b[{end[0] - row}A" if end[0] > row else "") + (f"\x1b[{col}C" if col else "")
+            out += CLEAR_EOS
+        else:
+            at = advance(old_pos, old_tail, cols)
+        if text == old_text:
+            pos = old_pos
+        elif p < len(text):
+            out += text[p:]
+            pos = advance(at, text[p:], cols)
+        else:  # the text shrank to a prefix of what was drawn
+            pos = at
+        if tail[max(0, p - len(text)):]:
+            out += DIM + tail[max(0, p - len(text)):] + RESET
+        self.stream.write(out)
         self.stream.flush()
+        self.drawn_text, self.drawn_tail, self.drawn_pos = text, tail, pos
+        return True
+
+    def _tail(self) -> str:
+        """The draft beyond the final sentences of its segment (its separator first), at most MAX_ROWS rows."""
+        done = max(0, len(self.final) - self.base)
+        pending = "".join(split_sentences(self.draft_text)[done:]).replace("|", "").strip()
+        if not pending:
+            return ""
+        sep = self._sep(self.text, pending)
+        cols = columns(self.stream)
+        col = self.drawn_pos[1] if self.drawn_text == self.text else position(self.text[-4 * cols:], cols)[1]
+        room = cols * self.MAX_ROWS - (col % cols) - width(sep) - 1
+        return sep + tail_to_fit(pending, max(1, room))
+
+    def _new_segment(self, text: str) -> bool:
+        prev = self.draft_text
+        if not prev:
+            return False
+        return len(text) <= len(prev) or not text.startswith(prev[: max(0, len(prev) - self.SLACK)])
 
     def draft(self, text: str) -> None:
+        if self._new_segment(text):
+            self.base = len(self.final)
         self.draft_text = text
-        self._redraw()
+        self._draw(self.text, self._tail())
 
     def sentence(self, index: int, text: str) -> None:
-        self._erase()
         self.final.append(text)
-        self.stream.write(text)
-        self._advance(text, columns(self.stream))
-        self._redraw()
+        if text.strip():
+            self.text += self._sep(self.text, text.strip()) + text.strip()
+        self._draw(self.text, self._tail())
 
     def finish(self, final: str | None) -> None:
-        """Leave exactly the final text on screen (sentences missed by the stream are filled in)."""
-        self._erase()
-        shown = "".join(self.final)
-        if final is not None and final.startswith(shown):
-            self.stream.write(final[len(shown):])
-        elif final is not None and final != shown:
-            self.stream.write("\n" + final)
+        """Leave exactly the final text on screen (sentences missed by the stream filled in, differences
+        rewritten), then a newline."""
+        text = self.text if final is None else final
+        if not self._draw(text):  # the difference scrolled away: say it once more, in full
+            self._draw(self.drawn_text)
+            self.stream.write("\n" + text)
         self.stream.write("\n")
         self.stream.flush()
 
     def abort(self) -> None:
-        self._erase()
-        if self.final:
+        self._draw(self.drawn_text)
+        if self.drawn_text:
             self.stream.write("\n")
         self.stream.flush()

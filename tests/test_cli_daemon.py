@@ -246,3 +246,43 @@ def test_status_watch_follows_the_events(base: str, wav: str) -> None:
     health = [e["health"] for e in events]
     assert health[0] == "idle" and "busy" in health, health
     assert watch.returncode == 0 and "exited" in err
+
+
+def test_status_names_the_selected_engine_its_models_and_why() -> None:
+    from hasrctl.commands import _describe
+
+    ps = {"state": "ready", "pid": 42, "engine": "auto", "load_s": 61.5, "queue": 0, "in_flight": 0,
+          "identity": {"engine": "hybrid", "device": "cuda", "compute_type": "float16", "selected_by": "auto",
+                       "auto_reason": "R2T2, CUDA and both models are available",
+                       "models": {"draft": {"path": "/m/Confucius4-R2T2", "name": "Confucius4-R2T2",
+                                            "load": {"max_model_len": 4096}},
+                                  "final": {"path": "/c/models--Systran--faster-whisper-large-v3/snapshots/0123abcd"
+                                                    "ef0123456789", "name": "large-v3",
+                                            "revision": "0123abcdef0123456789", "source": "hf-cache"}}}}
+    rows = dict(_describe(ps, "/run/user/1/hasr/hasrd.sock"))
+    assert rows["engine"] == "hybrid on cuda (float16) (HASR_ENGINE=auto)"
+    assert rows["models"] == ("draft Confucius4-R2T2 (/m/Confucius4-R2T2), final large-v3@0123abcdef01 "
+                              "(/c/models--Systran--faster-whisper-large-v3/snapshots/0123abcdef0123456789)")
+    assert rows["why"] == "R2T2, CUDA and both models are available"
+    assert not any("{" in v for v in rows.values())
+    idle = dict(_describe({"state": "stopped", "engine": "auto", "identity": {}}, "/s"))
+    assert idle["engine"] == "auto; chosen when the models load" and "models" not in idle
+
+
+def test_status_of_an_auto_daemon_shows_what_auto_chose(base: str) -> None:
+    from tests.speech import cache_home, model_dir
+
+    model_dir()  # the embedded model, verified once into the test cache
+    d = Hasrd(os.path.join(base, "auto.sock"), env={"HASR_ENGINE": "auto", "XDG_CACHE_HOME": cache_home(),
+                                                   "HASR_FW_DEVICE": "cpu"})
+    env = cli_env(base, HASR_SOCKET=d.sock)
+    try:
+        assert hasrctl("load", env=env, timeout=120).returncode == 0
+        res = hasrctl("status", env=env)
+    finally:
+        d.stop()
+    assert res.returncode == 0, show(res)
+    rows = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in res.stdout.splitlines() if line.strip()}
+    assert rows["engine"].startswith("whisper on cpu") and rows["engine"].endswith("(HASR_ENGINE=auto)"), rows
+    assert rows["models"].startswith("final whisper-base") and "{" not in res.stdout, res.stdout
+    assert rows["why"].startswith("hybrid unavailable"), rows

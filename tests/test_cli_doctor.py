@@ -91,3 +91,81 @@ def test_doctor_sees_a_running_daemon(short_tmp: str) -> None:
 def test_doctor_reports_a_bad_setting_as_a_failure(short_tmp: str) -> None:
     code, doc = _doctor(cli_env(short_tmp, HASR_MAX_QUEUE="lots"), "--quick")
     assert _find(doc, "HASR_MAX_QUEUE")["state"] == "fail" and code == 1
+
+
+def _bare_venv(base: str, *share: str) -> str:
+    """A venv of this interpreter without hasr (and without pip); ``share`` modules linked in from ours."""
+    import importlib.util
+    import subprocess
+
+    venv = Path(base, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    site = next(venv.glob("lib/python*/site-packages"))
+    for mod in share:
+        spec = importlib.util.find_spec(mod)
+        assert spec is not None and spec.submodule_search_locations, mod
+        src = Path(list(spec.submodule_search_locations)[0])
+        for entry in src.parent.glob(f"{mod}*"):  # the package, its .libs and its dist-info
+            (site / entry.name).symlink_to(entry)
+    return str(venv / "bin" / "python")
+
+
+def test_doctor_probes_the_worker_interpreter_with_the_workers_environment(short_tmp: str) -> None:
+    # Another interpreter (the GPU venv) has no hasr: the daemon hands it hasrd through worker_env's shim, and
+    # doctor must probe it the same way, and check what the worker itself imports.
+    python = _bare_venv(short_tmp, "msgspec", "numpy")
+    env = cli_env(short_tmp, HASR_WORKER_PYTHON=python)
+    env.pop("PYTHONPATH")  # hasrctl runs from the checkout (cwd); the venv sees hasrd only through the shim
+    code, doc = _doctor(env, "--quick")
+    assert _find(doc, f"python -m hasrd.worker starts in {python}")["state"] == "ok"
+    assert _find(doc, "msgspec")["state"] == "ok" and _find(doc, "numpy")["state"] == "ok"
+
+
+def test_doctor_fails_when_the_worker_interpreter_lacks_what_the_worker_imports(short_tmp: str) -> None:
+    python = _bare_venv(short_tmp)
+    env = cli_env(short_tmp, HASR_WORKER_PYTHON=python)
+    env.pop("PYTHONPATH")
+    code, doc = _doctor(env, "--quick")
+    start = _find(doc, "python -m hasrd.worker does not start")
+    assert start["state"] == "fail" and "msgspec" in start["what"] and "pip install msgspec" in start["fix"]
+    assert _find(doc, "msgspec does not import")["state"] == "fail"
+    assert _find(doc, "numpy does not import")["state"] == "fail"
+    assert code == 1
+
+
+def _hf_snapshot(cache: Path, repo: str, *files: str) -> Path:
+    base = cache / ("models--" + repo.replace("/", "--"))
+    snap = base / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    for name in files:
+        (snap / name).write_text("{}\n")
+    (base / "refs").mkdir()
+    (base / "refs" / "main").write_text("0123abcd")
+    return snap
+
+
+def test_doctor_finds_the_models_where_the_worker_does(short_tmp: str) -> None:
+    """R2T2 weights and faster-whisper models in the Hugging Face cache, by default and by repo id or size
+    name: what hasrd.worker.engines.select resolves, doctor reports as found."""
+    cache = Path(short_tmp, "hf")
+    r2t2 = _hf_snapshot(cache, "netease-youdao/Confucius4-R2T2", "config.json")
+    large = _hf_snapshot(cache, "Systran/faster-whisper-large-v3", "model.bin", "config.json", "tokenizer.json")
+    env = cli_env(short_tmp, HF_HUB_CACHE=str(cache), HF_HOME=str(cache), HASR_ENGINE="auto",
+                  XDG_CACHE_HOME=str(Path(short_tmp, "cache")))
+    _, doc = _doctor(env, "--quick")
+    found = _find(doc, "R2T2 weights netease-youdao/Confucius4-R2T2 (default)")
+    assert found["state"] == "ok" and str(r2t2) in found["what"]
+    assert _find(doc, "faster-whisper large-v3")["state"] == "ok"
+
+    _, doc = _doctor({**env, "HASR_R2T2_MODEL": "netease-youdao/Confucius4-R2T2", "HASR_FW_MODEL": "large-v3"},
+                     "--quick")
+    found = _find(doc, "R2T2 weights HASR_R2T2_MODEL=netease-youdao/Confucius4-R2T2")
+    assert found["state"] == "ok" and str(r2t2) in found["what"]
+    fw = _find(doc, "HASR_FW_MODEL=large-v3")
+    assert fw["state"] == "ok" and str(large) in fw["what"] and "hf-cache" in fw["what"]
+
+    code, doc = _doctor({**env, "HASR_ENGINE": "hybrid", "HASR_R2T2_MODEL": "/nowhere/r2t2"}, "--quick")
+    missing = _find(doc, "the R2T2 weights were not found")
+    assert missing["state"] == "fail" and "HASR_R2T2_MODEL=/nowhere/r2t2" in missing["what"] and code == 1
+    _, doc = _doctor({**env, "HF_HUB_CACHE": str(Path(short_tmp, "empty")), "HF_HOME": short_tmp}, "--quick")
+    assert _find(doc, "the R2T2 weights were not found")["state"] == "warn"  # auto: whisper only

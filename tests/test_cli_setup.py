@@ -48,9 +48,12 @@ def test_setup_enables_the_socket_and_uninstall_removes_what_it_installed(sd_man
     res = hasrctl("setup", env=env)
     assert res.returncode == 0, show(res) + m.log()
     installed = {Path(line.split(None, 1)[1]) for line in res.stdout.splitlines() if line.startswith("installed")}
+    icons = {m.home / ".local/share/icons/hicolor" / p.relative_to(REPO / "packaging/icons/hicolor")
+             for p in (REPO / "packaging/icons/hicolor").glob("*/apps/hasr*")}
+    assert m.home / ".local/share/icons/hicolor/48x48/apps/hasr.png" in icons
     assert installed == {m.unit_dir / "hasrd.socket", m.unit_dir / "hasrd.service",
                          m.home / ".local/share/applications/hasr-tray.desktop",
-                         m.base / "cfg/autostart/hasr-tray.desktop"}
+                         m.base / "cfg/autostart/hasr-tray.desktop"} | icons
     service = (m.unit_dir / "hasrd.service").read_text()
     exec_start = next(ln for ln in service.splitlines() if ln.startswith("ExecStart="))
     here = Path(sys.executable).parent / "hasrd"
@@ -72,7 +75,7 @@ def test_setup_enables_the_socket_and_uninstall_removes_what_it_installed(sd_man
     # Idempotent: a second run changes nothing.
     again = hasrctl("setup", env=env)
     assert again.returncode == 0, show(again)
-    assert [ln.split()[0] for ln in again.stdout.splitlines()[:4]] == ["unchanged"] * 4
+    assert [ln.split()[0] for ln in again.stdout.splitlines()[:-1]] == ["unchanged"] * len(installed)
 
     # stop goes through systemd: the service stops, the socket stays and restarts it on demand.
     res = hasrctl("stop", env=env)

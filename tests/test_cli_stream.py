@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -9,11 +10,12 @@ import shutil
 import subprocess
 import sys
 import time
+import wave
 from typing import Iterator
 
 import pytest
 
-from tests.cliutil import REPO, cli_env
+from tests.cliutil import REPO, cli_env, hasrctl, show
 from tests.daemon import Hasrd, write_wav
 
 
@@ -108,3 +110,128 @@ def test_progress_shows_on_a_terminal_while_stdout_goes_to_a_file(tmux: list[str
     assert bars and any("[#" in s and "/3.0 s audio" in s for s in bars), shots
     assert _split(shots[-1]) == ("", "")  # erased when done: the terminal is left clean
     assert open(out).read() == "今天天气很好。我们去公园散步\n"  # the file has the transcript alone
+
+
+# --- the live view itself, driven with scripted events in a real terminal ------------------------------------------
+LIVE = r"""
+import json, subprocess, sys, time
+from hasrctl.terminal import LiveView
+tmux, events, shots, language = json.loads(sys.argv[1])
+view = LiveView(sys.stdout, language)
+n = 0
+for ev in events:
+    kind, args = ev[0], ev[1:]
+    if kind == "shot":  # what tmux shows now, once the screen has settled
+        last = None
+        for _ in range(100):
+            time.sleep(0.05)
+            cur = subprocess.run([*tmux, "capture-pane", "-e", "-J", "-p", "-t", "cli"], capture_output=True,
+                                 text=True).stdout
+            if cur == last:
+                break
+            last = cur
+        with open(f"{shots}/{n}", "w") as f:
+            f.write(cur)
+        n += 1
+    else:
+        getattr(view, kind)(*args)
+"""
+
+
+def _live(tmux: list[str], short_tmp: str, events: list[list[object]], language: str | None = None,
+          width: int = 100) -> list[str]:
+    """Feed ``events`` (["draft", text], ["sentence", i, text], ["finish", text], ["shot"]) to a LiveView on a
+    tmux terminal ``width`` columns wide; the screens (logical lines, SGR kept) taken at each "shot"."""
+    shots = os.path.join(short_tmp, "shots")
+    os.makedirs(shots, exist_ok=True)
+    arg = json.dumps([tmux, events, shots, language])
+    done = os.path.join(short_tmp, "done")
+    cmd = (f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -c {shlex.quote(LIVE)} {shlex.quote(arg)}; "
+           f"echo \"rc=$?\" > {shlex.quote(done)}; sleep 30")
+    subprocess.run([*tmux, "new-session", "-d", "-s", "cli", "-x", str(width), "-y", "20", cmd], check=True)
+    end = time.monotonic() + 60
+    while not (os.path.exists(done) and open(done).read().strip()):
+        assert time.monotonic() < end, "the live view script did not finish"
+        time.sleep(0.05)
+    assert open(done).read().strip() == "rc=0"
+    return [open(os.path.join(shots, str(i))).read() for i in range(sum(1 for e in events if e[0] == "shot"))]
+
+
+def _lines(screen: str) -> list[tuple[str, str]]:
+    """(final, dimmed draft) of every non-empty logical line."""
+    out = []
+    for line in screen.splitlines():
+        final, _, draft = line.partition("\x1b[2m")
+        strip = lambda t: re.sub(r"\x1b\[[0-9;]*m", "", t).rstrip()  # noqa: E731
+        if strip(final) or strip(draft):
+            out.append((strip(final), strip(draft).lstrip()))  # the space before a draft may be dimmed too
+    return out
+
+
+def test_the_draft_of_a_later_segment_shows_after_the_final_sentences(tmux: list[str], short_tmp: str) -> None:
+    # Long audio is drafted in segments, and a draft event carries the current segment's draft alone.
+    shots = _live(tmux, short_tmp, [
+        ["draft", "今天天气"], ["shot"],
+        ["draft", "今天天气很好。我们"], ["sentence", 0, "今天天气很好。"], ["shot"],
+        ["draft", "今天天气很好。我们去公园。"], ["sentence", 1, "我们去公园。"],
+        ["draft", "明天"], ["shot"],  # the second segment begins
+        ["draft", "明天下雨。后天"], ["sentence", 2, "明天下雨。"], ["shot"],
+        ["finish", "今天天气很好。我们去公园。明天下雨。后天晴。"], ["shot"]])
+    assert _lines(shots[0]) == [("", "今天天气")]
+    assert _lines(shots[1]) == [("今天天气很好。", "我们")]
+    assert _lines(shots[2]) == [("今天天气很好。我们去公园。", "明天")]
+    assert _lines(shots[3]) == [("今天天气很好。我们去公园。明天下雨。", "后天")]
+    assert _lines(shots[4]) == [("今天天气很好。我们去公园。明天下雨。后天晴。", "")]
+
+
+def test_a_final_text_that_differs_from_the_stream_replaces_it_on_screen(tmux: list[str], short_tmp: str) -> None:
+    # English sentences are joined with a space, as the daemon joins them; a differing final text is redrawn
+    # in place over the streamed one (also across wrapped rows), never printed a second time.
+    long = "This sentence is long enough to wrap over more than one row of this narrow terminal!"
+    draft = "Hello world? The quick brown fox! jumps over"
+    shots = _live(tmux, short_tmp, [
+        ["sentence", 0, "Hello world?"], ["sentence", 1, " The quick brown fox!"], ["draft", draft], ["shot"],
+        ["sentence", 2, long], ["draft", f"{draft} {long} the lazy dog"], ["shot"],
+        ["finish", f"Hello, world? The quick brown fox! {long} The lazy dog."], ["shot"]], width=40)
+    assert _lines(shots[0]) == [("Hello world? The quick brown fox!", "jumps over")]
+    assert _lines(shots[1]) == [(f"Hello world? The quick brown fox! {long}", "the lazy dog")]
+    assert _lines(shots[2]) == [(f"Hello, world? The quick brown fox! {long} The lazy dog.", "")]
+
+
+def test_wide_characters_wrap_and_are_rewritten_in_place(tmux: list[str], short_tmp: str) -> None:
+    zh = "天地玄黄宇宙洪荒。日月盈昃辰宿列张。寒来暑往秋收冬藏。"
+    final = zh.replace("。", "，", 1)  # differs in the first row, which has wrapped out of the cursor's row
+    shots = _live(tmux, short_tmp, [
+        ["sentence", 0, zh[:9]], ["sentence", 1, zh[9:18]], ["draft", zh[:21]], ["shot"],
+        ["finish", final], ["shot"]], language="Chinese", width=21)  # odd width: wide characters wrap early
+    assert _lines(shots[0]) == [(zh[:18], zh[18:21])]
+    assert _lines(shots[1]) == [(final, "")]
+
+
+def test_english_speech_streams_exactly_the_final_text_once(tmux: list[str], short_tmp: str) -> None:
+    """The reviewer's repro: three English clips with pauses, the whisper engine, ``--stream`` on a terminal."""
+    import numpy as np
+
+    from tests.speech import load, model_dir
+
+    pcm = np.concatenate([x for n in ("en_hello_world", "en_quick_brown_fox", "en_espeak_park")
+                          for x in (load(n), np.zeros(16000, np.float32))])
+    wav = os.path.join(short_tmp, "en3.wav")
+    with wave.open(wav, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((pcm * 32767).astype("<i2").tobytes())
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_ENGINE": "whisper", "HASR_FW_MODEL": model_dir(),
+                                                       "HASR_FW_DEVICE": "cpu"})
+    try:
+        env = cli_env(short_tmp, HASR_SOCKET=d.sock)
+        plain = hasrctl("transcribe", wav, env=env)
+        assert plain.returncode == 0, show(plain)
+        final = plain.stdout.strip()
+        _run_in_tmux(tmux, env, ["transcribe", "--stream", wav], os.path.join(short_tmp, "done"))
+        res = subprocess.run([*tmux, "capture-pane", "-J", "-p", "-t", "cli"], capture_output=True, text=True)
+    finally:
+        assert d.stop() == 0
+    assert final.count(". ") >= 3, final  # several sentences, joined with spaces
+    assert [ln.rstrip() for ln in res.stdout.splitlines() if ln.strip()] == [final]

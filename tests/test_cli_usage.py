@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hasrctl import discovery, output
-from hasrctl.client import DaemonError, UsageError, status_of
+from hasrctl.client import CliError, DaemonError, UsageError, status_of
 from tests.cliutil import cli_env, hasrctl, one_line, show
 
 
@@ -132,7 +132,7 @@ def test_discovery_tries_the_explicit_socket_alone_else_user_then_system(short_t
 
 def test_discovery_takes_the_first_socket_that_answers(short_tmp: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", short_tmp)
-    os.makedirs(f"{short_tmp}/hasr")
+    os.makedirs(f"{short_tmp}/hasr", mode=0o700)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(f"{short_tmp}/hasr/hasrd.sock")
     listener.listen()
@@ -225,3 +225,136 @@ def test_the_client_never_imports_the_server_or_gpu_stacks(env: dict[str, str], 
             f"print(sorted(m for m in sys.modules if m in {HEAVY!r} or m.split('.')[0] in {HEAVY!r}))")
     res = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=60)
     assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout + res.stderr
+
+
+# --- where transcripts may be written ------------------------------------------------------------------------------
+def test_dash_and_dev_stdout_as_output_mean_stdout(wav: str) -> None:
+    for out in ("-", "/dev/stdout"):
+        [p] = _plans([wav], "srt", out, beside=False)
+        assert p.target is None, out
+    [p] = _plans([wav, "-"], "text", "-", beside=False)[1:]
+    assert p.target is None
+
+
+def test_force_onto_a_link_writes_through_it_and_keeps_the_link(short_tmp: str) -> None:
+    real = Path(short_tmp, "real.txt")
+    real.write_text("old\n")
+    link = Path(short_tmp, "link.txt")
+    link.symlink_to(real)
+    with pytest.raises(UsageError, match="--force"):
+        output.check_free(link, force=False)
+    with pytest.raises(UsageError, match="--force"):
+        output.write(link, "new\n", force=False)
+    output.check_free(link, force=True)
+    output.write(link, "new\n", force=True)
+    assert link.is_symlink() and os.readlink(link) == str(real)  # the link itself is untouched ...
+    assert real.read_text() == "new\n"  # ... and the file behind it has the transcript
+    dangling = Path(short_tmp, "dangling.txt")
+    dangling.symlink_to(Path(short_tmp, "nowhere", "x.txt"))
+    for force in (False, True):
+        with pytest.raises(UsageError, match="symbolic link to .* which does not exist"):
+            output.check_free(dangling, force)
+    assert sorted(os.listdir(short_tmp)) == ["dangling.txt", "link.txt", "real.txt"]  # no temporary files
+
+
+def test_devices_and_fifos_are_written_not_renamed_over(short_tmp: str) -> None:
+    import threading
+
+    output.check_free(Path("/dev/null"), force=False)  # nothing to overwrite: no --force needed
+    output.write(Path("/dev/null"), "text\n", force=False)
+    output.write(Path("/dev/null"), "text\n", force=True)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = Path(short_tmp, "pipe")
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    output.write(fifo, "through the pipe\n", force=False)
+    reader.join(10)
+    assert got == [b"through the pipe\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(UsageError, match="is a directory"):
+        output.check_free(Path(short_tmp), force=True)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(os.path.join(short_tmp, "s.sock"))
+    try:
+        with pytest.raises(UsageError, match="not a regular file"):
+            output.write(Path(short_tmp, "s.sock"), "x", force=True)
+    finally:
+        sock.close()
+
+
+# --- the socket directory ----------------------------------------------------------------------------------------
+@pytest.fixture
+def fallback(short_tmp: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """XDG_RUNTIME_DIR unset: the runtime directory is the /tmp/hasr-$UID stand-in (here under short_tmp)."""
+    from hasrd import config
+
+    rt = Path(short_tmp, f"hasr-{os.getuid()}")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(config, "runtime_dir", lambda: rt)
+    monkeypatch.setattr(discovery, "runtime_dir", lambda: rt)
+    return rt
+
+
+def test_without_xdg_runtime_dir_the_socket_dirs_are_created_private(fallback: Path) -> None:
+    assert discovery.default_socket() == str(fallback / "hasr" / "hasrd.sock")
+    assert discovery.private_dirs(discovery.default_socket()) == [fallback, fallback / "hasr"]
+    discovery.secure_dir(discovery.default_socket(), create=True)
+    for d in (fallback, fallback / "hasr"):
+        st = os.lstat(d)
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+
+
+def test_a_planted_or_open_socket_dir_is_refused_before_anything_connects(fallback: Path, short_tmp: str) -> None:
+    sock = discovery.default_socket()
+    fallback.mkdir(mode=0o755)
+    os.chmod(fallback, 0o755)  # group and others may enter (and with w, replace the socket)
+    with pytest.raises(discovery.UnsafeDir, match="0755.*chmod 700"):
+        discovery.secure_dir(sock, create=True)
+    with pytest.raises(CliError, match="0755") as err:  # find() says it in one line, exit 3
+        discovery.find(None, autostart=True, idle_exit=1, timeout=1, say=print)
+    assert err.value.exit_code == 3
+    os.rmdir(fallback)
+    elsewhere = Path(short_tmp, "elsewhere")
+    elsewhere.mkdir(mode=0o700)
+    fallback.symlink_to(elsewhere)  # a link, even to a good directory
+    with pytest.raises(discovery.UnsafeDir, match="symbolic link"):
+        discovery.secure_dir(sock, create=True)
+    fallback.unlink()
+    if os.getuid() == 0:  # someone else's directory (only root can make one for the test)
+        fallback.mkdir(mode=0o700)
+        os.chown(fallback, 65534, 65534)
+        with pytest.raises(discovery.UnsafeDir, match="belongs to uid 65534"):
+            discovery.secure_dir(sock, create=True)
+
+
+def test_hasrctl_refuses_an_open_socket_dir_in_one_line(env: dict[str, str], wav: str, short_tmp: str) -> None:
+    os.makedirs(os.path.join(env["XDG_RUNTIME_DIR"], "hasr"), mode=0o755)
+    os.chmod(os.path.join(env["XDG_RUNTIME_DIR"], "hasr"), 0o755)
+    res = hasrctl("transcribe", wav, env=env)
+    assert res.returncode == 3 and "must be 0700" in one_line(res.stderr), show(res)
+    assert not os.path.exists(os.path.join(env["XDG_RUNTIME_DIR"], "hasr", "hasrd.log"))  # nothing started
+
+
+def test_the_daemon_log_is_never_opened_through_a_link(env: dict[str, str], wav: str, short_tmp: str) -> None:
+    run = os.path.join(env["XDG_RUNTIME_DIR"], "hasr")
+    os.makedirs(run, mode=0o700)
+    victim = Path(short_tmp, "victim.txt")
+    victim.write_text("mine\n")
+    os.symlink(victim, os.path.join(run, "hasrd.log"))
+    res = hasrctl("transcribe", wav, env=env)
+    assert res.returncode == 3 and "hasrd.log" in one_line(res.stderr), show(res)
+    assert victim.read_text() == "mine\n"
+
+
+def test_status_without_a_daemon_does_not_suggest_autostart_flags(env: dict[str, str]) -> None:
+    res = hasrctl("status", env=env)
+    line = one_line(res.stderr)
+    assert res.returncode == 3 and "not running" in line and "autostart" not in line, show(res)
+    assert "hasrctl transcribe" in line or "systemctl" in line
+
+
+def test_language_help_says_what_each_engine_does_without_it(env: dict[str, str]) -> None:
+    text = " ".join(hasrctl("transcribe", "--help", env=env).stdout.split())
+    assert "[default: detect]" not in text
+    assert "whisper engine detects" in text and "assume Chinese" in text

@@ -317,6 +317,38 @@ def test_the_title_names_the_file_and_progress_in_words(desktop: Desktop) -> Non
         daemon.stop()
 
 
+def test_a_second_tray_shows_the_first_ones_drop_window_and_exits(desktop: Desktop) -> None:
+    from Xlib import X
+
+    sock = str(desktop.dir / "d.sock")
+    tray = start_tray(desktop, sock)  # without --show-window: only the icon
+    try:
+        desktop.icon_window()
+        win = desktop.drop_window()
+
+        def viewable() -> bool:
+            return bool(win.get_attributes().map_state == X.IsViewable)  # type: ignore[attr-defined]
+
+        assert not viewable()
+        second = xh.Proc([sys.executable, "-m", "tray.app", "--backend", "xorg", "--socket", sock],
+                         env={**desktop.env}, log=desktop.dir / "second.log", cwd=REPO)
+        assert second.p.wait(20) == 0, second.text()
+        assert "already running" in second.text() and str(tray.pid) in second.text()
+        xh.wait_for(viewable, 10, 0.05, "the first tray's drop window")
+        time.sleep(1.0)  # a second icon would have docked by now
+        icons = []
+        for w in xh.walk(desktop.d.screen().root):
+            try:
+                if (xh.wm_class(w) or ("", ""))[0] == "hasrSystemTrayIcon" and xh.root_box(desktop.d, w)[2] > 4:
+                    icons.append(w)
+            except Exception:
+                continue
+        assert len(icons) == 1, icons
+        assert tray.alive()
+    finally:
+        tray.stop()
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-v"]))
 

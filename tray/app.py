@@ -235,6 +235,27 @@ class App:
         self.root.mainloop()
 
 
+def first_instance(wait: float = 5.0) -> Any:
+    """The single-instance guard (tray.single.Instance) when this is the display's only tray; None after the
+    running tray was asked to show its drop window (this one then exits 0)."""
+    import time
+
+    from tray import single
+
+    deadline = time.monotonic() + wait
+    while True:
+        instance = single.claim()
+        if instance is not None:
+            return instance
+        if single.show_running(timeout=1.0):
+            pid = single.running_pid()
+            print(f"hasr-tray is already running{f' (pid {pid})' if pid else ''}: showed its drop window",
+                  file=sys.stderr)
+            return None
+        if time.monotonic() > deadline:  # it holds the lock but does not answer: hung, or quitting slowly
+            raise RuntimeError(f"another hasr-tray (pid {single.running_pid()}) holds the lock but does not answer")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="hasr-tray", description="hasr tray icon and drop window")
     p.add_argument("--socket", help="daemon socket (default: HASR_SOCKET or $XDG_RUNTIME_DIR/hasr/hasrd.sock)")
@@ -251,12 +272,28 @@ def main(argv: list[str] | None = None) -> int:
         print("hasr-tray: no display (DISPLAY is not set)", file=sys.stderr)
         return 2
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` prints every thread's stack
+    try:
+        instance = first_instance()
+    except Exception as e:  # an unsafe runtime directory, say: run, but say why a second start may double
+        print(f"hasr-tray: cannot make sure only one tray runs: {getattr(e, 'message', None) or e}",
+              file=sys.stderr)
+        instance = None
+    else:
+        if instance is None:
+            return 0
     os.environ["PYSTRAY_BACKEND"] = args.backend or choose_backend()
     from tray import settings as tray_settings
 
     s = tray_settings.load(socket=args.socket, format=args.format, language=args.language)
     log.info("backend %s, socket %s, format %s", os.environ["PYSTRAY_BACKEND"], s.socket, s.format)
-    App(s, show_window=args.show_window).run()
+    app = App(s, show_window=args.show_window)
+    if instance is not None:
+        instance.serve(lambda: app.ui(app.window.show))
+    try:
+        app.run()
+    finally:
+        if instance is not None:
+            instance.close()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import shutil
+import logging
 import socket
-import subprocess
-import sys
 import threading
 from typing import Any, Callable, Iterator
 
 Event = dict[str, Any]
+log = logging.getLogger("hasr.tray.client")
 
 
 class DaemonDown(Exception):
@@ -181,15 +179,23 @@ class Client:
             conn.close()
 
 
-def start_daemon(socket_path: str) -> bool:
-    """Start ``hasrd --socket PATH`` in the background (own session, output discarded); False if not found."""
-    exe = shutil.which("hasrd")
-    argv = [exe] if exe else [sys.executable, "-c", "import sys; from hasrd.server import main; sys.exit(main())"]
+def start_daemon(socket_path: str, timeout: float = 30.0) -> None:
+    """Start hasrd on ``socket_path`` as ``hasrctl`` does and wait until it answers (hasrctl.discovery: a
+    systemd socket unit when one exists, else ``hasrd --socket PATH --idle-exit HASR_IDLE_EXIT_SEC`` detached,
+    its output in ``hasrd.log`` beside the socket, one start at a time under the autostart lock).
+
+    DaemonDown with the reason when no daemon could be started.
+    """
+    from hasrctl import discovery
+    from hasrctl.client import CliError
+    from hasrd import config
+
     try:
-        proc = subprocess.Popen(argv + ["--socket", socket_path], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                close_fds=True, env=dict(os.environ))
-    except OSError:
-        return False
-    threading.Thread(target=proc.wait, name="hasrd-reaper", daemon=True).start()  # no zombie when it exits
-    return True
+        idle_exit = config.load().idle_exit_sec
+    except config.ConfigError as e:
+        raise DaemonDown(f"cannot start hasrd: {e}") from None
+    try:
+        discovery.find(socket_path, autostart=True, idle_exit=idle_exit, timeout=timeout,
+                       say=lambda line: log.info("%s", line))
+    except CliError as e:
+        raise DaemonDown(e.message) from None

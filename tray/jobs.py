@@ -99,17 +99,11 @@ class Jobs:
         try:
             return self.client.transcribe(str(job.path), language, on_event)
         except DaemonDown:
-            if not self.autostart or not start_daemon(self.client.path):
+            if not self.autostart:
                 raise
         self._update(job, detail="starting the daemon")
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                return self.client.transcribe(str(job.path), language, on_event)
-            except DaemonDown:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        start_daemon(self.client.path)  # returns once it answers (DaemonDown with the reason otherwise)
+        return self.client.transcribe(str(job.path), language, on_event)
 
     def _fail(self, job: Job, message: str) -> None:
         self._update(job, state=FAILED, detail=message)
