@@ -88,9 +88,19 @@ def check_socket_dir(parent: str) -> None:
         raise SystemExit(f"hasrd: {parent} belongs to uid {st.st_uid}, not to us ({os.getuid()}); "
                          f"refusing to put the socket there")
     default_dir = os.path.dirname(config.default_socket())
-    if os.path.abspath(parent) == os.path.abspath(default_dir) and st.st_mode & 0o077:
-        raise SystemExit(f"hasrd: {parent} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700 "
-                         f"(chmod 700 {parent})")
+    if os.path.abspath(parent) != os.path.abspath(default_dir):
+        return
+    # The default place: $XDG_RUNTIME_DIR/hasr, or /tmp/hasr-UID/hasr without it. Both levels must be ours
+    # and private (whoever owns /tmp/hasr-UID could swap our directory for theirs).
+    for d in (str(config.runtime_dir()), parent):
+        st = os.lstat(d)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
+            log.warning("%s had mode %04o; made it private (0700)", d, stat.S_IMODE(st.st_mode))
+            os.chmod(d, 0o700)
+            st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise SystemExit(f"hasrd: {d} must be a directory of ours with mode 0700 (it is uid {st.st_uid}, "
+                             f"mode {stat.S_IMODE(st.st_mode):04o}); fix it or set XDG_RUNTIME_DIR")
 
 
 _BOUND: dict[str, tuple[int, int]] = {}  # socket files we bound: path -> (st_dev, st_ino)

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -47,12 +48,22 @@ def worker_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None) 
     return env
 
 
+_SHIM_DIR: str | None = None
+
+
 def package_shim() -> str:
     """A private directory whose only entry is a link to this hasrd package; created on first use."""
-    from hasrd.config import runtime_dir
-
+    global _SHIM_DIR
     pkg = os.path.dirname(os.path.abspath(__file__))
-    shim = os.path.join(str(runtime_dir()), "hasr", f"pypath-{os.getuid()}")
+    if _SHIM_DIR is None:
+        # $XDG_RUNTIME_DIR is private to us (systemd makes it); without it, a fresh mkdtemp directory, never a
+        # guessable /tmp path that another user could have planted first.
+        xdg = os.environ.get("XDG_RUNTIME_DIR")
+        if xdg and os.path.isdir(xdg) and os.stat(xdg).st_uid == os.getuid():
+            _SHIM_DIR = os.path.join(xdg, "hasr", f"pypath-{os.getuid()}")
+        else:
+            _SHIM_DIR = tempfile.mkdtemp(prefix="hasr-pypath-")
+    shim = _SHIM_DIR
     link = os.path.join(shim, "hasrd")
     try:
         if os.readlink(link) == pkg:

@@ -306,3 +306,25 @@ def test_a_socket_directory_owned_by_another_user_is_refused(tmpdir_m: str) -> N
     r = subprocess.run([sys.executable, "-m", "hasrd.server", "--socket", os.path.join(planted, "s.sock")],
                        env={**os.environ, "HASR_ENGINE": "fake"}, capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "belongs to uid 65534" in r.stderr
+
+
+def test_the_default_socket_place_must_be_private_and_ours(tmpdir_m: str) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to create a directory owned by another user")
+    planted = os.path.join(tmpdir_m, "rt-planted")
+    os.makedirs(planted, exist_ok=True)
+    os.chown(planted, 65534, 65534)
+    env = {**os.environ, "HASR_ENGINE": "fake", "XDG_RUNTIME_DIR": planted}
+    env.pop("HASR_SOCKET", None)
+    r = subprocess.run([sys.executable, "-m", "hasrd.server"], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "must be a directory of ours with mode 0700" in r.stderr
+    ours = os.path.join(tmpdir_m, "rt-open")
+    os.makedirs(os.path.join(ours, "hasr"), exist_ok=True)
+    os.chmod(ours, 0o755)
+    os.chmod(os.path.join(ours, "hasr"), 0o755)
+    d = Hasrd(os.path.join(ours, "hasr", "hasrd.sock"), env={"XDG_RUNTIME_DIR": ours})
+    try:  # our own directory, too open: made private, with a warning
+        assert os.stat(os.path.join(ours, "hasr")).st_mode & 0o777 == 0o700
+        assert "made it private" in d.log()
+    finally:
+        d.stop()
