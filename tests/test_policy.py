@@ -29,7 +29,7 @@ def test_ttl_counts_from_last_use_and_never_fires_while_busy_or_kept_alive() -> 
 
 def test_health_follows_the_seed_semantics() -> None:
     assert [policy.health_status(s) for s in ("stopped", "starting", "ready", "stopping", "backoff", "fatal")] == [
-        "idle", "loading", "ok", "idle", "loading", "error"]
+        "idle", "loading", "ok", "idle", "idle", "error"]  # backoff: nothing loads until the next request
 
 
 def test_status_lines_say_the_state_in_words() -> None:

@@ -97,7 +97,14 @@ class Desktop:
         last: list[Any] = []
 
         def ok() -> Image.Image | None:
-            last[:] = self.look(icon)
+            try:  # through the current connection (it may have been replaced below)
+                last[:] = self.look(self.d.create_resource_object("window", icon.id))
+            except Exception as e:  # noqa: BLE001
+                # python-xlib mis-parses some error replies (AttributeError: 'BadRRModeError' object has no
+                # attribute 'sequence_number') and leaves the connection unusable: reconnect and look again.
+                print(f"X read failed ({type(e).__name__}: {e}); reconnecting")
+                self.d = xdisplay.Display(self.name)
+                return None
             return last[2] if last[0] == state and words in last[1] else None
         try:
             return xh.wait_for(ok, timeout, 0.05, f"icon {state!r} titled {words!r}")  # type: ignore[return-value]
