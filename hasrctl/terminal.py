@@ -55,7 +55,7 @@ class View:
     def queued(self, position: int) -> None: ...
     def loading(self, phase: str, elapsed: float | None) -> None: ...
     def progress(self, done: float, total: float) -> None: ...
-    def draft(self, text: str) -> None: ...
+    def draft(self, text: str, segment: int | None = None) -> None: ...
     def sentence(self, index: int, text: str) -> None: ...
     def finish(self, final: str | None) -> None: ...
     def abort(self) -> None:
@@ -115,7 +115,7 @@ class ProgressBar(View):
         bar = "#" * int(frac * n) + "-" * (n - int(frac * n))
         self._draw(f"[{bar}] {done:.1f}/{total:.1f} s audio", force=frac >= 1.0)
 
-    def draft(self, text: str) -> None:
+    def draft(self, text: str, segment: int | None = None) -> None:
         self.phase = None
 
     def finish(self, final: str | None) -> None:
@@ -215,8 +215,9 @@ class LiveView(View):
     Sentences are joined as the daemon joins the final text: nothing between Chinese (and other spaceless)
     sentences, a space otherwise. A draft event carries the draft of the current segment only (long audio is
     drafted in segments of at most HASR_MAX_SEGMENT_SEC), and within a segment every draft is longer than the
-    one before; so a draft that is not longer, or does not extend the previous one, starts a new segment, and
-    the sentences already final are counted from there.
+    one before. The daemon labels each draft with its segment; from a daemon that does not, a draft that is not
+    longer, or does not extend the previous one, is taken to start a new segment. The sentences already final
+    are counted from the segment's start.
     """
 
     MAX_ROWS = 3
@@ -229,6 +230,7 @@ class LiveView(View):
         self.text = ""  # the final sentences, joined: the permanent text
         self.draft_text = ""  # the current segment's draft
         self.base = 0  # len(self.final) when the current segment's draft began
+        self.segment = 0  # the segment the current draft belongs to
         # What is on screen: permanent text, dimmed tail, and the cursor position after the permanent text.
         self.drawn_text, self.drawn_tail, self.drawn_pos = "", "", (0, 0)
 
@@ -298,9 +300,13 @@ class LiveView(View):
             return False
         return len(text) <= len(prev) or not text.startswith(prev[: max(0, len(prev) - self.SLACK)])
 
-    def draft(self, text: str) -> None:
-        if self._new_segment(text):
+    def draft(self, text: str, segment: int | None = None) -> None:
+        # The daemon says which segment a draft belongs to; an older daemon does not, and then a draft that
+        # does not extend the previous one is taken to start a new segment.
+        if (segment != self.segment) if segment is not None else self._new_segment(text):
             self.base = len(self.final)
+        if segment is not None:
+            self.segment = segment
         self.draft_text = text
         self._draw(self.text, self._tail())
 

@@ -37,7 +37,8 @@ def _feed(kind: str, ev: dict[str, Any], view: View) -> None:
     elif kind == "progress":
         view.progress(float(ev.get("done_s") or 0), float(ev.get("total_s") or 0))
     elif kind == "draft":
-        view.draft(str(ev.get("text") or ""))
+        seg = ev.get("segment")
+        view.draft(str(ev.get("text") or ""), int(seg) if isinstance(seg, int) else None)
     elif kind == "sentence":
         view.sentence(int(ev.get("index") or 0), str(ev.get("text") or ""))
 

@@ -324,7 +324,7 @@ def sse(ev: dict[str, Any]) -> bytes | None:
     if kind == "sentence":
         data: Any = {"type": "transcript.text.delta", "delta": ev["text"], "hasr": ev}
     elif kind == "draft":
-        data = {"type": "hasr.draft", "text": ev["text"]}
+        data = {"type": "hasr.draft", "text": ev["text"], "segment": ev.get("segment", 0)}
     elif kind == "progress":
         data = {"type": "hasr.progress", "done_s": ev["done_s"], "total_s": ev["total_s"]}
     elif kind in ("queued", "loading"):

@@ -61,6 +61,7 @@ class Progress(Msg):
 class Draft(Msg):
     id: int
     text: str
+    segment: int = 0  # long audio is drafted per silence-split segment; text is that segment's draft
 
 
 class Sentence(Msg):

@@ -413,7 +413,7 @@ def _event_dict(msg: p.Progress | p.Draft | p.Sentence) -> dict[str, Any]:
     if isinstance(msg, p.Progress):
         return {"event": "progress", "done_s": msg.done_s, "total_s": msg.total_s}
     if isinstance(msg, p.Draft):
-        return {"event": "draft", "text": msg.text}
+        return {"event": "draft", "text": msg.text, "segment": msg.segment}
     return {"event": "sentence", "index": msg.index, "text": msg.text, "engine": msg.engine,
             "start_s": msg.start_s, "end_s": msg.end_s}
 

@@ -235,3 +235,19 @@ def test_english_speech_streams_exactly_the_final_text_once(tmux: list[str], sho
         assert d.stop() == 0
     assert final.count(". ") >= 3, final  # several sentences, joined with spaces
     assert [ln.rstrip() for ln in res.stdout.splitlines() if ln.strip()] == [final]
+
+
+def test_a_labelled_segment_rebases_the_live_view_where_guessing_would_not() -> None:
+    import io
+
+    from hasrctl.terminal import LiveView
+
+    out = io.StringIO()
+    view = LiveView(out, "Chinese")
+    view.draft("你好。", 0)
+    view.sentence(0, "你好。")
+    # The next segment's first draft is longer and shares no prefix: a guess from the text alone would keep
+    # counting final sentences from the first segment and hide this draft's first sentence.
+    view.draft("我们明天见。再见朋友们一起来吧", 1)
+    assert view.base == 1 and view.segment == 1
+    assert "我们明天见" in view._tail()

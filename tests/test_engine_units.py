@@ -50,8 +50,8 @@ class Wire:
     def progress(self, done_s: float, total_s: float) -> None:
         self.frames.append(p.encode(p.Progress(id=1, done_s=done_s, total_s=total_s)))
 
-    def draft(self, text: str) -> None:
-        self.frames.append(p.encode(p.Draft(id=1, text=text)))
+    def draft(self, text: str, segment: int = 0) -> None:
+        self.frames.append(p.encode(p.Draft(id=1, text=text, segment=segment)))
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
         self.frames.append(p.encode(p.Sentence(id=1, index=index, text=text, engine=engine, start_s=start_s,

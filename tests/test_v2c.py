@@ -55,12 +55,14 @@ class ListDraft:
 class Rec:
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
+        self.segments: list[int] = []  # the segment of each draft event
 
     def progress(self, done_s: float, total_s: float) -> None:
         self.events.append(("progress", done_s, total_s))
 
-    def draft(self, text: str) -> None:
+    def draft(self, text: str, segment: int = 0) -> None:
         self.events.append(("draft", text))
+        self.segments.append(segment)
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
         self.events.append(("sentence", index, text, engine, start_s, end_s))
@@ -374,6 +376,7 @@ def test_segments_carry_their_offsets_into_windows_and_times() -> None:
                                 {"text": "好。", "start_chunk": 6, "end_chunk": 7}]
     assert [(p["start_s"], p["end_s"]) for p in out.per_sentence] == [(0.0, 0.32), (0.96, 1.28)]
     assert [e[1] for e in rec.sentences()] == [0, 1] and out.first_text_s == pytest.approx(0.32)
+    assert rec.segments == [0, 1]  # each segment's draft says which segment it belongs to
     with pytest.raises(ValueError):
         v2c.run(PerSegment([]), pcm, "Chinese", None, emit=rec, segments=[(100, 200)])
 

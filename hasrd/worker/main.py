@@ -115,8 +115,8 @@ class SocketEmitter:
             self._last_progress = now
             self.ch.send(p.Progress(id=self.id, done_s=done_s, total_s=total_s))
 
-    def draft(self, text: str) -> None:
-        self.ch.send(p.Draft(id=self.id, text=text))
+    def draft(self, text: str, segment: int = 0) -> None:
+        self.ch.send(p.Draft(id=self.id, text=text, segment=segment))
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
         self.ch.send(p.Sentence(id=self.id, index=index, text=text, engine=engine, start_s=start_s, end_s=end_s))

@@ -302,7 +302,7 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
     n = len(pcm)
     total_s = round(n / SR, 3)
     out = Outcome()
-    for start, end in (segments if segments is not None else [(0, n)]):
+    for seg_no, (start, end) in enumerate(segments if segments is not None else [(0, n)]):
         if start % CHUNK:
             raise ValueError(f"segment start {start} is not a multiple of {CHUNK} samples")
         seg = pcm[start:end]
@@ -315,7 +315,8 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
 
         t0 = time.monotonic()
         try:
-            windows, draft, first = draft_windows(model, seg, language, cancelled=cancelled, on_text=emit.draft,
+            windows, draft, first = draft_windows(model, seg, language, cancelled=cancelled,
+                                                  on_text=_segment_drafts(emit, seg_no),
                                                   on_window=stage.submit, on_chunk=on_chunk)
             t1 = time.monotonic()
             settled = stage.close()
@@ -353,3 +354,10 @@ def result(engine: str, language: str, code: str, out: Outcome, n_samples: int) 
         "timings": {"draft_s": round(out.draft_s, 4), "final_s": round(out.final_s, 4),
                     "fw_s": round(out.fw_s, 4)},
     }
+
+
+def _segment_drafts(emit: Emitter, segment: int) -> Callable[[str], None]:
+    """Draft events of one segment, labelled with it (a client resets its draft display per segment)."""
+    def on_text(text: str) -> None:
+        emit.draft(text, segment=segment)
+    return on_text

@@ -51,7 +51,7 @@ class Emitter(Protocol):
     """Where an engine reports progress while it works (each call becomes one protocol event)."""
 
     def progress(self, done_s: float, total_s: float) -> None: ...
-    def draft(self, text: str) -> None: ...
+    def draft(self, text: str, segment: int = 0) -> None: ...
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None: ...
 
 
@@ -59,7 +59,7 @@ class NullEmitter:
     def progress(self, done_s: float, total_s: float) -> None:
         pass
 
-    def draft(self, text: str) -> None:
+    def draft(self, text: str, segment: int = 0) -> None:
         pass
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
