@@ -186,6 +186,8 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
                 return
         finally:
             getter.cancel()
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved (it was rendered as an error event, or the client left)
             if not task.done():
                 task.cancel()
                 with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
@@ -253,8 +255,8 @@ async def openai_transcriptions(request: Request) -> Response:
     limit = int(d.settings.max_upload_mb * 1024 * 1024)
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > limit + 65536:
-        raise errors.TooLarge(f"the upload is {int(length) / 2**20:.0f} MB; the limit is "
-                              f"{d.settings.max_upload_mb:.0f} MB (HASR_MAX_UPLOAD_MB)")
+        raise errors.TooLarge(f"the upload is {_mb(int(length))}; the limit is "
+                              f"{_mb(limit)} (HASR_MAX_UPLOAD_MB)")
     ctype = request.headers.get("content-type", "")
     if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
@@ -276,8 +278,7 @@ async def openai_transcriptions(request: Request) -> Response:
         size = f.tell()
         f.seek(0)
         if size > limit:
-            raise errors.TooLarge(f"the upload is {size / 2**20:.0f} MB; the limit is "
-                                  f"{d.settings.max_upload_mb:.0f} MB (HASR_MAX_UPLOAD_MB)")
+            raise errors.TooLarge(f"the upload is {_mb(size)}; the limit is {_mb(limit)} (HASR_MAX_UPLOAD_MB)")
         name = shown(upload.filename or "upload")
         pcm, info = await decode(d, f, name)
         audio_path = None
@@ -308,7 +309,7 @@ async def read_form(request: Request, limit: int) -> Any:
         async for chunk in request.stream():
             seen += len(chunk)
             if seen > limit + 65536:
-                raise errors.TooLarge(f"the upload is over the {limit / 2**20:.0f} MB limit (HASR_MAX_UPLOAD_MB)")
+                raise errors.TooLarge(f"the upload is over the {_mb(limit)} limit (HASR_MAX_UPLOAD_MB)")
             yield chunk
 
     try:
@@ -317,6 +318,11 @@ async def read_form(request: Request, limit: int) -> Any:
         return await FormParser(request.headers, limited()).parse()
     except MultiPartException as e:
         raise errors.BadRequest(f"malformed form: {e.message}") from None
+
+
+def _mb(n: float) -> str:
+    mb = n / 2**20
+    return f"{mb:.1f} MB" if mb < 10 else f"{mb:.0f} MB"
 
 
 def sse(ev: dict[str, Any]) -> bytes | None:

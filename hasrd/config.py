@@ -67,6 +67,7 @@ class Settings:
     backoff_base_sec: float = _s(0.5, "first retry delay after a failed load (doubles each time)")
     backoff_max_sec: float = _s(30.0, "longest retry delay after failed loads")
     stop_grace_sec: float = _s(3.0, "wait after Shutdown, then after SIGTERM, before escalating")
+    cancel_grace_sec: float = _s(30.0, "a cancelled job may take this long to stop before its worker is killed")
     stop_max_sec: float = _s(3600.0, "longest a stopping daemon keeps finishing accepted work before it kills it")
     max_audio_sec: float = _s(4 * 3600.0, "longest audio accepted")
     max_upload_mb: float = _s(512.0, "largest upload accepted")

@@ -92,13 +92,14 @@ def process_vram_mb(pids: set[int], timeout: float = 3.0) -> int | None:
 
         pynvml.nvmlInit()
         try:
-            total = 0
+            total, seen = 0, False
             for i in range(pynvml.nvmlDeviceGetCount()):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
                 for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
                     if proc.pid in pids and proc.usedGpuMemory:
                         total += int(proc.usedGpuMemory // 2**20)
-            return total
+                        seen = True
+            return total if seen else None  # not listed (another pid namespace): unknown, not zero
         finally:
             pynvml.nvmlShutdown()
     except Exception:
@@ -111,12 +112,13 @@ def process_vram_mb(pids: set[int], timeout: float = 3.0) -> int | None:
                               capture_output=True, text=True, timeout=timeout, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    used = 0
+    used, seen = 0, False
     for line in text.strip().splitlines():
         parts = [x.strip() for x in line.split(",")]
         if len(parts) == 2 and parts[0].isdigit() and int(parts[0]) in pids:
             used += _int(parts[1]) or 0
-    return used
+            seen = True
+    return used if seen else None
 
 
 def parse_smi(text: str) -> list[Gpu]:

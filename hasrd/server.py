@@ -90,9 +90,17 @@ def check_socket_dir(parent: str) -> None:
     default_dir = os.path.dirname(config.default_socket())
     if os.path.abspath(parent) != os.path.abspath(default_dir):
         return
-    # The default place: $XDG_RUNTIME_DIR/hasr, or /tmp/hasr-UID/hasr without it. Both levels must be ours
-    # and private (whoever owns /tmp/hasr-UID could swap our directory for theirs).
-    for d in (str(config.runtime_dir()), parent):
+    # The default place: $XDG_RUNTIME_DIR/hasr, or /tmp/hasr-UID/hasr without it. Our hasr directory must be
+    # ours and private; so must /tmp/hasr-UID (whoever owns it could swap our directory for theirs). The
+    # runtime directory that systemd or the session gave us is never changed, only checked.
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        rt = os.lstat(str(config.runtime_dir()))
+        if rt.st_uid not in (os.getuid(), 0) and not rt.st_mode & stat.S_ISVTX:
+            raise SystemExit(f"hasrd: XDG_RUNTIME_DIR={config.runtime_dir()} belongs to uid {rt.st_uid}")
+        private = [parent]
+    else:
+        private = [str(config.runtime_dir()), parent]
+    for d in private:
         st = os.lstat(d)
         if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
             log.warning("%s had mode %04o; made it private (0700)", d, stat.S_IMODE(st.st_mode))
@@ -160,6 +168,7 @@ class HasrServer(uvicorn.Server):
         self.on_started: Callable[[], None] | None = None
         self.on_exit: Callable[[], None] | None = None
         self.on_force: Callable[[], None] | None = None
+        self.signals = 0
         self.busy: Callable[[], bool] = lambda: False
         self.stop_max_sec = 3600.0
         self.passive = lambda: 0  # connections that only follow /api/events: they never hold the daemon
@@ -191,7 +200,7 @@ class HasrServer(uvicorn.Server):
                 return
             if self.busy():
                 self.notifier.extend_timeout(60)
-            await asyncio.sleep(min(30.0, self.stop_max_sec))
+            await asyncio.sleep(max(0.05, min(30.0, self.stop_max_sec - (time.monotonic() - started))))
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -202,7 +211,8 @@ class HasrServer(uvicorn.Server):
         # A signal handler must not touch the loop's state directly: hand over to the loop.
         name = signal.Signals(sig).name
         loop = asyncio.get_event_loop()
-        if self.should_exit:  # a second signal: stop waiting for accepted work
+        self.signals += 1
+        if self.signals > 1:  # a second signal: stop waiting for accepted work
             loop.call_soon_threadsafe(self.force, f"second {name}")
         else:
             loop.call_soon_threadsafe(self.request_exit, f"signal {name}")
@@ -281,6 +291,10 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
             t.cancel()
         notifier.stopping("unloading")
         await sup.close()
+        if server.force_exit:  # let the handlers write their error events before the loop goes away
+            deadline = time.monotonic() + 2.0
+            while server.server_state.tasks and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
         if owned_path:
             unlink_if_ours(owned_path)
         notifier.close()

@@ -74,6 +74,8 @@ class Supervisor:
         self._stop_task: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._load_listeners: set[EventSink] = set()
+        self._loading_worker: WorkerProcess | None = None
+        self._hold = False  # unload in progress: the slot is not handed to the queue meanwhile
         self._idle = asyncio.Event()
         self._idle.set()
         self.closing = False
@@ -137,10 +139,10 @@ class Supervisor:
     async def ensure_ready(self) -> WorkerProcess:
         """Return a ready worker, starting one if needed; all concurrent callers share one load."""
         while True:
+            if self.closing:  # set only by a forced exit or after the last admitted request (close())
+                raise errors.ShuttingDown("the daemon is stopping; this transcription did not finish")
             if self.state == State.READY and self.worker and not self.worker.dead.is_set():
                 return self.worker
-            if self.closing:
-                raise errors.ShuttingDown("the daemon is shutting down")
             if self.state == State.FATAL:
                 assert self.last_error is not None
                 raise errors.Fatal(f"loading failed {self.failures} times in a row: {self.last_error.message} "
@@ -185,10 +187,15 @@ class Supervisor:
         try:
             self.spawns += 1
             worker = await self.spawn(lambda phase: self._on_phase(phase, 0.0))
+            self._loading_worker = worker
             ready = await worker.handshake(self.s.hello_timeout_sec, self.s.load_timeout_sec, self._on_phase)
         except BaseException as e:
+            self._loading_worker = None
             if worker is not None:
                 await worker.stop(grace=0.5)
+            if self.closing:  # a forced exit killed the load: not the engine's failure
+                self._set(State.STOPPED)
+                raise errors.ShuttingDown("the daemon was stopped while the models were loading") from None
             err = e if isinstance(e, errors.HasrError) else errors.LoadFailed(f"could not start the worker: {e}")
             if isinstance(e, asyncio.CancelledError):
                 err = errors.LoadFailed("loading was cancelled")
@@ -209,6 +216,8 @@ class Supervisor:
                     err = errors.LoadFailed(err.message)
                 err.retry_after = max(1.0, self.backoff_until - self.clock())
             raise err from None
+        self._loading_worker = None
+        worker.cancel_grace = self.s.cancel_grace_sec
         self.worker = worker
         self.identity = dict(ready.identity)
         self.load_s = ready.load_s
@@ -278,7 +287,7 @@ class Supervisor:
     @contextlib.asynccontextmanager
     async def _slot(self, on_event: EventSink | None) -> AsyncIterator[None]:
         """FIFO admission to one of ``max_concurrent`` running slots."""
-        if self.running >= self.s.max_concurrent or self.waiting:
+        if self.running >= self.s.max_concurrent or self.waiting or self._hold:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self.waiting.append(fut)
             if on_event:
@@ -300,6 +309,10 @@ class Supervisor:
             self._release_slot()
 
     def _release_slot(self) -> None:
+        if self._hold:  # an unload waits for this job only: the queue goes on after the worker is stopped
+            self.running -= 1
+            self._changed()
+            return
         while self.waiting:
             fut = self.waiting.popleft()
             if not fut.done():
@@ -341,6 +354,13 @@ class Supervisor:
                     raise
                 except errors.WorkerCrashed:
                     await self._worker_failed(worker)
+                    if self.closing:
+                        raise errors.ShuttingDown("the daemon was stopped before this transcription finished "
+                                                  "(forced)") from None
+                    raise
+                except asyncio.CancelledError:
+                    if worker.dead.is_set() and self.worker is worker:
+                        self._forget_worker()  # it ignored Cancel and was killed: the next job needs a new one
                     raise
                 finally:
                     self.job = None
@@ -385,19 +405,33 @@ class Supervisor:
         return self.snapshot()
 
     async def unload(self) -> None:
-        """Stop the worker once the running job is done; clears FATAL and BACKOFF."""
-        if self.state in (State.FATAL, State.BACKOFF):
-            self.failures = 0
-            self.last_error = None
-            self._set(State.STOPPED)
+        """Stop the worker once the running job is done (queued jobs wait, then start a new one); clears
+        FATAL and BACKOFF."""
         if self._load_task and not self._load_task.done():
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self._load_task)
-        # A request that waited for that load may now be running: "after the running job" includes it.
-        while self.running:
-            await asyncio.sleep(0.02)
-        await self._stop_worker()  # no await before STOPPING is set once the load is done
+        if self.state in (State.FATAL, State.BACKOFF):  # after the load: its failure is cleared too
+            self.failures = 0
+            self.last_error = None
+            self._set(State.STOPPED)
+        self._hold = True
+        try:
+            # A request that waited for that load may now be running: "after the running job" includes it.
+            while self.running:
+                await asyncio.sleep(0.02)
+            await self._stop_worker()  # no await before STOPPING is set once the load is done
+        finally:
+            self._hold = False
+            self._wake_queue()
         self.keep_alive = False
+
+    def _wake_queue(self) -> None:
+        while self.waiting and self.running < self.s.max_concurrent:
+            fut = self.waiting.popleft()
+            if not fut.done():
+                self.running += 1
+                fut.set_result(None)
+        self._changed()
 
     async def _stop_worker(self) -> None:
         if self._load_task and not self._load_task.done():
@@ -442,10 +476,12 @@ class Supervisor:
             await asyncio.sleep(min(left, 5.0))
 
     def kill_now(self) -> None:
-        """A forced exit: SIGKILL the worker; its requests fail with worker_crashed and leave the queue."""
+        """A forced exit: SIGKILL the worker (or the one still loading); every admitted request ends with
+        shutting_down."""
         self.closing = True
-        if self.worker is not None:
-            self.worker.kill()
+        for w in (self.worker, self._loading_worker):
+            if w is not None:
+                w.kill("the daemon was stopped before the work finished")
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import asyncio
 import collections
+import hashlib
 import itertools
 import logging
 import os
@@ -59,8 +60,9 @@ def package_shim() -> str:
         # $XDG_RUNTIME_DIR is private to us (systemd makes it); without it, a fresh mkdtemp directory, never a
         # guessable /tmp path that another user could have planted first.
         xdg = os.environ.get("XDG_RUNTIME_DIR")
+        tag = hashlib.sha256(pkg.encode()).hexdigest()[:10]  # one per installation: two never swap one link
         if xdg and os.path.isdir(xdg) and os.stat(xdg).st_uid == os.getuid():
-            _SHIM_DIR = os.path.join(xdg, "hasr", f"pypath-{os.getuid()}")
+            _SHIM_DIR = os.path.join(xdg, f"hasr-pypath-{tag}")
         else:
             _SHIM_DIR = tempfile.mkdtemp(prefix="hasr-pypath-")
     shim = _SHIM_DIR
@@ -111,6 +113,7 @@ class WorkerProcess:
         self.exit_code: int | None = None
         self._wlock = asyncio.Lock()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+        self.cancel_grace = 30.0  # how long a cancelled job may take to notice before the worker is killed
         self._tasks = [asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}-reader"),
                        asyncio.create_task(self._wait_exit(), name=f"worker-{self.pid}-wait")]
         if proc.stderr is not None:
@@ -205,6 +208,8 @@ class WorkerProcess:
 
     def _describe_death(self, fallback: str) -> str:
         code = self.proc.returncode
+        if self.death_reason:  # we killed it ourselves, and said why
+            return self.death_reason
         if code is None:
             what = fallback
         elif code < 0:
@@ -316,7 +321,7 @@ class WorkerProcess:
             await self._send(msg, fds=() if pcm.path else (pcm.fd,))
             return await asyncio.wait_for(asyncio.shield(fut), budget)
         except asyncio.TimeoutError:
-            self.kill()
+            self.kill(f"it exceeded the work budget of {budget:.0f} s and was killed")
             raise errors.Timeout(f"the worker exceeded this request's work budget of {budget:.0f} s and was "
                                  f"killed") from None
         except asyncio.CancelledError:
@@ -339,12 +344,13 @@ class WorkerProcess:
     async def _cancel_and_wait(self, req_id: int, fut: asyncio.Future[dict[str, Any]]) -> None:
         try:
             await self._send(p.Cancel(id=req_id))
-            await asyncio.wait([fut], timeout=5.0)
+            await asyncio.wait([fut], timeout=self.cancel_grace)
         except errors.WorkerCrashed:
             return
         if not fut.done():
-            log.warning("worker %d ignored Cancel for 5 s; killing it", self.pid)
-            self.kill()  # a runaway job must not share the slot with the next one
+            log.warning("worker %d ignored Cancel for %.0f s; killing it", self.pid, self.cancel_grace)
+            self.kill(f"it ignored Cancel for {self.cancel_grace:.0f} s and was killed")
+            await self.dead.wait()  # the slot is handed on only once the next job cannot land on this one
 
     async def ping(self, timeout: float = 2.0) -> bool:
         nonce = next(self.ids)
@@ -370,9 +376,11 @@ class WorkerProcess:
             except ProcessLookupError:
                 pass
 
-    def kill(self) -> None:
-        """SIGKILL the worker's whole process group (vLLM spawns helpers)."""
+    def kill(self, reason: str = "") -> None:
+        """SIGKILL the worker's whole process group (vLLM spawns helpers); ``reason`` says why we did."""
         if self.exit_code is None:
+            if reason and not self.death_reason:
+                self.death_reason = reason
             self.signal_group(signal.SIGKILL)
 
     async def stop(self, grace: float = 3.0) -> int | None:

@@ -175,3 +175,27 @@ def test_watchdog_pings_arrive_when_systemd_asks_for_them(short_tmp: str) -> Non
         assert act.wait_for(lambda: sum(n.fields.get("WATCHDOG") == "1" for n in act.notes_from(pid)) >= 4, 5)
     finally:
         act.close()
+
+
+def test_a_second_sigterm_stops_at_once_even_while_the_worker_loads(short_tmp: str) -> None:
+    act = Activator(short_tmp, env={"HASR_IDLE_EXIT_SEC": "60", "HASR_FAKE_LOAD_SEC": "30"})
+    wav = write_wav(os.path.join(short_tmp, "a.wav"), 1.0)
+    results: list[object] = []
+    try:
+        t = threading.Thread(target=lambda: results.append(
+            client(act.path).post("/transcribe", json={"audio_path": wav})))
+        t.start()
+        assert act.wait_for(lambda: any(s.startswith("loading fake models") for s in act.statuses()))
+        daemon = act.started[0]
+        daemon.terminate()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        daemon.terminate()
+        t.join(15)
+        assert act.wait_for(lambda: act.exits == [0], 10)
+        assert time.monotonic() - t0 < 5.0  # not the 30 s load, nor the job after it
+        r = results[0]
+        assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down", r.text  # type: ignore
+        assert "stopped while the models were loading" in r.json()["error"]["message"]  # type: ignore
+    finally:
+        act.close()

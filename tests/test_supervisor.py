@@ -391,3 +391,43 @@ def test_a_worker_that_cannot_start_says_why(short_tmp: str) -> None:
 def test_max_concurrent_above_one_is_refused_at_configuration() -> None:
     with pytest.raises(config.ConfigError, match="HASR_MAX_CONCURRENT"):
         config.load(env={"HASR_MAX_CONCURRENT": "2"})
+
+
+def test_a_job_ignoring_cancel_is_killed_and_the_queued_job_gets_a_new_worker() -> None:
+    async def main() -> None:
+        sup, _ = make(cancel_grace_sec=0.5)
+        await sup.load()
+        assert sup.worker is not None
+        pid = sup.worker.pid
+        hung = asyncio.create_task(transcribe(sup, 1.0, options={"fake": {"hang": True}}))
+        while not sup.running:
+            await asyncio.sleep(0.01)
+        queued = asyncio.create_task(transcribe(sup, 0.2))
+        await asyncio.sleep(0.1)
+        hung.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hung
+        result = await queued  # not worker_crashed: it was not handed the dying worker
+        assert result["final"] and sup.worker is not None and sup.worker.pid != pid and not pid_alive(pid)
+        await sup.close()
+    run(main())
+
+
+def test_unload_waits_for_the_running_job_only_and_the_queue_goes_on_with_a_new_worker() -> None:
+    async def main() -> None:
+        sup, _ = make()
+        first = asyncio.create_task(transcribe(sup, 0.8, options={"fake": {"rtf": 1.0}}))
+        while not sup.running:
+            await asyncio.sleep(0.01)
+        assert sup.worker is not None
+        pid = sup.worker.pid
+        queued = [asyncio.create_task(transcribe(sup, 0.8, options={"fake": {"rtf": 1.0}})) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        await sup.unload()
+        assert time.monotonic() - t0 < 1.2  # the running job (~0.8 s), not the whole queue (~2.4 s)
+        assert first.done() and not any(q.done() for q in queued)
+        results = await asyncio.gather(*queued)
+        assert all(r["final"] for r in results) and sup.worker and sup.worker.pid != pid
+        await sup.close()
+    run(main())
