@@ -31,6 +31,8 @@ from typing import Iterable, Iterator, Mapping
 
 import pytest
 
+from tests.conftest import need
+
 _MANAGERS = ("/lib/systemd/systemd", "/usr/lib/systemd/systemd")
 _MASKED = ("systemd-tmpfiles-setup.service", "systemd-tmpfiles-clean.service", "systemd-tmpfiles-clean.timer")
 
@@ -254,13 +256,13 @@ def user_manager(units: Iterable[Path] = ()) -> Iterator[SdManager]:
 def sd_manager() -> Iterator[SdManager]:
     """A fresh ``systemd --user`` manager per test; skipped with the reason where root or cgroup2 is missing."""
     reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
+    need(not reason, reason or "")
     try:
         cm = user_manager()
         m = cm.__enter__()
     except CgroupUnavailable as e:
-        pytest.skip(str(e))
+        need(False, str(e))
+        raise
     try:
         yield m
     finally:

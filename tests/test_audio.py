@@ -23,6 +23,7 @@ import pytest
 
 from hasrd import audio
 from hasrd.errors import AudioDecodeError, AudioPathError, AudioTooLong, HasrError, InvalidAudio
+from tests.conftest import need
 
 
 def tone(rate: int, seconds: float, freq: float, amp: float = 0.5) -> np.ndarray:
@@ -178,8 +179,8 @@ def _check_as_nobody(path: str) -> str:
     return out
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to the nobody user")
 def test_a_file_the_daemon_user_cannot_read_is_permission_denied(wav: Path, shared_dir: Path) -> None:
+    need(os.geteuid() == 0, "needs root to switch to the nobody user")
     readable = shared_dir / "ok.wav"
     readable.write_bytes(wav.read_bytes())
     readable.chmod(0o644)

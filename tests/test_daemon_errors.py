@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 import httpx
 import pytest
 
+from tests.conftest import need
 from tests.daemon import Hasrd, client, write_wav
 from tests.test_audio import write_media
 
@@ -150,8 +151,7 @@ def as_nobody() -> None:
 
 
 def test_a_caller_with_another_uid_is_refused_with_403(tmpdir_m: str) -> None:
-    if os.getuid() != 0:
-        pytest.skip("needs root to act as another user")
+    need(os.getuid() == 0, "needs root to act as another user")
     d = Hasrd(os.path.join(tmpdir_m, "o.sock"))
     try:
         os.chmod(d.sock, 0o777)  # let nobody reach the socket at all: the uid check must still refuse
@@ -164,8 +164,7 @@ def test_a_caller_with_another_uid_is_refused_with_403(tmpdir_m: str) -> None:
 
 
 def test_an_unreadable_file_is_permission_denied_for_a_daemon_running_as_nobody(tmpdir_m: str) -> None:
-    if os.getuid() != 0:
-        pytest.skip("needs root to start the daemon as another user")
+    need(os.getuid() == 0, "needs root to start the daemon as another user")
     import av  # noqa: F401  (imported before the fork: the child cannot read /root's site-packages)
 
     import concurrent.futures.thread  # noqa: F401  (asyncio.to_thread's pool, imported on first use)
@@ -298,8 +297,7 @@ def test_a_file_name_that_is_not_utf8_still_gets_its_result(daemon: Hasrd, tmpdi
 
 
 def test_a_socket_directory_owned_by_another_user_is_refused(tmpdir_m: str) -> None:
-    if os.getuid() != 0:
-        pytest.skip("needs root to create a directory owned by another user")
+    need(os.getuid() == 0, "needs root to create a directory owned by another user")
     planted = os.path.join(tmpdir_m, "planted")
     os.makedirs(planted, exist_ok=True)
     os.chown(planted, 65534, 65534)
@@ -309,8 +307,7 @@ def test_a_socket_directory_owned_by_another_user_is_refused(tmpdir_m: str) -> N
 
 
 def test_the_default_socket_place_must_be_private_and_ours(tmpdir_m: str) -> None:
-    if os.getuid() != 0:
-        pytest.skip("needs root to create a directory owned by another user")
+    need(os.getuid() == 0, "needs root to create a directory owned by another user")
     planted = os.path.join(tmpdir_m, "rt-planted")
     os.makedirs(planted, exist_ok=True)
     os.chown(planted, 65534, 65534)

@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from sdmanager import SdManager, sd_manager, test_dropin  # noqa: F401  (sd_manager is a fixture)
+from tests.conftest import need
 
 UNITS = Path(__file__).resolve().parent.parent / "systemd"
 
-pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
+@pytest.fixture(autouse=True)
+def _curl() -> None:
+    need(shutil.which("curl") is not None, "curl not installed")
 
 
 def hasrd_command() -> str:

@@ -16,8 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests import xharness as xh
-from tests.test_tray_x import REPO, Desktop, background, desktop, make_wav, pytestmark, start_tray  # noqa: F401
+from tests.test_tray_x import REPO, Desktop, _x_tools, background, desktop, make_wav, start_tray  # noqa: F401
 from tray.client import Client
 
 SYSTEMCTL = """#!/bin/sh

@@ -22,12 +22,15 @@ from PIL import Image, ImageDraw, ImageFont
 from Xlib import display as xdisplay
 
 from tests import xharness as xh
+from tests.conftest import need
 from tray.client import Client, DaemonDown, DaemonError
 
 SHOTS = os.environ.get("HASR_TRAY_SCREENSHOTS", "")
 REPO = str(Path(__file__).resolve().parent.parent)
 MISSING = xh.missing(xh.X_TOOLS + xh.DBUS_TOOLS) + ([] if xh.dbusmock_python() else ["python3-dbusmock"])
-pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)} (see .ci/run)")
+@pytest.fixture(autouse=True)
+def _x_tools() -> None:
+    need(not MISSING, f"needs {', '.join(MISSING)}")
 
 
 def background(fn: Any) -> None:
