@@ -144,9 +144,7 @@ class Supervisor:
             if self.state == State.READY and self.worker and not self.worker.dead.is_set():
                 return self.worker
             if self.state == State.FATAL:
-                assert self.last_error is not None
-                raise errors.Fatal(f"loading failed {self.failures} times in a row: {self.last_error.message} "
-                                   f"(run `hasrctl load` to retry)", retry_after=60)
+                raise self._fatal()
             if self.state == State.STOPPING and self._stop_task:
                 await asyncio.shield(self._stop_task)
                 continue
@@ -209,8 +207,7 @@ class Supervisor:
                 self._set(State.BACKOFF)
             log.warning("worker load failed (%d in a row): %s", self.failures, err.message)
             if self.state == State.FATAL:
-                err = errors.Fatal(f"loading failed {self.failures} times in a row: {err.message} "
-                                   f"(run `hasrctl load` to retry)", retry_after=60)
+                err = self._fatal()
             else:
                 if not isinstance(err, errors.Unavailable):
                     err = errors.LoadFailed(err.message)
@@ -253,13 +250,18 @@ class Supervisor:
 
     # ---- requests ---------------------------------------------------------------------------------------
 
+    def _fatal(self) -> errors.Fatal:
+        """The error every request gets in FATAL, with the kept reason."""
+        reason = self.last_error.message if self.last_error else "unknown"
+        return errors.Fatal(f"loading failed {self.failures} times in a row: {reason} (run `hasrctl load` to "
+                            f"retry)", retry_after=60)
+
     def check_admission(self) -> None:
         """Raise what lease() would raise, without admitting: lets the API refuse before decoding audio."""
         if self.closing:
             raise errors.ShuttingDown("the daemon is shutting down", retry_after=1)
-        if self.state == State.FATAL and self.last_error is not None:
-            raise errors.Fatal(f"loading failed {self.failures} times in a row: {self.last_error.message} "
-                               f"(run `hasrctl load` to retry)", retry_after=60)
+        if self.state == State.FATAL:
+            raise self._fatal()
         if self.in_flight >= self.s.max_queue + self.s.max_concurrent:
             raise errors.QueueFull(f"the queue is full: {self.in_flight} transcriptions are already running or "
                                    f"waiting (HASR_MAX_QUEUE={self.s.max_queue}); try again later", retry_after=5)
@@ -267,11 +269,7 @@ class Supervisor:
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[None]:
         """Count a request as admitted from queueing to its end: the TTL never fires under it."""
-        if self.closing:
-            raise errors.ShuttingDown("the daemon is shutting down", retry_after=1)
-        if self.in_flight >= self.s.max_queue + self.s.max_concurrent:
-            raise errors.QueueFull(f"the queue is full: {self.in_flight} transcriptions are already running or "
-                                   f"waiting (HASR_MAX_QUEUE={self.s.max_queue}); try again later", retry_after=5)
+        self.check_admission()
         self.in_flight += 1
         self._idle.clear()
         try:
