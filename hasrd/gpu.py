@@ -12,7 +12,9 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -52,82 +54,81 @@ def placement_env(spec: str, gpus: list[Gpu]) -> dict[str, str]:
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(idx)}
 
 
-def list_gpus(timeout: float = 5.0) -> list[Gpu]:
-    """GPUs with free/total memory; [] when there is no NVIDIA driver."""
+def _from_nvml(read: Callable[[Any], _T]) -> _T | None:
+    """``read(pynvml)`` between nvmlInit and nvmlShutdown; None without NVML (nvidia-ml-py or the driver)."""
     try:
         import pynvml  # nvidia-ml-py: NVML only, no CUDA context
-
+    except ImportError:
+        return None
+    try:
         pynvml.nvmlInit()
-        try:
-            out = []
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-                uuid = pynvml.nvmlDeviceGetUUID(h)
-                name = pynvml.nvmlDeviceGetName(h)
-                out.append(Gpu(i, uuid.decode() if isinstance(uuid, bytes) else uuid,
-                               name.decode() if isinstance(name, bytes) else name,
-                               int(mem.free // 2**20), int(mem.total // 2**20)))
-            return out
-        finally:
-            pynvml.nvmlShutdown()
     except Exception:
-        pass
+        return None
+    try:
+        return read(pynvml)
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _from_smi(query: str, timeout: float) -> list[list[str]] | None:
+    """Rows of ``nvidia-smi --query-...=... --format=csv,noheader,nounits``; None without nvidia-smi."""
     smi = shutil.which("nvidia-smi")
     if not smi:
-        return []
+        return None
     try:
-        text = subprocess.run([smi, "--query-gpu=index,uuid,name,memory.free,memory.total",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
+        text = subprocess.run([smi, query, "--format=csv,noheader,nounits"], capture_output=True, text=True,
                               timeout=timeout, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return []
-    return parse_smi(text)
+        return None
+    return [[x.strip() for x in line.split(",")] for line in text.strip().splitlines()]
+
+
+def _text(x: str | bytes) -> str:
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def list_gpus(timeout: float = 5.0) -> list[Gpu]:
+    """GPUs with free/total memory; [] when there is no NVIDIA driver."""
+    def read(nv: Any) -> list[Gpu]:
+        out = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            out.append(Gpu(i, _text(nv.nvmlDeviceGetUUID(h)), _text(nv.nvmlDeviceGetName(h)),
+                           int(mem.free // 2**20), int(mem.total // 2**20)))
+        return out
+
+    gpus = _from_nvml(read)
+    if gpus is not None:
+        return gpus
+    return _gpu_rows(_from_smi("--query-gpu=index,uuid,name,memory.free,memory.total", timeout) or [])
 
 
 def process_vram_mb(pids: set[int], timeout: float = 3.0) -> int | None:
-    """VRAM used by these processes (the worker's group), in MB; None when unknown (no NVIDIA driver)."""
-    try:
-        import pynvml
+    """VRAM used by these processes (the worker's group), in MB; None when unknown: no NVIDIA driver, or the
+    processes are not listed (another pid namespace) — unknown, not zero."""
+    def read(nv: Any) -> list[tuple[int, int]]:
+        return [(p.pid, int((p.usedGpuMemory or 0) // 2**20))
+                for i in range(nv.nvmlDeviceGetCount())
+                for p in nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(i))]
 
-        pynvml.nvmlInit()
-        try:
-            total, seen = 0, False
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                    if proc.pid in pids and proc.usedGpuMemory:
-                        total += int(proc.usedGpuMemory // 2**20)
-                        seen = True
-            return total if seen else None  # not listed (another pid namespace): unknown, not zero
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        pass
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    try:
-        text = subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=timeout, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    used, seen = 0, False
-    for line in text.strip().splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit() and int(parts[0]) in pids:
-            used += _int(parts[1]) or 0
-            seen = True
-    return used if seen else None
+    usage = _from_nvml(read)
+    if usage is None:
+        rows = _from_smi("--query-compute-apps=pid,used_memory", timeout) or []
+        usage = [(int(r[0]), _int(r[1]) or 0) for r in rows if len(r) == 2 and r[0].isdigit()]
+    mine = [mb for pid, mb in usage if pid in pids]
+    return sum(mine) if mine else None
 
 
 def parse_smi(text: str) -> list[Gpu]:
-    out = []
-    for line in text.strip().splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) >= 5 and parts[0].isdigit():
-            out.append(Gpu(int(parts[0]), parts[1], parts[2], _int(parts[3]), _int(parts[4])))
-    return out
+    """GPUs from nvidia-smi's index,uuid,name,memory.free,memory.total CSV."""
+    return _gpu_rows([[x.strip() for x in line.split(",")] for line in text.strip().splitlines()])
+
+
+def _gpu_rows(rows: list[list[str]]) -> list[Gpu]:
+    return [Gpu(int(r[0]), r[1], r[2], _int(r[3]), _int(r[4])) for r in rows if len(r) >= 5 and r[0].isdigit()]
 
 
 def _int(x: str) -> int | None:
