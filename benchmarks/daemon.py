@@ -27,6 +27,10 @@ import wave
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _uds import http  # noqa: E402
+
 
 def write_wav(path: str, seconds: float) -> str:
     with wave.open(path, "wb") as w:
@@ -45,18 +49,6 @@ def spawn_activated(listener: socket.socket, env: dict[str, str]) -> subprocess.
     full = {**os.environ, "HASR_ENGINE": "fake", "LISTEN_FDS": "1", "LISTEN_FDNAMES": "hasrd", **env}
     return subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", sys.executable, "-m", "hasrd.server"],
                             env=full, preexec_fn=child, close_fds=False, stderr=subprocess.DEVNULL)
-
-
-def request(path: str, method: str = "GET", target: str = "/health", body: bytes = b"") -> bytes:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    s.sendall(f"{method} {target} HTTP/1.1\r\nHost: hasr\r\nContent-Length: {len(body)}\r\n"
-              f"Content-Type: application/json\r\nConnection: close\r\n\r\n".encode() + body)
-    out = b""
-    while chunk := s.recv(65536):
-        out += chunk
-    s.close()
-    return out
 
 
 def cold_starts(base: str, runs: int) -> list[float]:
@@ -124,18 +116,18 @@ def main() -> None:
         listener.bind(path)
         listener.listen(128)
         proc = spawn_activated(listener, {"HASR_IDLE_EXIT_SEC": "3600"})
-        request(path)
+        http(path)
         time.sleep(0.5)
         rss_start = rss_mb(proc.pid)
         wav = write_wav(os.path.join(base, "a.wav"), 12.0)
         body = json.dumps({"audio_path": wav, "options": {"fake": {"rtf": 1.0}}}).encode()
         job = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r});"
-                                f"import daemon as d; d.request({path!r}, 'POST', '/transcribe', {body!r})"])
-        while b'"running":1' not in request(path, target="/api/ps"):
+                                f"import _uds; _uds.http({path!r}, 'POST', '/transcribe', {body!r})"])
+        while b'"running":1' not in http(path, path="/api/ps")[1]:
             time.sleep(0.05)
         lat = asyncio.run(health_under_load(path, args.clients, 8.0))
         job.wait(60)
-        request(path, "POST", "/api/unload")
+        http(path, "POST", "/api/unload")
         time.sleep(1.0)
         rss_idle = rss_mb(proc.pid)
         proc.terminate()

@@ -12,9 +12,7 @@ load failure after HASR_VRAM_WAIT_SEC.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,17 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hasrd.gpu import list_gpus  # noqa: E402
 
-
-def call(sock: str, method: str, path: str, body: bytes = b"") -> tuple[int, dict]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(sock)
-    s.sendall(f"{method} {path} HTTP/1.1\r\nHost: hasr\r\nContent-Length: {len(body)}\r\n"
-              f"Content-Type: application/json\r\nConnection: close\r\n\r\n".encode() + body)
-    data = b""
-    while chunk := s.recv(65536):
-        data += chunk
-    head, _, payload = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(payload or b"{}")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _uds import http_json  # noqa: E402
 
 
 def start(sock: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -60,11 +49,11 @@ def main() -> None:
     used0 = g.total_mb - g.free_mb if g.total_mb and g.free_mb is not None else 0
     proc = start(sock, {"HASR_FAKE_ALLOC_MB": str(args.mb), "HASR_GPU": g.uuid, "HASR_NEED_VRAM_MB": "1000"})
     try:
-        code, ps = call(sock, "POST", "/api/load")
+        code, ps = http_json(sock, "POST", "/api/load")
         assert code == 200, ps
         with open(f"/proc/{ps['pid']}/environ", "rb") as f:
             env = dict(x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x)
-        code, ps = call(sock, "GET", "/api/ps")
+        code, ps = http_json(sock, "GET", "/api/ps")
         g1 = next(x for x in list_gpus() if x.index == g.index)
         used1 = g1.total_mb - g1.free_mb if g1.total_mb and g1.free_mb is not None else 0
         print(f"HASR_GPU={g.uuid} -> CUDA_VISIBLE_DEVICES={env.get(b'CUDA_VISIBLE_DEVICES', b'?').decode()} "
@@ -72,7 +61,7 @@ def main() -> None:
               f"identity device {ps['identity'].get('device')}")
         print(f"loaded {args.mb} MB: /api/ps vram_mb={ps['vram_mb']}, NVML used {used0} -> {used1} MB "
               f"(+{used1 - used0})")
-        call(sock, "POST", "/api/unload")
+        http_json(sock, "POST", "/api/unload")
         time.sleep(1.0)
         g2 = next(x for x in list_gpus() if x.index == g.index)
         used2 = g2.total_mb - g2.free_mb if g2.total_mb and g2.free_mb is not None else 0
@@ -84,7 +73,7 @@ def main() -> None:
     proc = start(sock2, {"HASR_NEED_VRAM_MB": str(10 ** 7), "HASR_VRAM_WAIT_SEC": "2"})
     try:
         t0 = time.monotonic()
-        code, err = call(sock2, "POST", "/api/load")
+        code, err = http_json(sock2, "POST", "/api/load")
         print(f"HASR_NEED_VRAM_MB=10^7: {code} after {time.monotonic() - t0:.1f} s: {err['error']['message']}")
     finally:
         proc.terminate()

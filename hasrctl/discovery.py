@@ -211,7 +211,7 @@ def find(explicit: str | None, *, autostart: bool, idle_exit: float, timeout: fl
          say: Callable[[str], None]) -> str:
     """The socket of a daemon that answers, starting one when allowed; Unreachable (exit 3) otherwise."""
     cands = candidates(explicit)
-    for path, kind in cands:
+    for path, _kind in cands:
         if private_dirs(path):
             try:  # before connecting: a socket in a directory someone else controls may not be hasrd at all
                 secure_dir(path, create=False)

@@ -15,6 +15,7 @@ class Broadcaster:
         self.maxsize = maxsize
         self._subs: set[asyncio.Queue[dict[str, Any]]] = set()
         self._last_status = ""
+        self.closed = False
 
     def publish(self, snap: dict[str, Any]) -> None:
         if snap == self.latest:
@@ -39,8 +40,6 @@ class Broadcaster:
             while q.full():
                 q.get_nowait()
             q.put_nowait({})
-
-    closed = False
 
     def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue(self.maxsize)

@@ -49,10 +49,6 @@ class PcmBuffer:
         """A file object over the fd (closing it leaves the fd open)."""
         return open(self.fd, "wb", closefd=False)
 
-    def finish(self, frames: int | None = None) -> None:
-        """Record the sample count after writing (defaults to the file size / 4)."""
-        self.frames = frames if frames is not None else os.fstat(self.fd).st_size // 4
-
     @property
     def duration_s(self) -> float:
         return self.frames / SAMPLE_RATE

@@ -67,7 +67,7 @@ def sources() -> dict[str, list[Path]]:
     part1, part2 = dirs
     out = {name: [part1 / name] for name in ("config.json", "tokenizer.json", "vocabulary.txt")}
     out["model.bin"] = [part1 / "model.bin.part1", part2 / "model.bin.part2"]
-    for name, paths in out.items():
+    for paths in out.values():
         for p in paths:
             if not p.is_file():
                 raise EngineError("model_unavailable", f"the embedded model file {p} is missing: reinstall with "
