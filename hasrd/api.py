@@ -19,7 +19,8 @@ import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as _StarletteJSON
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from hasrd import __version__, errors, formats
@@ -111,9 +112,19 @@ async def _decode(d: Daemon, source: Any, name: str, audio: Any) -> tuple[PcmBuf
     return await asyncio.to_thread(work)
 
 
+def dumps(obj: Any) -> bytes:
+    """JSON as UTF-8 for every response and stream. A file name that is not UTF-8 arrives as surrogate
+    escapes (in a path, or in an error message naming it): it must never turn an answer into a 500."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "backslashreplace")
+
+
+class JSONResponse(_StarletteJSON):
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
 def jsonl(obj: Any) -> bytes:
-    # A file name that is not UTF-8 arrives as surrogate escapes: never let it break the stream.
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
+    return dumps(obj) + b"\n"
 
 
 def shown(path: str) -> str:
@@ -337,12 +348,12 @@ def sse(ev: dict[str, Any]) -> bytes | None:
         data = {"type": f"hasr.{kind}", **{k: v for k, v in ev.items() if k != "event"}}
     elif kind == "done":
         data = {"type": "transcript.text.done", "text": ev["result"].get("final", ""), "hasr": ev["result"]}
-        return f"data: {json.dumps(data, ensure_ascii=False)}\n\ndata: [DONE]\n\n".encode()
+        return b"data: " + dumps(data) + b"\n\ndata: [DONE]\n\n"
     elif kind == "error":
         data = {"type": "error", "error": ev["error"]}
     else:
         return None
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    return b"data: " + dumps(data) + b"\n\n"
 
 
 async def models(request: Request) -> Response:

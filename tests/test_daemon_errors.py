@@ -326,3 +326,12 @@ def test_the_default_socket_place_must_be_private_and_ours(tmpdir_m: str) -> Non
         assert "made it private" in d.log()
     finally:
         d.stop()
+
+
+def test_an_error_naming_a_file_that_is_not_utf8_is_still_a_clean_400(daemon: Hasrd) -> None:
+    import json
+
+    body = json.dumps({"audio_path": os.fsdecode(b"/nonexistent/hasr/x\xff.wav")})  # sent as \udcff
+    with daemon.client() as c:
+        r = c.post("/transcribe", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "file_not_found"
