@@ -101,8 +101,8 @@ def test_complete_sentences_keep_the_draft_and_never_call_faster_whisper() -> No
     assert [(p["text"], p["engine"]) for p in r["per_sentence"]] == [("今天天气好。", "draft"), ("走吧！", "draft")]
     assert r["final"] == "今天天气好。走吧！" and r["draft"] == "今天天气好。走吧！"
     # the second window opened at chunk 3; its audio reaches LAG_CHUNKS back (clamped at chunk 0) ...
-    assert r["sent_windows"] == [{"text": "今天天气好。", "start_chunk": 0, "end_chunk": 2},
-                                 {"text": "走吧！", "start_chunk": 0, "end_chunk": 4}]
+    assert r["sent_windows"] == [{"text": "今天天气好。", "start_chunk": 0, "end_chunk": 2, "truncated_by": None},
+                                 {"text": "走吧！", "start_chunk": 0, "end_chunk": 4, "truncated_by": None}]
     # ... while the sentence times stay on the draft's clock, contiguous
     assert [(p["start_s"], p["end_s"]) for p in r["per_sentence"]] == [(0.0, 0.48), (0.48, 0.8)]
     assert r["first_text_s"] == pytest.approx(0.32)
@@ -112,28 +112,32 @@ def test_a_pipe_suffix_sends_the_window_to_faster_whisper_and_its_text_wins() ->
     fw = FW(["我们去公园散步吧。"])
     r, _ = run(ListDraft(["好。", None, "好。我们去公园散步|吧。"]), 3, fw)
     assert r["fw_calls"] == 1 and len(fw.spans) == 1
-    assert r["per_sentence"][0] == {"text": "好。", "engine": "draft", "start_s": 0.0, "end_s": 0.16}
+    assert r["per_sentence"][0] == {"text": "好。", "engine": "draft", "start_s": 0.0, "end_s": 0.16,
+                                    "truncated_by": None}
     assert r["per_sentence"][1]["text"] == "我们去公园散步吧。" and r["per_sentence"][1]["engine"] == "fw"
+    assert r["per_sentence"][1]["truncated_by"] == "bar"
 
 
 def test_a_sentence_without_an_end_mark_is_truncated_and_re_transcribed() -> None:
     fw = FW(["你好世界"])
     r, _ = run(ListDraft([None, "你好", "你好世界"]), 3, fw)
-    assert r["sent_windows"] == [{"text": "你好世界", "start_chunk": 0, "end_chunk": 2}]
+    assert r["sent_windows"] == [{"text": "你好世界", "start_chunk": 0, "end_chunk": 2, "truncated_by": "no_end_mark"}]
     assert r["per_sentence"][0]["engine"] == "fw" and r["fw_calls"] == 1
 
 
 def test_empty_faster_whisper_text_falls_back_to_the_draft_cut_at_the_pipe() -> None:
     r, _ = run(ListDraft(["我们去公园散步|吧。"]), 2, FW([""]))
-    assert r["per_sentence"][0] == {"text": "我们去公园散步", "engine": "fw", "start_s": 0.0, "end_s": 0.16}
+    assert r["per_sentence"][0] == {"text": "我们去公园散步", "engine": "fw", "start_s": 0.0, "end_s": 0.16,
+                                    "truncated_by": "bar"}
     assert r["final"] == "我们去公园散步"
 
 
 def test_text_after_the_last_mark_becomes_the_last_window_after_finish() -> None:
     fw = FW(["然后呢"])
     r, _ = run(ListDraft(["好。", None, "好。然后", None], final="好。然后呢"), 4, fw)
-    assert r["sent_windows"] == [{"text": "好。", "start_chunk": 0, "end_chunk": 0},
-                                 {"text": "然后呢", "start_chunk": 0, "end_chunk": 3}]  # 1 - LAG, clamped
+    assert r["sent_windows"] == [{"text": "好。", "start_chunk": 0, "end_chunk": 0, "truncated_by": None},
+                                 {"text": "然后呢", "start_chunk": 0, "end_chunk": 3,  # 1 - LAG, clamped
+                                  "truncated_by": "no_end_mark"}]
     assert [p["engine"] for p in r["per_sentence"]] == ["draft", "fw"] and r["final"] == "好。然后呢"
     assert fw.spans == [4 * CH]  # chunks 0-3, padding clamped at both ends
     assert r["per_sentence"][1]["start_s"] == pytest.approx(0.16)
@@ -144,19 +148,21 @@ def test_several_pipes_in_one_window_cut_at_the_first() -> None:
     assert r["per_sentence"][0]["text"] == "甲"
 
 
-def test_a_pipe_anywhere_in_the_state_text_closes_a_window_on_every_growth() -> None:
-    # the seed's rule: `"|" in state.text`, not only in the new text
-    r, _ = run(ListDraft(["甲|乙", "甲|乙丙", None, "甲|乙丙丁"]), 4, FW(["", "", ""]))
-    assert [w["text"] for w in r["sent_windows"]] == ["甲|乙", "丙", "丁"]
-    assert r["fw_calls"] == 3
+def test_a_pipe_left_in_the_state_text_marks_its_sentence_which_closes_at_its_end_mark() -> None:
+    # An older R2T2 leaves "|" in state.text. The seed closed a window on every growth while "|" was anywhere
+    # in it (fragments: one fw call per chunk); here the "|" marks the open sentence, which ends at its mark.
+    r, _ = run(ListDraft(["甲|乙", "甲|乙丙", None, "甲|乙丙丁。", "甲|乙丙丁。戊"]), 5, FW(["", ""]))
+    assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [("甲|乙丙丁。", "bar"),
+                                                                          ("戊", "no_end_mark")]
+    assert r["fw_calls"] == 2 and [p["text"] for p in r["per_sentence"]] == ["甲", "戊"]
 
 
-def test_an_empty_string_from_the_draft_means_no_update_even_if_state_changed() -> None:
-    # chunk 0 changes state.text but returns "": not committed, so no window closes there
+def test_an_empty_fixed_text_commits_nothing_but_the_draft_is_still_shown() -> None:
+    # chunk 0 changes state.text but fixed_text is "": nothing is committed, so no window closes there
     r, rec = run(ListDraft(["好。", "好。走。"], silent={0}), 2, FW())
-    assert r["sent_windows"] == [{"text": "好。走。", "start_chunk": 0, "end_chunk": 1}]
-    assert [e for e in rec.events if e[0] == "draft"] == [("draft", "好。走。")]
-    assert r["first_text_s"] == pytest.approx(0.32)
+    assert r["sent_windows"] == [{"text": "好。走。", "start_chunk": 0, "end_chunk": 1, "truncated_by": None}]
+    assert [e for e in rec.events if e[0] == "draft"] == [("draft", "好。"), ("draft", "好。走。")]
+    assert r["first_text_s"] == pytest.approx(0.16)
 
 
 def test_empty_audio_gives_an_empty_result_without_calls() -> None:
@@ -171,7 +177,7 @@ def test_empty_audio_gives_an_empty_result_without_calls() -> None:
 def test_one_chunk_of_audio_makes_one_window_over_all_of_it() -> None:
     fw = FW(["一"])
     r, _ = run(ListDraft([None], final="一"), 1, fw, tail=1000)
-    assert r["sent_windows"] == [{"text": "一", "start_chunk": 0, "end_chunk": 0}]
+    assert r["sent_windows"] == [{"text": "一", "start_chunk": 0, "end_chunk": 0, "truncated_by": "no_end_mark"}]
     assert fw.spans == [CH - 1000]  # the whole clip; the padding is clamped at both ends
     assert r["per_sentence"][0]["end_s"] == round((CH - 1000) / 16000, 3)
 
@@ -183,7 +189,7 @@ def test_window_padding_is_0_32_s_and_clamped_at_both_ends() -> None:
     assert v2c.window_span(15, 19, n) == (15 * CH - 5120, n)
     fw = FW(["", "", ""])
     snaps: list[str | None] = [None] * 30
-    snaps[1], snaps[12], snaps[25] = "甲|", "甲|乙", "甲|乙丙"
+    snaps[1], snaps[12], snaps[25] = "甲|。", "甲|。乙|。", "甲|。乙|。丙|。"
     r, _ = run(ListDraft(snaps), 30, fw)
     # closes at 1, 12, 25 -> windows [0,1] [2-LAG (clamped to 0),12] [13-LAG,25]; nothing after 25, no last window
     assert [(w["start_chunk"], w["end_chunk"]) for w in r["sent_windows"]] == [(0, 1), (0, 12), (13 - LAG, 25)]
@@ -212,8 +218,10 @@ def test_a_lagging_draft_still_gives_faster_whisper_the_sentence_from_its_true_s
     assert [w["text"] for w in r["sent_windows"]] == [a, b, c]
     assert [p["engine"] for p in r["per_sentence"]] == ["draft", "fw", "fw"] and r["fw_calls"] == 2
     # the window rule: audio from LAG_CHUNKS before the chunk after the previous close
-    assert r["sent_windows"][1] == {"text": b, "start_chunk": max(0, 9 + lag + 1 - LAG), "end_chunk": 25 + lag}
-    assert r["sent_windows"][2] == {"text": c, "start_chunk": 25 + lag + 1 - LAG, "end_chunk": 39}
+    assert r["sent_windows"][1] == {"text": b, "start_chunk": max(0, 9 + lag + 1 - LAG), "end_chunk": 25 + lag,
+                                    "truncated_by": "bar"}
+    assert r["sent_windows"][2] == {"text": c, "start_chunk": 25 + lag + 1 - LAG, "end_chunk": 39,
+                                    "truncated_by": "no_end_mark"}
     # what matters: B and C were heard whole, from their true first chunk (LAG_CHUNKS + 0.32 s of padding
     # cover a draft up to 0.8 + 0.32 s late)
     assert set(range(11, 26)) <= heard[0] and set(range(28, 37)) <= heard[1]
@@ -237,7 +245,7 @@ def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
                 snaps.append(text)
             else:
                 snaps.append(None)
-        r, rec = run(ListDraft(snaps), n, FW([""] * 100), tail=rng.randint(0, CH - 1))
+        r, rec = run(ListDraft(snaps), n, FW(), tail=rng.randint(0, CH - 1))
         ws, ps = r["sent_windows"], r["per_sentence"]
         assert len(ws) == len(ps) == len(rec.sentences())
         prev_end = -1
@@ -252,7 +260,7 @@ def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
         for a, b in zip(ps, ps[1:]):
             assert b["start_s"] == pytest.approx(a["end_s"]) or b["start_s"] == pytest.approx((n - 1) * 0.16)
         assert "".join(w["text"] for w in ws) == r["draft"]
-        assert r["fw_calls"] == sum(v2c.is_truncated(w["text"]) for w in ws)
+        assert r["fw_calls"] == sum(w["truncated_by"] is not None for w in ws)
 
 
 def test_the_selection_rule_is_a_pure_symptom_gate() -> None:
@@ -372,8 +380,8 @@ def test_segments_carry_their_offsets_into_windows_and_times() -> None:
     rec = Rec()
     out = v2c.run(PerSegment([None, "好。", None, None]), pcm, "Chinese", FW(), emit=rec,
                   segments=[(0, 4 * CH), (6 * CH, 10 * CH)])
-    assert out.sent_windows == [{"text": "好。", "start_chunk": 0, "end_chunk": 1},
-                                {"text": "好。", "start_chunk": 6, "end_chunk": 7}]
+    assert out.sent_windows == [{"text": "好。", "start_chunk": 0, "end_chunk": 1, "truncated_by": None},
+                                {"text": "好。", "start_chunk": 6, "end_chunk": 7, "truncated_by": None}]
     assert [(p["start_s"], p["end_s"]) for p in out.per_sentence] == [(0.0, 0.32), (0.96, 1.28)]
     assert [e[1] for e in rec.sentences()] == [0, 1] and out.first_text_s == pytest.approx(0.32)
     assert rec.segments == [0, 1]  # each segment's draft says which segment it belongs to

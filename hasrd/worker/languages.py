@@ -29,6 +29,8 @@ NAMES: dict[str, str] = {
     "sw": "Swahili", "ta": "Tamil", "te": "Telugu", "tg": "Tajik", "tk": "Turkmen", "tt": "Tatar",
     "uk": "Ukrainian", "ur": "Urdu", "uz": "Uzbek", "yi": "Yiddish", "yo": "Yoruba",
 }
+# The 30 languages R2T2 (Qwen3-ASR) takes by name: the first 30 of NAMES (qwen_asr SUPPORTED_LANGUAGES).
+R2T2_LANGUAGES: tuple[str, ...] = tuple(list(NAMES.values())[:30])
 ALIASES: dict[str, str] = {
     "mandarin": "zh", "putonghua": "zh", "cmn": "zh", "zho": "zh", "chi": "zh", "eng": "en", "tagalog": "tl",
     "farsi": "fa", "fil": "tl", "javanese": "jw", "jv": "jw", "iw": "he", "castilian": "es", "flemish": "nl", "moldavian": "ro",

@@ -55,6 +55,8 @@ from hasrd.worker.engines import Emitter, EngineError
 from hasrd.worker.languages import join_sentences
 
 SENT_END = "。！？；?!;"
+# Closing quotes and brackets that may follow a sentence's end mark ("他说：“好。”").
+CLOSERS = "\"'”’）)」』》】 \t\n"
 SR = 16000
 CHUNK_SEC = 0.160
 CHUNK = 2560  # 160 ms at 16 kHz
@@ -64,13 +66,24 @@ PAD = int(0.32 * SR)  # window padding on each side
 # median first-text delay of R2T2 (seed 000 §2.4); see "Changes from the seed" above.
 LAG_CHUNKS = 5
 MAX_NEW_TOKENS = 4
+# The budget of ``finish_streaming_transcribe``. Without one R2T2 falls back to the default it was loaded with,
+# which is the seed's ``max_new_tokens=4`` (vLLM SamplingParams): the finish would regenerate the rolled-back
+# last token and at most three more, and every word the draft still lagged behind the audio would be lost at
+# the end of each segment. The model stops at its end token long before 64 when nothing is left, so a large
+# budget costs nothing on a settled draft.
+FINISH_MAX_NEW_TOKENS = 64
 MODES = ("thread", "inline", "after")
+TRUNCATED_BY = ("bar", "no_end_mark")
 
 WindowFn = Callable[[np.ndarray], str]
 
 
 class DraftModel(Protocol):
-    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses."""
+    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses.
+
+    A model may also have ``take_generations() -> list[str]``: the raw generations of the model calls since the
+    last take (engines/r2t2.py observes R2T2's generate step), where a ``|`` is still visible.
+    """
 
     def init_streaming_state(self, context: str = "", language: str | None = None, unfixed_chunk_num: int = 2,
                              unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> Any: ...
@@ -87,7 +100,8 @@ class Window:
 
     ``start_chunk``..``end_chunk``: the audio faster-whisper gets (before padding), reaching LAG_CHUNKS back
     for the draft's lag; ``open_chunk``: the chunk after the previous window closed, where the sentence starts
-    on the draft's clock (``per_sentence.start_s``).
+    on the draft's clock (``per_sentence.start_s``); ``truncated_by``: which symptom fired ("bar": the model
+    generated ``|`` in it; "no_end_mark": it does not end with a sentence-end mark), None for a complete one.
     """
 
     text: str
@@ -95,20 +109,41 @@ class Window:
     start_chunk: int
     end_chunk: int
     open_chunk: int
+    truncated_by: str | None = None
 
 
 def has_end_mark(text: str) -> bool:
     return any(m in text for m in SENT_END)
 
 
+def ends_with_mark(text: str) -> bool:
+    """The text's last character, past closing quotes, brackets and spaces, is a sentence-end mark."""
+    t = text.rstrip(CLOSERS)
+    return bool(t) and t[-1] in SENT_END
+
+
+def truncation(text: str, bar: bool = False) -> str | None:
+    """The symptom gate: "bar" (``|`` generated in the sentence), "no_end_mark", or None (complete)."""
+    if bar or "|" in text:
+        return "bar"
+    if not ends_with_mark(text):
+        return "no_end_mark"
+    return None
+
+
 def is_truncated(text: str) -> bool:
-    """The symptom gate: ``|`` in the sentence, or no sentence-end mark at all."""
-    return "|" in text or not has_end_mark(text)
+    """The seed's gate on a sentence's text alone: ``|`` in it, or no sentence-end mark at its end."""
+    return truncation(text) is not None
 
 
-def choose(sent_text: str, fw_text: str | None) -> tuple[str, str]:
-    """The v2c selection rule -> (text, engine). ``fw_text=None``: no final model (draft-only engine)."""
-    if not is_truncated(sent_text):
+def choose(sent_text: str, fw_text: str | None, truncated_by: str | None = "") -> tuple[str, str]:
+    """The v2c selection rule -> (text, engine). ``fw_text=None``: no final model (draft-only engine).
+
+    ``truncated_by`` is the window's symptom ("" = judge the text alone). Truncated -> the fw text, or the draft
+    cut at ``|`` when fw returns nothing; complete -> the draft.
+    """
+    why = truncation(sent_text) if truncated_by == "" else truncated_by
+    if why is None:
         return sent_text, "draft"
     if fw_text is None:
         return sent_text.split("|")[0], "draft"
@@ -131,52 +166,147 @@ def window_span(start_chunk: int, end_chunk: int, n_samples: int) -> tuple[int, 
     return a0, max(a0, a1)
 
 
+def last_mark(text: str) -> int:
+    """Index just past the last sentence-end mark (and the closers after it) in ``text``; 0 if none."""
+    for i in range(len(text) - 1, -1, -1):
+        if text[i] in SENT_END:
+            j = i + 1
+            while j < len(text) and text[j] in CLOSERS.strip():
+                j += 1
+            return j
+    return 0
+
+
+class Windows:
+    """Sentence windows from a draft that rewrites itself: decided on committed text, re-aligned after rewrites.
+
+    ``closed`` is the text of the windows closed so far, as the draft said it when the last one closed. A new
+    version of the draft that still starts with it continues the open window at ``len(closed)``. One that does
+    not (the draft rewrote or withdrew text that a closed window holds: qwen_asr's repetition fix, a rolled-back
+    mark) is re-aligned by length, snapped forward to the end of a Latin word, because closed sentences may
+    already be out to the client and are never taken back. So every window's text is a piece of one version of
+    the draft, and no text is counted twice.
+    """
+
+    def __init__(self) -> None:
+        self.closed = ""
+        self.bar = False  # the open window saw a "|" in the model's generation or the draft's text
+        self.seen_open = False  # the draft once showed text in the open window (a shrink must not drop it)
+        self.windows: list[Window] = []
+        self.open_chunk = 0  # the chunk after the previous close
+
+    def cut(self, view: str) -> int:
+        """Where the open window starts in ``view``."""
+        if view.startswith(self.closed):
+            return len(self.closed)
+        cut = len(self.closed)
+        while 0 < cut < len(view) and _latin(view[cut]) and _latin(view[cut - 1]):
+            cut += 1
+        return min(cut, len(view))
+
+    def open_text(self, view: str) -> str:
+        return view[self.cut(view):]
+
+    def observe(self, text: str, bar: bool) -> None:
+        """The draft's latest full text (not yet committed) and whether the model generated a ``|``."""
+        part = self.open_text(text)
+        if part.strip():
+            self.seen_open = True
+        if bar or "|" in part:
+            self.bar = True
+
+    def commit(self, fixed: str, chunk: int) -> Window | None:
+        """Committed text after ``chunk``: close the open window at its last sentence-end mark, if any."""
+        c = self.cut(fixed)
+        part = fixed[c:]
+        m = last_mark(part)
+        if m == 0 or not any(ch.isalnum() for ch in part[:m]):
+            return None  # no mark, or a mark alone (a rewrite's leftover): the sentence is still open
+        return self._close(fixed, c, part[:m], chunk)
+
+    def finish(self, final: str, last_chunk: int) -> Window | None:
+        """After the finish: the rest of the draft is the last window (also when the draft withdrew it)."""
+        c = self.cut(final)
+        part = final[c:]
+        if not part.strip() and not (self.seen_open or self.bar):
+            return None
+        if last_chunk < 0 or (not part.strip() and self.open_chunk > last_chunk):
+            return None
+        return self._close(final, c, part, last_chunk)
+
+    def _close(self, view: str, c: int, text: str, chunk: int) -> Window:
+        oc = min(self.open_chunk, chunk)
+        w = Window(text, c, window_start(oc), chunk, oc, truncation(text, self.bar))
+        self.windows.append(w)
+        self.closed = view[:c + len(text)]
+        self.open_chunk = chunk + 1
+        self.bar = False
+        self.seen_open = False
+        return w
+
+
+def _latin(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
+
+
 def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
                   cancelled: Callable[[], bool] = lambda: False,
                   on_text: Callable[[str], None] = lambda t: None,
                   on_window: Callable[[Window], None] = lambda w: None,
-                  on_chunk: Callable[[int], None] = lambda i: None) -> tuple[list[Window], str, float | None]:
-    """Stage 1 over one segment -> (windows, full draft, first_text_s). Checks ``cancelled`` per chunk."""
+                  on_chunk: Callable[[int], None] = lambda i: None,
+                  on_language: Callable[[str], None] = lambda name: None) -> tuple[list[Window], str, float | None]:
+    """Stage 1 over one segment -> (windows, full draft, first_text_s). Checks ``cancelled`` per chunk.
+
+    ``language`` None or "" lets R2T2 detect it. The last chunk is fed one sample short, so that it stays in
+    R2T2's buffer and the finish decodes the whole segment with FINISH_MAX_NEW_TOKENS (a finish with nothing
+    buffered returns at once without decoding).
+    """
     try:
-        state = model.init_streaming_state(context="", language=language, unfixed_chunk_num=0, unfixed_token_num=1,
-                                           chunk_size_sec=CHUNK_SEC)
+        state = model.init_streaming_state(context="", language=language or None, unfixed_chunk_num=0,
+                                           unfixed_token_num=1, chunk_size_sec=CHUNK_SEC)
     except ValueError as e:  # R2T2 refuses languages it does not know
         raise EngineError("invalid_audio", f"the draft model does not take language {language!r}: {e}") from None
-    committed = ""
-    windows: list[Window] = []
-    win_start = 0  # character offset in state.text
-    win_chunk = 0  # the chunk after the previous close: where the open window starts on the draft's clock
+    take: Callable[[], list[str]] | None = getattr(model, "take_generations", None)
+    if take is not None:
+        take()  # forget generations of earlier calls (warm-up, another segment)
+    ws = Windows()
+    shown = ""
     first_text_s: float | None = None
     total = n_chunks(len(pcm))
     for i in range(total):
         if cancelled():
             raise EngineError("cancelled", "the request was cancelled")
-        chunk = np.array(pcm[i * CHUNK:(i + 1) * CHUNK], dtype=np.float32)
-        _, text = model.streaming_transcribe(chunk, state, max_new_tokens=MAX_NEW_TOKENS)
-        current = state.text
-        if text and len(current) > len(committed):
-            if first_text_s is None:
+        end = min(len(pcm), (i + 1) * CHUNK)
+        if i == total - 1 and end - i * CHUNK == CHUNK:
+            end -= 1  # keep the last chunk buffered for the finish
+        chunk = np.array(pcm[i * CHUNK:end], dtype=np.float32)
+        _, fixed = model.streaming_transcribe(chunk, state, max_new_tokens=MAX_NEW_TOKENS)
+        text = str(state.text)
+        bar = any("|" in g for g in take()) if take is not None else False
+        if text != shown:
+            if first_text_s is None and text.strip():
                 first_text_s = round((i + 1) * CHUNK_SEC, 3)
-            new = current[len(committed):]
-            committed = current
-            on_text(current)
-            if has_end_mark(new) or "|" in current:
-                w = Window(current[win_start:], win_start, window_start(win_chunk), i, win_chunk)
-                windows.append(w)
-                on_window(w)
-                win_start, win_chunk = len(current), i + 1
+            shown = text
+            on_text(text)
+        ws.observe(text, bar)
+        on_language(str(getattr(state, "language", "") or ""))
+        w = ws.commit(str(fixed or ""), i)
+        if w is not None:
+            on_window(w)
         on_chunk(i)
     with contextlib.redirect_stdout(sys.stderr):  # R2T2 prints the final text; stdout is not ours
-        model.finish_streaming_transcribe(state)
-    full = state.text
-    if total and win_start < len(full):
-        if len(full) > len(committed):
-            on_text(full)
-        last = total - 1
-        w = Window(full[win_start:], win_start, min(window_start(win_chunk), last), last, min(win_chunk, last))
-        windows.append(w)
+        model.finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)
+    full = str(state.text)
+    bar = any("|" in g for g in take()) if take is not None else False
+    if full != shown:
+        if first_text_s is None and full.strip():
+            first_text_s = round(total * CHUNK_SEC, 3)
+        on_text(full)
+    ws.observe(full, bar)
+    w = ws.finish(full, total - 1)
+    if w is not None:
         on_window(w)
-    return windows, full, first_text_s
+    return ws.windows, full, first_text_s
 
 
 class FinalStage:
@@ -189,6 +319,7 @@ class FinalStage:
         self.windows: list[Window] = []
         self.settled: list[dict[str, Any] | None] = []
         self.next_emit = 0
+        self.emitted = 0
         self.fw_calls = 0
         self.fw_s = 0.0
         self.error: BaseException | None = None
@@ -208,7 +339,7 @@ class FinalStage:
             k = len(self.windows)
             self.windows.append(w)
             self.settled.append(None)
-        if self.window_fn is None or not is_truncated(w.text) or self.mode == "inline":
+        if self.window_fn is None or w.truncated_by is None or self.mode == "inline":
             self._settle(k)
         elif self.mode == "after":
             self.deferred.append(k)
@@ -238,7 +369,7 @@ class FinalStage:
             if self.cancelled():
                 raise EngineError("cancelled", "the request was cancelled")
             raise RuntimeError("the v2c final stage ended with unsettled windows")
-        return [s for s in self.settled if s is not None]
+        return [s for s in self.settled if s is not None and s["text"]]
 
     def abort(self) -> None:
         """Stop the thread after its current window (cancel, error, or normal end)."""
@@ -259,22 +390,25 @@ class FinalStage:
     def _settle(self, k: int) -> None:
         w = self.windows[k]
         fw_text: str | None = None
-        if self.window_fn is not None and is_truncated(w.text):
+        if self.window_fn is not None and w.truncated_by is not None:
             a0, a1 = window_span(w.start_chunk, w.end_chunk, len(self.pcm))
             t0 = time.monotonic()
             fw_text = self.window_fn(self.pcm[a0:a1])
             with self.lock:
                 self.fw_s += time.monotonic() - t0
                 self.fw_calls += 1
-        text, engine = choose(w.text, fw_text)
+        text, engine = choose(w.text, fw_text, w.truncated_by)
         start_s = round((self.offset + w.open_chunk * CHUNK) / SR, 3)  # the draft's clock: contiguous cues
         end_s = round((self.offset + min(len(self.pcm), (w.end_chunk + 1) * CHUNK)) / SR, 3)
         with self.lock:
-            self.settled[k] = {"text": text, "engine": engine, "start_s": start_s, "end_s": end_s}
+            self.settled[k] = {"text": text, "engine": engine, "start_s": start_s, "end_s": end_s,
+                               "truncated_by": w.truncated_by}
             while not self.stop.is_set() and self.next_emit < len(self.settled) and self.settled[self.next_emit] is not None:
                 s = self.settled[self.next_emit]
                 assert s is not None
-                self.emit.sentence(self.index0 + self.next_emit, s["text"], s["engine"], s["start_s"], s["end_s"])
+                if s["text"]:  # a withdrawn tail that faster-whisper found silent is no sentence
+                    self.emit.sentence(self.index0 + self.emitted, s["text"], s["engine"], s["start_s"], s["end_s"])
+                    self.emitted += 1
                 self.next_emit += 1
 
 
@@ -295,8 +429,12 @@ class Outcome:
 
 def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: WindowFn | None, *,
         emit: Emitter, cancelled: Callable[[], bool] = lambda: False, mode: str = "thread",
-        segments: Iterable[tuple[int, int]] | None = None) -> Outcome:
-    """v2c over ``pcm``, one fresh draft state per segment (``(start, end)`` samples; chunk-aligned starts)."""
+        segments: Iterable[tuple[int, int]] | None = None,
+        on_language: Callable[[str], None] = lambda name: None) -> Outcome:
+    """v2c over ``pcm``, one fresh draft state per segment (``(start, end)`` samples; chunk-aligned starts).
+
+    ``on_language`` hears the draft state's language after every chunk (what R2T2 detected, when asked to).
+    """
     if mode not in MODES:
         raise ValueError(f"v2c mode must be one of {MODES}, not {mode!r}")
     n = len(pcm)
@@ -317,7 +455,8 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
         try:
             windows, draft, first = draft_windows(model, seg, language, cancelled=cancelled,
                                                   on_text=_segment_drafts(emit, seg_no),
-                                                  on_window=stage.submit, on_chunk=on_chunk)
+                                                  on_window=stage.submit, on_chunk=on_chunk,
+                                                  on_language=on_language)
             t1 = time.monotonic()
             settled = stage.close()
         finally:
@@ -332,7 +471,7 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
             out.first_text_s = round(start / SR + first, 3)
         for w in windows:
             out.sent_windows.append({"text": w.text, "start_chunk": chunk0 + w.start_chunk,
-                                     "end_chunk": chunk0 + w.end_chunk})
+                                     "end_chunk": chunk0 + w.end_chunk, "truncated_by": w.truncated_by})
         out.per_sentence.extend(settled)
     emit.progress(total_s, total_s)  # everything settled: the last event before the result
     return out

@@ -27,8 +27,9 @@ import numpy as np
 
 from hasrd.config import Settings
 from hasrd.worker.engines import Emitter, EngineError
-from hasrd.worker.engines.r2t2 import LOAD_KW, cuda_usable, load_draft, resolve_weights, run_v2c, versions
-from hasrd.worker.engines.whisper import load_model, whisper_code, window_fn
+from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, load_draft, r2t2_knows, resolve_weights,
+                                       run_v2c, versions, warm_up)
+from hasrd.worker.engines.whisper import WhisperEngine, language_of, load_model, whisper_code, window_fn
 
 RESULT_ENGINE = "hybrid-asr-v2c"  # the seed's name in results
 
@@ -66,12 +67,15 @@ class HybridEngine:
             weights = resolve_weights(self.settings.r2t2_model)
             phase(f"loading R2T2 from {weights} (vLLM)")
             self.draft = load_draft(weights, self.cuda)
-            draft_id = {"path": str(weights), "name": weights.name, "load": LOAD_KW}
+            draft_id = {"path": str(weights), "name": weights.name, "load": LOAD_KW,
+                        "bar_signal": bar_signal(self.draft)}
         from hasrd.worker.engines.select import resolve_fw
 
         fw_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {fw_ref.name} on {self.fw_device} ({self.compute_type})")
         self.fw = load_model(fw_ref, self.fw_device, self.compute_type)
+        if not self.scripted:
+            draft_id["warm_up_s"] = round(warm_up(self.draft, phase), 3)
         ident: dict[str, Any] = {"engine": "hybrid", "models": {"draft": draft_id, "final": fw_ref.describe()},
                                  "device": self.fw_device, "compute_type": self.compute_type,
                                  "v2c_final": self.settings.v2c_final}
@@ -87,8 +91,26 @@ class HybridEngine:
 
             script = str((options.get("fake") or {}).get("script") or self.script)
             draft = ScriptedDraft(script, len(pcm))
-        return run_v2c(RESULT_ENGINE, draft, lambda code: window_fn(self.fw, whisper_code(self.fw, code)),
-                       self.settings, pcm, language, emit, cancelled)
+        name, _code = language_of(language or self.settings.language)
+        if name and not r2t2_knows(name):
+            return self.whisper_alone(pcm, language, options, emit, cancelled,
+                                      f"R2T2 does not know {name}: faster-whisper alone transcribed this request")
+
+        def windows(code: Callable[[], str]) -> Callable[[np.ndarray], str]:
+            def transcribe_window(audio: np.ndarray) -> str:
+                return window_fn(self.fw, whisper_code(self.fw, code()))(audio)
+            return transcribe_window
+
+        return run_v2c(RESULT_ENGINE, draft, windows, self.settings, pcm, language, emit, cancelled)
+
+    def whisper_alone(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
+                      cancelled: Callable[[], bool], note: str) -> dict[str, Any]:
+        """The whisper engine's whole-file transcription with the loaded faster-whisper, and why in ``note``."""
+        alone = WhisperEngine(self.settings, self.fw_spec, self.fw_device, self.compute_type)
+        alone.model = self.fw
+        result = alone.transcribe(pcm, language, options, emit, cancelled)
+        result["note"] = note
+        return result
 
     def close(self) -> None:
         self.draft = None

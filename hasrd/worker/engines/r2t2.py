@@ -8,12 +8,26 @@ apart here. Each way of not having R2T2 (package missing or wrong, weights missi
 
 The load parameters are the seed's, verbatim: ``R2T2ASRModel.LLM(model=..., gpu_memory_utilization=0.35,
 max_model_len=4096, max_new_tokens=4)`` (8192 blows the KV cache). R2T2 wants full language names
-("Chinese"); codes are mapped. ``finish_streaming_transcribe`` prints to stdout; v2c sends that to stderr.
+("Chinese"); codes are mapped, no language means R2T2's own detection (``language=None``), and a language
+outside R2T2's 30 is the caller's to route elsewhere (:func:`draft_language`). ``finish_streaming_transcribe``
+prints to stdout; v2c sends that to stderr.
+
+The ``|`` symptom: this R2T2 cuts its raw generation at the first ``|`` before it stores ``state.text``, so the
+seed's ``"|" in state.text`` never fires. The class is loaded through :func:`observing`, a subclass whose
+``_streaming_generate`` (the one model call per chunk; vLLM or transformers backend) records each raw
+generation, so v2c sees whether the model wrote ``|`` before the library cut it. An R2T2 without that method
+still works, with only ``|`` in ``state.text`` to go by (what older versions left there).
+
+Warm-up (:func:`warm_up`), as the official streaming server does after its load: three silent chunks and a
+finish per language, so that CUDA kernels, graphs and the vLLM scheduler are ready before the first request;
+it runs inside ``load``, so ``load_s`` includes it, and the loading phase says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,11 +37,13 @@ from hasrd.config import Settings
 from hasrd.worker import segment, v2c
 from hasrd.worker.engines import Emitter, EngineError, plain_result
 from hasrd.worker.engines.whisper import language_of
+from hasrd.worker.languages import R2T2_LANGUAGES, UnknownLanguage, resolve
 
 REPO = "https://github.com/netease-youdao/Confucius4-R2T2"
 WEIGHTS_REPO = "netease-youdao/Confucius4-R2T2"
 LOAD_KW: dict[str, Any] = {"gpu_memory_utilization": 0.35, "max_model_len": 4096, "max_new_tokens": 4}
-DEFAULT_LANGUAGE = "Chinese"
+WARM_UP_LANGUAGES = ("Chinese", "English")
+GENERATIONS_KEPT = 256
 GPU_VENV = "~/.local/share/hasr/gpu-venv"
 # What the README's "Setting up the GPU stack" says. hasr itself is not installed there (it is not published):
 # the daemon makes its own hasrd package importable in HASR_WORKER_PYTHON's interpreter.
@@ -107,9 +123,56 @@ def cuda_usable() -> tuple[bool, str]:
     return False, f"torch {torch.__version__} sees no CUDA device"
 
 
+def observing(cls: Any) -> Any:
+    """``cls`` with its generate step observed (see the module docstring); ``cls`` itself if it has none."""
+    if not callable(getattr(cls, "_streaming_generate", None)):
+        return cls
+
+    class Observed(cls):  # type: ignore[misc,valid-type]
+        def _streaming_generate(self, prompt: Any, audio: Any, max_new_tokens: Any = None) -> Any:
+            out = super()._streaming_generate(prompt, audio, max_new_tokens)
+            log = self.__dict__.setdefault("_hasr_generations", [])
+            log.append(str(out))
+            del log[:-GENERATIONS_KEPT]  # bounded when nobody takes them
+            return out
+
+        def take_generations(self) -> list[str]:
+            """The raw generations since the last take, oldest first."""
+            log: list[str] = self.__dict__.get("_hasr_generations") or []
+            self.__dict__["_hasr_generations"] = []
+            return log
+
+    Observed.__name__ = Observed.__qualname__ = f"Observed{cls.__name__}"
+    return Observed
+
+
+def bar_signal(model: Any) -> str:
+    """Where this model's ``|`` symptom is read: "generation" (observed) or "state_text" (only what it keeps)."""
+    return "generation" if callable(getattr(model, "take_generations", None)) else "state_text"
+
+
+def warm_up(draft: Any, phase: Callable[[str], None]) -> float:
+    """Three silent 160 ms chunks and a finish for Chinese and for English (the official server's warm-up)."""
+    t0 = time.monotonic()
+    phase("warming up R2T2 (3 silent chunks and a finish, Chinese and English)")
+    silence = np.zeros(v2c.CHUNK, dtype=np.float32)
+    with contextlib.redirect_stdout(sys.stderr):
+        for language in WARM_UP_LANGUAGES:
+            state = draft.init_streaming_state(context="", language=language, unfixed_chunk_num=0,
+                                               unfixed_token_num=1, chunk_size_sec=v2c.CHUNK_SEC)
+            for _ in range(3):
+                draft.streaming_transcribe(silence, state, max_new_tokens=v2c.MAX_NEW_TOKENS)
+            draft.streaming_transcribe(silence[:-1], state, max_new_tokens=v2c.MAX_NEW_TOKENS)  # stays buffered
+            draft.finish_streaming_transcribe(state, max_new_tokens=v2c.FINISH_MAX_NEW_TOKENS)
+    take = getattr(draft, "take_generations", None)
+    if take is not None:
+        take()
+    return time.monotonic() - t0
+
+
 def load_draft(weights: Path, cuda: Callable[[], tuple[bool, str]] = cuda_usable) -> Any:
     """The seed's R2T2ASRModel.LLM(...) with every way of failing mapped to a sentence."""
-    cls = import_r2t2()
+    cls = observing(import_r2t2())
     ok, why = cuda()
     if not ok:
         raise EngineError("model_unavailable", f"R2T2 runs on vLLM and needs a CUDA GPU; none is usable here ({why}). "
@@ -125,19 +188,54 @@ def load_draft(weights: Path, cuda: Callable[[], tuple[bool, str]] = cuda_usable
 
 
 def draft_language(language: str, settings: Settings) -> tuple[str, str]:
-    """(full name for R2T2, whisper code): '' means Chinese, as in the seed."""
+    """(full name for R2T2, whisper code); ("", "") lets R2T2 detect the language (``language=None``).
+
+    Raises EngineError("invalid_audio") for a language R2T2 does not know (:func:`r2t2_knows`).
+    """
     name, code = language_of(language or settings.language)
-    return (name, code) if name else (DEFAULT_LANGUAGE, "zh")
+    if name and not r2t2_knows(name):
+        raise EngineError("invalid_audio", f"R2T2 does not know {name}; it knows {', '.join(R2T2_LANGUAGES)}. "
+                                           f"Use --engine whisper for {name}")
+    return name, code
 
 
-def run_v2c(engine_name: str, draft: Any, window: Callable[[str], Any] | None, settings: Settings,
+def r2t2_knows(name: str) -> bool:
+    return name in R2T2_LANGUAGES
+
+
+class Detected:
+    """The language R2T2 detected in an auto-language request, for faster-whisper's windows."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code  # the request's code; "" until R2T2 names one
+        self.name = ""
+
+    def set(self, name: str) -> None:
+        if name and not self.code:
+            try:
+                self.name, self.code = resolve(name)
+            except UnknownLanguage:
+                pass
+
+
+def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], Any] | None, settings: Settings,
             pcm: np.ndarray, language: str, emit: Emitter, cancelled: Callable[[], bool]) -> dict[str, Any]:
-    """v2c over segments of at most HASR_MAX_SEGMENT_SEC; ``window(code)`` builds the final stage (or None)."""
+    """v2c over segments of at most HASR_MAX_SEGMENT_SEC; ``window(code)`` builds the final stage (or None).
+
+    ``code`` is called per window: the request's language code, else the one R2T2 detected by then, else ""
+    (faster-whisper detects it).
+    """
     name, code = draft_language(language, settings)
+    detected = Detected(code)
     ranges = segment.speech_ranges(segment.iter_segments(pcm, settings.max_segment_sec))
-    out = v2c.run(draft, pcm, name, window(code) if window else None, emit=emit, cancelled=cancelled,
-                  mode=settings.v2c_final, segments=ranges)
-    return plain_result(v2c.result(engine_name, name, code, out, len(pcm)))
+    out = v2c.run(draft, pcm, name or None, window(lambda: detected.code) if window else None, emit=emit,
+                  cancelled=cancelled, mode=settings.v2c_final, segments=ranges, on_language=detected.set)
+    if not name:
+        name, code = detected.name, detected.code
+    res = v2c.result(engine_name, name, code, out, len(pcm))
+    res["language_detected"] = not bool(language or settings.language)
+    res["bar_signal"] = bar_signal(draft)
+    return plain_result(res)
 
 
 def versions(*dists: str) -> dict[str, str]:
@@ -166,8 +264,10 @@ class R2T2Engine:
         weights = resolve_weights(self.settings.r2t2_model)
         phase(f"loading R2T2 from {weights} (vLLM)")
         self.draft = load_draft(weights, self.cuda)
+        warm_s = warm_up(self.draft, phase)
         return {"engine": "r2t2", "models": {"draft": {"path": str(weights), "name": weights.name}},
-                "device": "cuda", "load": LOAD_KW, "versions": versions("confucius4-r2t2", "vllm", "torch")}
+                "device": "cuda", "load": LOAD_KW, "warm_up_s": round(warm_s, 3), "bar_signal": bar_signal(self.draft),
+                "versions": versions("confucius4-r2t2", "vllm", "torch")}
 
     def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
                    cancelled: Callable[[], bool]) -> dict[str, Any]:
