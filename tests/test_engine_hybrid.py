@@ -93,8 +93,10 @@ def test_the_hybrid_engine_drives_a_stand_in_r2t2_with_real_faster_whisper(
     weights = tmp_path / "Confucius4-R2T2"
     weights.mkdir()
     (weights / "config.json").write_text(json.dumps({}))
-    snaps = ["你好世界。", "你好世界。一二三|四五。", "你好世界。一二三|四五。天地玄黄宇宙"]
-    times = [bounds[0] - 0.2, bounds[1] - 0.2, bounds[2] - 0.05]
+    # R2T2 writes "|" after 一二三 for a while (the library cuts it out of state.text), then the rest of the
+    # sentence; the observed generation marks sentence 2 as truncated although no "|" is left in the draft.
+    snaps = ["你好世界。", "你好世界。一二三|四五。", "你好世界。一二三四五。", "你好世界。一二三四五。天地玄黄宇宙"]
+    times = [bounds[0] - 0.2, (bounds[0] + bounds[1]) / 2, bounds[1] - 0.2, bounds[2] - 0.05]
     (weights / "script.tsv").write_text("".join(f"{t:.2f}\t{s}\n" for t, s in zip(times, snaps)), encoding="utf-8")
     monkeypatch.delitem(sys.modules, "r2t2", raising=False)
     monkeypatch.syspath_prepend(str(STAND_IN / "real"))
@@ -103,7 +105,8 @@ def test_the_hybrid_engine_drives_a_stand_in_r2t2_with_real_faster_whisper(
     ident = e.load(lambda s: None)
     assert ident["models"]["draft"]["path"] == str(weights) and ident["models"]["final"]["path"] == model_dir()
     r = e.transcribe(pcm, "zh", {}, NullEmitter(), lambda: False)
-    check(r, ["你好世界。", "一二三|四五。", "天地玄黄宇宙"])
+    check(r, ["你好世界。", "一二三四五。", "天地玄黄宇宙"])
+    assert [s["truncated_by"] for s in r["per_sentence"]] == [None, "bar", "no_end_mark"]
 
 
 def test_through_the_worker_subprocess_fw_calls_match_the_truncated_windows(audio: Any) -> None:
@@ -124,3 +127,24 @@ def test_through_the_worker_subprocess_fw_calls_match_the_truncated_windows(audi
         assert any(isinstance(e, p.Draft) for e in events)
     finally:
         w.close()
+
+
+def test_a_language_r2t2_does_not_know_runs_faster_whisper_alone_with_a_note(
+        audio: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    pcm, _bounds = audio
+    weights = tmp_path / "Confucius4-R2T2"
+    weights.mkdir()
+    (weights / "config.json").write_text("{}")
+    (weights / "script.tsv").write_text("0.5\t你好。\n", encoding="utf-8")
+    monkeypatch.delitem(sys.modules, "r2t2", raising=False)
+    monkeypatch.syspath_prepend(str(STAND_IN / "real"))
+    e = HybridEngine(config.load(env={"HASR_R2T2_MODEL": str(weights)}), model_dir(), "cpu", "int8",
+                     cuda=lambda: (True, "stand-in"), env={})
+    e.load(lambda s: None)
+    calls = e.draft.generate_calls
+    r = e.transcribe(pcm[: 3 * SR], "Swahili", {}, NullEmitter(), lambda: False)  # Whisper knows it, R2T2 not
+    assert e.draft.generate_calls == calls  # the draft was never asked
+    assert r["engine"] == "whisper" and r["language"] == "Swahili" and "R2T2 does not know Swahili" in r["note"]
+    assert r["fw_calls"] >= 1

@@ -283,6 +283,10 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
         _, fixed = model.streaming_transcribe(chunk, state, max_new_tokens=MAX_NEW_TOKENS)
         text = str(state.text)
         bar = any("|" in g for g in take()) if take is not None else False
+        # Committed: fixed_text (the text minus its last token, which every later prompt must continue), or the
+        # whole text once a chunk regenerated its last token unchanged (a final mark is otherwise never fixed
+        # until the next sentence starts).
+        committed = text if text == shown and text else str(fixed or "")
         if text != shown:
             if first_text_s is None and text.strip():
                 first_text_s = round((i + 1) * CHUNK_SEC, 3)
@@ -290,7 +294,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
             on_text(text)
         ws.observe(text, bar)
         on_language(str(getattr(state, "language", "") or ""))
-        w = ws.commit(str(fixed or ""), i)
+        w = ws.commit(committed, i)
         if w is not None:
             on_window(w)
         on_chunk(i)
