@@ -235,14 +235,26 @@ class WorkerProcess:
             pass
 
     async def _forward_stderr(self) -> None:
+        """The worker's stderr into our log, read in bounded chunks and drained to the end.
+
+        vLLM, transformers and Rust libraries print freely, sometimes a megabyte without a newline (progress
+        bars redrawn with CR). ``StreamReader.readline`` gives up past its 64 KiB limit; a reader that stops
+        leaves the pipe full, the worker blocked in its next write and the daemon waiting for ever. So: chunks
+        of at most 64 KiB, lines split here, each line logged up to MAX_LOG_LINE characters with the size of
+        the rest, and nothing kept beyond that.
+        """
         assert self.proc.stderr is not None
+        lines = LineSplitter(MAX_LOG_LINE)
         while True:
-            line = await self.proc.stderr.readline()
-            if not line:
+            try:
+                data = await self.proc.stderr.read(1 << 16)
+            except (OSError, ValueError):
+                data = b""
+            for line in lines.feed(data) if data else lines.close():
+                self.stderr_tail.append(line[:300])
+                log.info("worker[%d]: %s", self.pid, line)
+            if not data:
                 return
-            text = line.decode("utf-8", "replace").rstrip()
-            self.stderr_tail.append(text[:300])
-            log.info("worker[%d]: %s", self.pid, text)
 
     # ---- writing ----------------------------------------------------------------------------------------
 
@@ -402,6 +414,60 @@ class WorkerProcess:
         self.signal_group(signal.SIGKILL)  # leftovers in the group (vLLM helpers)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         return self.proc.returncode
+
+
+MAX_LOG_LINE = 2000  # characters of one worker line that reach the log
+
+
+class LineSplitter:
+    """Bytes in, complete lines out, each cut to ``limit`` characters; memory bounded by ``limit`` bytes.
+
+    A line longer than the limit is logged as its first ``limit`` characters plus "... (N more bytes)"; its
+    rest is counted, not stored. Within a line, only what follows the last CR is kept (what a terminal shows
+    of a redrawn progress bar).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.dropped = 0  # bytes of the current line beyond the limit
+
+    def feed(self, data: bytes) -> list[str]:
+        out: list[str] = []
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            piece = data[start:] if nl < 0 else data[start:nl]
+            self._add(piece)
+            if nl < 0:
+                return out
+            out.append(self._take())
+            start = nl + 1
+
+    def close(self) -> list[str]:
+        return [self._take()] if self.buf or self.dropped else []
+
+    def _add(self, piece: bytes) -> None:
+        cr = piece.rfind(b"\r")
+        if cr >= 0:  # a redraw: what came before on this line is gone from the screen too
+            self.buf.clear()
+            self.dropped = 0
+            piece = piece[cr + 1:]
+        room = max(0, self.limit * 4 - len(self.buf))  # UTF-8: up to 4 bytes a character
+        self.buf += piece[:room]
+        self.dropped += max(0, len(piece) - room)
+
+    def _take(self) -> str:
+        text = self.buf.decode("utf-8", "replace").rstrip()
+        extra = self.dropped
+        if len(text) > self.limit:
+            extra += len(text[self.limit:].encode("utf-8", "replace"))
+            text = text[:self.limit]
+        if extra:
+            text += f" ... ({extra} more bytes)"
+        self.buf.clear()
+        self.dropped = 0
+        return text
 
 
 async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -431,3 +432,20 @@ def test_unload_waits_for_the_running_job_only_and_the_queue_goes_on_with_a_new_
         assert all(r["final"] for r in results) and sup.worker and sup.worker.pid != pid
         await sup.close()
     run(main())
+
+
+def test_a_one_megabyte_stderr_line_neither_hangs_the_load_nor_the_shutdown(caplog: pytest.LogCaptureFixture) -> None:
+    """vLLM and Rust libraries print lines far past asyncio's 64 KiB readline limit; the old reader died on
+    one, the pipe filled and the worker blocked in 'starting' for ever."""
+    async def main() -> None:
+        w = await WorkerProcess.spawn("fake", env=worker_env(os.environ, {"HASR_FAKE_STDERR_BYTES": str(1 << 20)}))
+        ready = await asyncio.wait_for(w.handshake(30, 30), 60)  # a hang detector, not a speed limit
+        assert ready.identity["engine"] == "fake"
+        with pcm(0.5) as buf:
+            assert (await asyncio.wait_for(w.transcribe(buf), 60))["engine"] == "fake"
+        assert await asyncio.wait_for(w.stop(grace=10), 60) == 0  # it prints another 1 MB on its way out
+    with caplog.at_level(logging.INFO, logger="hasrd.worker"):
+        run(main())
+    long = [r.getMessage() for r in caplog.records if "fake engine" in r.getMessage() and "xxxx" in r.getMessage()]
+    assert len(long) == 2 and all("more bytes)" in m and len(m) < 3000 for m in long), [m[:80] for m in long]
+    assert "fake engine load" in long[0] and "fake engine close" in long[1]

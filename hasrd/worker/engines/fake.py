@@ -13,6 +13,8 @@ the per-request ones can also be given in ``options["fake"]``:
     HASR_FAKE_SCRIPT=...          the draft text, revealed over the audio (default below)
                                   options: {"script": "..."} for one request
     HASR_FAKE_ALLOC_MB=N          allocate N MB on the GPU with torch while loaded (VRAM tests on a GPU host)
+    HASR_FAKE_STDERR_BYTES=N      write one line of N bytes to stderr while loading and again at shutdown
+                                  (what vLLM and Rust libraries do; the daemon must keep draining)
                                   options: {"fail": "code"} fails that request
 
 The draft is the script's text revealed proportionally to the audio by :class:`ScriptedDraft`, which has
@@ -138,6 +140,7 @@ class FakeEngine:
         self.ignore_term = e.get("HASR_FAKE_IGNORE_SIGTERM", "") == "1"
         self.script = e.get("HASR_FAKE_SCRIPT", "") or DEFAULT_SCRIPT
         self.alloc_mb = int(e.get("HASR_FAKE_ALLOC_MB", "0") or 0)
+        self.stderr_bytes = int(e.get("HASR_FAKE_STDERR_BYTES", "0") or 0)
         self.served = 0
         self._gpu_block: Any = None
         if self.ignore_term:
@@ -150,6 +153,7 @@ class FakeEngine:
     def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
         t0 = time.monotonic()
         phase("loading fake models")
+        self._shout("load")
         while time.monotonic() - t0 < self.load_sec:
             time.sleep(min(0.1, self.load_sec))
             phase(f"loading fake models {time.monotonic() - t0:.1f} s")
@@ -208,5 +212,13 @@ class FakeEngine:
         result["final"] = "".join(p["text"] for p in out.per_sentence)  # the script decides its own spacing
         return plain_result(result)
 
+    def _shout(self, when: str) -> None:
+        if self.stderr_bytes > 0:
+            import sys
+
+            sys.stderr.write(f"fake engine {when}: " + "x" * self.stderr_bytes + "\n")
+            sys.stderr.flush()
+
     def close(self) -> None:
+        self._shout("close")
         self._gpu_block = None
