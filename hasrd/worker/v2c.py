@@ -286,7 +286,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
         # Committed: fixed_text (the text minus its last token, which every later prompt must continue), or the
         # whole text once a chunk regenerated its last token unchanged (a final mark is otherwise never fixed
         # until the next sentence starts).
-        committed = text if text == shown and text else str(fixed or "")
+        committed = text if text == shown and text and i < total - 1 else str(fixed or "")  # the last stays buffered
         if text != shown:
             if first_text_s is None and text.strip():
                 first_text_s = round((i + 1) * CHUNK_SEC, 3)
