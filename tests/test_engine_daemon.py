@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from daemon import Hasrd
 from speech import CLIPS, DATA, SR, error_rate, load, model_dir, norm_en, norm_zh
-from test_engine_hybrid import GAP, NAMES, check, script_for
+from test_engine_hybrid import GAP, MAX_CER, NAMES, check, script_for
 
 CONTAINERS = {  # name: (container format, codec, sample rate, layout, with a video stream)
     "pcm16.wav": ("wav", "pcm_s16le", 16000, "mono", False),
@@ -159,3 +159,67 @@ def test_the_hybrid_engine_on_the_cpu_with_a_scripted_draft_through_the_daemon(t
         assert h.get("/api/ps")["identity"]["models"]["draft"]["name"] == "scripted"
     finally:
         h.stop()
+
+
+def test_the_hybrid_engine_with_the_library_like_r2t2_stand_in_re_transcribes_exactly_the_truncated_sentences(
+        tmp_path: Path) -> None:
+    """HASR_ENGINE=hybrid through the daemon, R2T2 being the stand-in that hides "|" like the real library.
+
+    Nine Chinese sentences with 1.5 s pauses (about 40 s, one draft state). R2T2 writes "|" in the middle of
+    sentences 2, 5 and 8 for a while (cut out of state.text, seen only in the observed generation), then the
+    whole sentence; every other sentence is complete. So exactly three windows, in the middle of the file, go
+    to the real faster-whisper, and its text must be those clips' speech.
+    """
+    from speech import STAND_IN, with_path
+
+    order = ["zh_nihao_shijie", "zh_jishu", "zh_pangrama"] * 3
+    bar = {1, 4, 7}
+    gap = np.zeros(int(1.5 * SR), np.float32)
+    parts: list[np.ndarray] = []
+    spans: list[tuple[float, float]] = []
+    t = 0.0
+    for name in order:
+        clip = load(name)
+        spans.append((t, t + len(clip) / SR))
+        parts += [clip, gap]
+        t += (len(clip) + len(gap)) / SR
+    pcm = np.concatenate(parts)
+    lines: list[str] = []
+    said = ""
+    for k, (name, (s, e)) in enumerate(zip(order, spans)):
+        sentence = CLIPS[name][1]
+        if k in bar:  # unsure half-way: the model writes "|" there until the sentence ends
+            half = len(sentence) // 2
+            lines.append(f"{(s + e) / 2:.2f}\t{said}{sentence[:half]}|{sentence[half:]}")
+        said += sentence
+        lines.append(f"{e + 0.2:.2f}\t{said}")
+    weights = tmp_path / "Confucius4-R2T2"
+    weights.mkdir()
+    (weights / "config.json").write_text("{}")
+    (weights / "script.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    wav = tmp_path / "nine.flac"
+    encode(pcm, wav, "flac", "flac", SR, "mono", False)
+    sock = tmp_path / "s" if len(str(tmp_path)) < 90 else Path("/tmp") / f"h{os.getpid()}.sock"
+    h = Hasrd(str(sock), env={"HASR_ENGINE": "hybrid", "HASR_R2T2_MODEL": str(weights),
+                              "HASR_FW_MODEL": model_dir(), "HASR_FW_DEVICE": "cpu",
+                              "PYTHONPATH": with_path(STAND_IN / "real", STAND_IN / "cuda")})
+    try:
+        with h.client(300) as c:
+            r = c.post("/transcribe", json={"audio_path": str(wav), "language": "Chinese"})
+        assert r.status_code == 200, r.text
+        result = r.json()
+        ident = h.get("/api/ps")["identity"]
+    finally:
+        h.stop()
+    assert result["engine"] == "hybrid-asr-v2c" and result["segments"] == 1
+    assert ident["models"]["draft"]["bar_signal"] == "generation" and ident["models"]["draft"]["warm_up_s"] >= 0
+    assert "|" not in result["draft"] and result["draft"] == said
+    sents = result["per_sentence"]
+    assert [s["truncated_by"] for s in sents] == ["bar" if k in bar else None for k in range(9)]
+    assert result["fw_calls"] == len(bar) == sum(s["engine"] == "fw" for s in sents)
+    for k, s in enumerate(sents):
+        ref = CLIPS[order[k]][1]
+        if k in bar:
+            assert error_rate("zh", ref, s["text"]) <= MAX_CER[order[k]], (k, s["text"])
+        else:
+            assert s["engine"] == "draft" and s["text"] == ref
