@@ -3,14 +3,35 @@
 Engine-agnostic: the draft is anything with R2T2ASRModel's streaming API (:class:`DraftModel`: R2T2 itself or
 a scripted stand-in), and the final stage is any ``window_fn(audio) -> text`` (faster-whisper, or a fake).
 
-Stage 1 (draft): 160 ms chunks go to ``streaming_transcribe(chunk, state, max_new_tokens=4)``. When the
-returned text is non-empty ("" means "no update") and ``state.text`` grew, the new text is committed; a
-SENT_END mark in the new text, or ``|`` anywhere in ``state.text``, closes a sentence window. After
-``finish_streaming_transcribe`` the rest of the text is the last window.
+Stage 1 (draft): ``init_streaming_state(context="", language=<name or None = detect>, unfixed_chunk_num=0,
+unfixed_token_num=1, chunk_size_sec=0.160)``, then 160 ms chunks to ``streaming_transcribe(chunk, state,
+max_new_tokens=4)`` (the seed's parameters), which returns ``(state.text, fixed_text)``. The real R2T2's text is
+not append-only (notes/r2t2.md): the last token is regenerated on every chunk, and the text shrinks (rollback,
+the ``|`` cut, qwen_asr's repetition fix). So windows are decided on *committed* text only: ``fixed_text`` (the
+text minus its last token, which every later prompt is forced to continue), or the whole text once a chunk
+regenerated it unchanged (otherwise a final mark would wait for the next sentence). A window closes right
+after the last sentence-end mark (SENT_END = ``。！？；?!;``, with closing quotes) in the committed text past the
+closed windows (:class:`Windows`): a ``，`` rewritten to ``。`` closes it, several marks in one update close one
+window. A draft that rewrote text a closed window holds is re-aligned by length (closed sentences may already
+be out to the client; never taken back), so every window's text is a piece of one version of the draft and no
+text is counted twice. The last chunk is fed one sample short so that it stays buffered and
+``finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)`` really decodes the segment's
+end; what follows the last close is the last window (also when the draft withdrew it: that audio still goes to
+faster-whisper rather than being dropped).
 
-Stage 2 (final): a window is *truncated* when its text carries ``|`` or lacks a SENT_END mark; only those go
-to ``window_fn`` with 0.32 s of padding on both sides (clamped to the audio). Truncated -> the fw text, or the
-draft cut at ``|`` when fw returns nothing (engine "fw"); complete -> the draft text (engine "draft").
+The ``|`` symptom: this R2T2 cuts its raw generation at ``|`` before storing ``state.text``, so ``|`` is seen in
+what the model generated (``take_generations()``, which engines/r2t2.py adds by observing R2T2's generate step),
+or in ``state.text`` for an older R2T2 that leaves it there. A ``|`` marks the open sentence as truncated
+("bar"); the sentence still ends at its mark. (The seed closed a window whenever ``|`` was anywhere in
+``state.text``: with a ``|`` that stays, that is a fragment per chunk, and fragments are what makes
+faster-whisper hallucinate, seed §2.5.)
+
+Stage 2 (final): a window is *truncated* when its sentence saw a ``|`` ("bar") or does not end with a
+sentence-end mark ("no_end_mark"; only the last window or a bar window can lack one, as windows end at marks);
+only those go to ``window_fn`` with 0.32 s of padding on both sides (clamped to the audio). Truncated -> the fw
+text, or the draft cut at ``|`` when fw returns nothing (engine "fw"); complete -> the draft text (engine
+"draft"). ``truncated_by`` is in every window and sentence of the result. A sentence left empty (a withdrawn tail
+that faster-whisper found silent) is not emitted.
 
 Changes from the seed (window start): the seed records a window's start as a *character* offset into the
 draft and then uses it as a chunk index for the audio span (mixed units). For Chinese (fewer characters than
@@ -29,9 +50,9 @@ before padding (so consecutive windows overlap by up to LAG_CHUNKS chunks); ``pe
 follow each other, trailing the speech by the draft's lag.
 
 Long audio arrives as segments (segment.py), each with a fresh draft state and its offset; windows, chunk
-indices and times are global. Events: ``draft`` carries the current segment's draft so far (the whole draft
-for audio up to HASR_MAX_SEGMENT_SEC, and bounded in size for a 4-hour file), ``sentence`` each settled
-sentence in order, ``progress`` per chunk and once more when everything is settled.
+indices and times are global. Events: ``draft`` carries the current segment's draft whenever it changes
+(shrinks included; bounded in size for a 4-hour file), ``sentence`` each settled sentence in order,
+``progress`` per chunk and once more when everything is settled.
 
 Stage 2 may run while stage 1 continues (``mode="thread"``), at once in the draft loop (``"inline"``), or
 after the draft (``"after"``, the seed's order). Each window's result depends only on its own audio and text,
