@@ -209,6 +209,13 @@ def test_a_bar_generated_in_mid_segment_sends_that_sentence_and_only_it_to_faste
         ("你好世界。", "draft"), ("<fw1>", "fw"), ("天地玄黄。", "draft")]
 
 
+def test_a_bar_right_after_an_end_mark_belongs_to_the_next_sentence() -> None:
+    m = model([(0.5, "你好世界。|一二"), (1.6, "你好世界。一二三四五。"), (2.5, "你好世界。一二三四五。天地。")])
+    r, _, fw = run(m, audio(22))
+    assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [
+        ("你好世界。", None), ("一二三四五。", "bar"), ("天地。", None)]
+
+
 def test_without_the_observed_generation_the_hidden_bar_cannot_be_seen() -> None:
     # why the engine loads R2T2 through observing(): the plain library hides the symptom
     hyps = [(0.5, "你好世界。"), (1.5, "你好世界。一二三|四五"), (2.4, "你好世界。一二三四五。")]

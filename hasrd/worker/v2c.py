@@ -211,7 +211,7 @@ class Windows:
 
     def __init__(self) -> None:
         self.closed = ""
-        self.bar = False  # the open window saw a "|" in the model's generation or the draft's text
+        self.bars: list[int] = []  # where "|" was seen past the closed windows (character offsets in the draft)
         self.seen_open = False  # the draft once showed text in the open window (a shrink must not drop it)
         self.windows: list[Window] = []
         self.open_chunk = 0  # the chunk after the previous close
@@ -229,12 +229,19 @@ class Windows:
         return view[self.cut(view):]
 
     def observe(self, text: str, bar: bool) -> None:
-        """The draft's latest full text (not yet committed) and whether the model generated a ``|``."""
-        part = self.open_text(text)
+        """The draft's latest full text (not yet committed) and whether the model generated a ``|``.
+
+        A generated ``|`` stands where R2T2 cut its text, at the text's end; an older R2T2 leaves it in place.
+        A ``|`` right after a sentence's end mark belongs to the sentence that follows.
+        """
+        c = self.cut(text)
+        part = text[c:]
         if part.strip():
             self.seen_open = True
-        if bar or "|" in part:
-            self.bar = True
+        if "|" in part:
+            self.bars.append(c + part.index("|"))
+        elif bar:
+            self.bars.append(max(c, len(text)))
 
     def commit(self, fixed: str, chunk: int) -> Window | None:
         """Committed text after ``chunk``: close the open window at its last sentence-end mark, if any."""
@@ -249,19 +256,21 @@ class Windows:
         """After the finish: the rest of the draft is the last window (also when the draft withdrew it)."""
         c = self.cut(final)
         part = final[c:]
-        if not part.strip() and not (self.seen_open or self.bar):
+        if not part.strip() and not (self.seen_open or self.bars):
             return None
         if last_chunk < 0 or (not part.strip() and self.open_chunk > last_chunk):
             return None
-        return self._close(final, c, part, last_chunk)
+        return self._close(final, c, part, last_chunk, last=True)
 
-    def _close(self, view: str, c: int, text: str, chunk: int) -> Window:
+    def _close(self, view: str, c: int, text: str, chunk: int, last: bool = False) -> Window:
         oc = min(self.open_chunk, chunk)
-        w = Window(text, c, window_start(oc), chunk, oc, truncation(text, self.bar))
+        end = c + len(text)
+        bar = any(b < end or last for b in self.bars)
+        w = Window(text, c, window_start(oc), chunk, oc, truncation(text, bar))
         self.windows.append(w)
-        self.closed = view[:c + len(text)]
+        self.closed = view[:end]
         self.open_chunk = chunk + 1
-        self.bar = False
+        self.bars = [b for b in self.bars if b >= end and not last]
         self.seen_open = False
         return w
 
