@@ -33,7 +33,7 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hasrd import audio  # noqa: E402
-from hasrd.worker.engines import embedded  # noqa: E402
+from hasrd import embedded  # noqa: E402
 from hasrd.worker.engines.whisper import WHOLE_KW, token_cap  # noqa: E402
 
 SR = 16000

@@ -169,12 +169,11 @@ def _size_gib(path: str) -> float:
 
 
 def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Check]:
-    """The models as the worker finds them: hasrd.worker.engines (select.resolve_fw, r2t2.resolve_weights)
+    """The models as the worker finds them: hasrd.models (resolve_fw, resolve_weights)
     resolve directories, faster-whisper sizes and Hugging Face repo ids in the local cache, so doctor and the
     worker agree on what is there."""
-    from hasrd.worker.engines import EngineError
-    from hasrd.worker.engines.r2t2 import WEIGHTS_REPO, resolve_weights
-    from hasrd.worker.engines.select import GPU_DEFAULT, fw_repo, hf_snapshot, resolve_fw
+    from hasrd.errors import EngineError
+    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, fw_repo, hf_snapshot, resolve_fw, resolve_weights
 
     out: list[Check] = []
     engine = settings.engine

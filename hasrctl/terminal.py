@@ -142,7 +142,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def spaceless(ch: str) -> bool:
-    """Whether ``ch`` belongs to a script written without spaces between sentences (hasrd.worker.languages
+    """Whether ``ch`` belongs to a script written without spaces between sentences (hasrd.languages
     NO_SPACE: Chinese, Japanese, Thai, Lao, Khmer, Burmese, Tibetan; Korean, also wide, uses spaces)."""
     o = ord(ch)
     if 0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:  # Hangul
@@ -155,7 +155,7 @@ def language_joiner(language: str | None) -> str | None:
     """The separator the daemon puts between sentences of ``language``; None when that is not known."""
     if not language:
         return None
-    from hasrd.worker.languages import UnknownLanguage, joiner, resolve
+    from hasrd.languages import UnknownLanguage, joiner, resolve
 
     try:
         _name, code = resolve(language)

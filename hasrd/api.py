@@ -134,7 +134,7 @@ def shown(path: str) -> str:
 
 def check_language(language: str) -> str:
     """Refuse an unknown language before any audio is decoded or any worker is started (invariant 2)."""
-    from hasrd.worker.languages import UnknownLanguage, resolve
+    from hasrd.languages import UnknownLanguage, resolve
 
     try:
         resolve(language)

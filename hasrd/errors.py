@@ -167,3 +167,16 @@ AUDIO_PATH_CODES = ("path_required", "path_invalid", "path_not_absolute", "file_
                     "permission_denied", "not_a_file", "empty_file", "read_error")
 AUDIO_DECODE_CODES = ("undecodable", "no_audio_stream", "no_audio_frames")
 AUDIO_CODES = AUDIO_PATH_CODES + AUDIO_DECODE_CODES + ("audio_too_long",)
+
+
+class EngineError(Exception):
+    """A failure inside the worker (an engine, model resolution): ``code`` is one of protocol.ERROR_CODES.
+
+    Not a HasrError: it never reaches a client as such. The worker sends it as a Failed / LoadFailed message,
+    and the daemon maps that back with :func:`from_worker`.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

@@ -84,7 +84,7 @@ def cache_home() -> str:
 def model_dir() -> str:
     """The embedded whisper base, joined and verified once into the test cache (a cheap re-check after); a
     worker started with XDG_CACHE_HOME=cache_home() finds the same copy."""
-    from hasrd.worker.engines import embedded
+    from hasrd import embedded
 
     path = embedded.ensure(Path(cache_home()) / "hasr" / "models").path
     assert path is not None

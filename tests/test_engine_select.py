@@ -11,7 +11,8 @@ from workerclient import WorkerClient
 
 from hasrd import config
 from hasrd import protocol as p
-from hasrd.worker.engines import EngineError, embedded, select
+from hasrd import embedded, models
+from hasrd.worker.engines import EngineError, select
 from hasrd.worker.engines.select import Available, Choice, choose
 
 
@@ -80,9 +81,9 @@ def test_fw_model_names_resolve_in_the_local_hugging_face_cache(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     snap = make_snapshot(tmp_path, "Systran/faster-whisper-large-v3", "abc123")
-    m = select.resolve_fw("large-v3")
+    m = models.resolve_fw("large-v3")
     assert (m.path, m.revision, m.source) == (str(snap), "abc123", "hf-cache")
-    d = select.resolve_fw(str(snap))  # a directory works as well
+    d = models.resolve_fw(str(snap))  # a directory works as well
     assert d.path == str(snap) and d.source == "directory"
 
 
@@ -90,7 +91,7 @@ def test_a_missing_fw_model_says_where_it_looked_and_how_to_fetch_it(tmp_path: P
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(EngineError) as e:
-        select.resolve_fw("large-v3")
+        models.resolve_fw("large-v3")
     msg = e.value.message
     assert e.value.code == "model_unavailable" and str(tmp_path) in msg
     assert "huggingface-cli download Systran/faster-whisper-large-v3" in msg
@@ -98,7 +99,7 @@ def test_a_missing_fw_model_says_where_it_looked_and_how_to_fetch_it(tmp_path: P
 
 def test_r2t2_weights_come_from_the_setting_or_the_cache_and_missing_ones_say_how(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hasrd.worker.engines.r2t2 import resolve_weights
+    from hasrd.models import resolve_weights
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(EngineError) as e:
@@ -172,7 +173,7 @@ def test_a_cuda_device_that_cannot_be_used_is_model_unavailable_naming_the_fix()
     from hasrd.worker.engines.whisper import load_model
 
     with pytest.raises(EngineError) as e:
-        load_model(select.resolve_fw(model_dir()), "cuda", "float16", device_index=99)  # none here, nor on a GPU host
+        load_model(models.resolve_fw(model_dir()), "cuda", "float16", device_index=99)  # none here, nor on a GPU host
     assert e.value.code == "model_unavailable" and "HASR_FW_DEVICE=cpu" in e.value.message
 
 

@@ -17,7 +17,7 @@ from hasrd.worker.engines import plain, plain_result
 from hasrd.worker.engines.fake import FakeEngine
 from hasrd.worker.engines.hybrid import HybridEngine
 from hasrd.worker.engines.whisper import WhisperEngine
-from hasrd.worker.languages import UnknownLanguage, resolve
+from hasrd.languages import UnknownLanguage, resolve
 
 SR = 16000
 
@@ -128,7 +128,7 @@ def test_the_fake_engine_result_is_plain() -> None:
 
 
 def test_the_daemon_can_check_a_language_without_importing_anything_heavy() -> None:
-    code = ("import sys; from hasrd.worker.languages import resolve, UnknownLanguage; resolve('zh-CN'); "
+    code = ("import sys; from hasrd.languages import resolve, UnknownLanguage; resolve('zh-CN'); "
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('numpy', 'msgspec', 'av', 'faster_whisper', 'ctranslate2', 'torch', 'vllm', 'r2t2')); "
             "print(heavy)")

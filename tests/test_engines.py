@@ -22,7 +22,7 @@ from hasrd import config
 from hasrd import protocol as p
 from hasrd.worker.engines import NullEmitter
 from hasrd.worker.engines.whisper import WhisperEngine, token_cap, whisper_code
-from hasrd.worker.languages import resolve
+from hasrd.languages import resolve
 
 EN = [k for k, (lang, _) in CLIPS.items() if lang == "en"]
 ZH = [k for k, (lang, _) in CLIPS.items() if lang == "zh"]

@@ -12,7 +12,8 @@ import pytest
 
 from hasrd.worker import v2c
 from hasrd.worker.engines import EngineError
-from hasrd.worker.engines.fake import FakeEngine, ScriptedDraft
+from hasrd.worker.engines.fake import FakeEngine
+from hasrd.worker.scripted import ScriptedDraft
 
 CH = v2c.CHUNK
 LAG = v2c.LAG_CHUNKS

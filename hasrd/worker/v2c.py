@@ -73,7 +73,7 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 
 from hasrd.worker.engines import Emitter, EngineError
-from hasrd.worker.languages import join_sentences
+from hasrd.languages import join_sentences
 from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, TRUNCATED_BY, Window,
                                     Windows, choose, ends_with_mark, has_end_mark, is_truncated, last_mark, n_chunks,
                                     truncation, window_span, window_start)

@@ -12,16 +12,13 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from hasrd.errors import EngineError
+
+__all__ = ["ENGINES", "Emitter", "Engine", "EngineError", "NullEmitter", "create", "plain", "plain_result"]
+
 ENGINES = ("auto", "hybrid", "whisper", "r2t2", "fake")
 
 
-class EngineError(Exception):
-    """A typed failure: ``code`` is one of protocol.ERROR_CODES."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def plain(obj: Any) -> Any:

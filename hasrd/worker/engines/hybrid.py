@@ -5,7 +5,7 @@ max_new_tokens=4)`` and ``WhisperModel(path, device="cuda", device_index=0, comp
 device and compute type follow HASR_FW_DEVICE / HASR_FW_COMPUTE_TYPE when those are set).
 
 Scripted draft, for end-to-end tests without a GPU: with ``HASR_DRAFT=scripted`` the draft is the fake
-engine's :class:`~hasrd.worker.engines.fake.ScriptedDraft` over ``HASR_FAKE_SCRIPT`` (or ``options["fake"]
+engine's :class:`~hasrd.worker.scripted.ScriptedDraft` over ``HASR_FAKE_SCRIPT`` (or ``options["fake"]
 ["script"]`` per request; default: the fake engine's script), revealed in proportion to the audio, while the
 final stage is the real faster-whisper model (HASR_FW_MODEL, or the embedded one on the CPU). Through the
 daemon, fw_calls is then the number of truncated script sentences, and exactly those sentences carry
@@ -26,9 +26,10 @@ from typing import Any, Callable
 import numpy as np
 
 from hasrd.config import Settings
+from hasrd.models import resolve_fw, resolve_weights
 from hasrd.worker.engines import Emitter, EngineError
-from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, load_draft, r2t2_knows, resolve_weights,
-                                       run_v2c, versions, warm_up)
+from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, load_draft, r2t2_knows, run_v2c,
+                                       versions, warm_up)
 from hasrd.worker.engines.whisper import WhisperEngine, language_of, load_model, whisper_code, window_fn
 
 RESULT_ENGINE = "hybrid-asr-v2c"  # the seed's name in results
@@ -59,7 +60,7 @@ class HybridEngine:
 
     def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
         if self.scripted:
-            from hasrd.worker.engines.fake import DEFAULT_SCRIPT
+            from hasrd.worker.scripted import DEFAULT_SCRIPT
 
             self.script = self.script or DEFAULT_SCRIPT
             draft_id: dict[str, Any] = {"name": "scripted", "script": self.script}
@@ -69,8 +70,6 @@ class HybridEngine:
             self.draft = load_draft(weights, self.cuda)
             draft_id = {"path": str(weights), "name": weights.name, "load": LOAD_KW,
                         "bar_signal": bar_signal(self.draft)}
-        from hasrd.worker.engines.select import resolve_fw
-
         fw_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {fw_ref.name} on {self.fw_device} ({self.compute_type})")
         self.fw = load_model(fw_ref, self.fw_device, self.compute_type)
@@ -87,7 +86,7 @@ class HybridEngine:
                    cancelled: Callable[[], bool]) -> dict[str, Any]:
         draft = self.draft
         if self.scripted:
-            from hasrd.worker.engines.fake import ScriptedDraft
+            from hasrd.worker.scripted import ScriptedDraft
 
             script = str((options.get("fake") or {}).get("script") or self.script)
             draft = ScriptedDraft(script, len(pcm))

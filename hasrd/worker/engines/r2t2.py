@@ -34,13 +34,13 @@ from typing import Any, Callable
 import numpy as np
 
 from hasrd.config import Settings
+from hasrd.models import resolve_weights
 from hasrd.worker import segment, v2c
 from hasrd.worker.engines import Emitter, EngineError, plain_result
 from hasrd.worker.engines.whisper import language_of
-from hasrd.worker.languages import R2T2_LANGUAGES, UnknownLanguage, resolve
+from hasrd.languages import R2T2_LANGUAGES, UnknownLanguage, resolve
 
 REPO = "https://github.com/netease-youdao/Confucius4-R2T2"
-WEIGHTS_REPO = "netease-youdao/Confucius4-R2T2"
 LOAD_KW: dict[str, Any] = {"gpu_memory_utilization": 0.35, "max_model_len": 4096, "max_new_tokens": 4}
 WARM_UP_LANGUAGES = ("Chinese", "English")
 GENERATIONS_KEPT = 256
@@ -81,29 +81,6 @@ def unrelated_message() -> str:
     return (f"the 'r2t2' package importable by {sys.executable} is the unrelated PyPI project r2t2{version} (a "
             f"research-references tool), not Confucius4-R2T2: run 'pip uninstall r2t2' in that environment, then "
             f"install the real one: {INSTALL}")
-
-
-def resolve_weights(spec: str) -> Path:
-    """The R2T2 weights directory: HASR_R2T2_MODEL, else the local Hugging Face cache."""
-    from hasrd.worker.engines.select import hf_snapshot
-
-    looked: list[str] = []
-    if spec:
-        p = Path(spec).expanduser()
-        if (p / "config.json").is_file():
-            return p
-        looked.append(f"HASR_R2T2_MODEL={spec}")
-        snap = hf_snapshot(spec) if "/" in spec and not p.exists() else None
-    else:
-        snap = hf_snapshot(WEIGHTS_REPO)
-        looked.append(f"the Hugging Face cache for {WEIGHTS_REPO}")
-    if snap is not None:
-        return snap
-    raise EngineError("model_unavailable",
-                      f"the R2T2 weights were not found (looked in {', '.join(looked)}); download them (4.1 GB, "
-                      f"custom licence) with: huggingface-cli download {WEIGHTS_REPO} --local-dir "
-                      f"~/.local/share/hasr/models/Confucius4-R2T2, then set "
-                      f"HASR_R2T2_MODEL=~/.local/share/hasr/models/Confucius4-R2T2")
 
 
 def cuda_usable() -> tuple[bool, str]:

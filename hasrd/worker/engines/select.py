@@ -1,4 +1,4 @@
-"""Which real engine to build: model resolution, what is available here, and the ``auto`` rule.
+"""Which real engine to build: what is available here, and the ``auto`` rule (models: hasrd/models.py).
 
 ``auto`` (DESIGN.md "Engines") is :func:`choose`, a pure function of :class:`Available`: hybrid when R2T2
 imports, CUDA is usable and both models resolve; otherwise whisper on the GPU; otherwise whisper on the CPU
@@ -13,82 +13,13 @@ unset means netease-youdao/Confucius4-R2T2 from the cache.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hasrd import config
 from hasrd.worker.engines import Engine, EngineError
-from hasrd.worker.engines.whisper import FwModel, compute_type_for
-
-GPU_DEFAULT = "large-v3"
-FW_REPOS = {"large": "Systran/faster-whisper-large-v3", "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
-            "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
-            "distil-large-v3": "Systran/faster-distil-whisper-large-v3",
-            "distil-large-v2": "Systran/faster-distil-whisper-large-v2"}
-
-
-def hf_cache_dirs() -> list[Path]:
-    env = os.environ
-    dirs = [env.get("HF_HUB_CACHE"), env.get("HUGGINGFACE_HUB_CACHE"),
-            os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None,
-            os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface", "hub")]
-    out: list[Path] = []
-    for d in dirs:
-        if d and Path(d) not in out:
-            out.append(Path(d))
-    return out
-
-
-def hf_snapshot(repo_id: str) -> Path | None:
-    """A complete local snapshot of ``repo_id`` (refs/main first, else the newest), or None."""
-    for cache in hf_cache_dirs():
-        base = cache / ("models--" + repo_id.replace("/", "--"))
-        snaps = base / "snapshots"
-        if not snaps.is_dir():
-            continue
-        ref = base / "refs" / "main"
-        order = [snaps / ref.read_text().strip()] if ref.is_file() else []
-        order += sorted(snaps.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
-        for snap in order:
-            if (snap / "config.json").is_file() or (snap / "model.bin").is_file():
-                return snap
-    return None
-
-
-def fw_repo(name: str) -> str:
-    if "/" in name:
-        return name
-    return FW_REPOS.get(name, f"Systran/faster-whisper-{name}")
-
-
-def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwModel:
-    """HASR_FW_MODEL -> a model; '' or 'embedded' -> the embedded whisper base (verified into the cache)."""
-    if spec in ("", "embedded"):
-        from hasrd.worker.engines import embedded
-
-        e = embedded.ensure(phase=phase)
-        return FwModel(e.path, e.name, e.revision, "embedded", e.files)
-    p = Path(spec).expanduser()
-    from hasrd.worker.engines import embedded
-
-    if embedded.is_ready(p):  # a verified copy of the embedded model, named by path
-        return FwModel(str(p), embedded.NAME, embedded.MODEL_SHA256, "embedded")
-    if (p / "model.bin").is_file():
-        rev = p.name if p.parent.name == "snapshots" else ""
-        return FwModel(str(p), p.parent.parent.name if rev else p.name, rev, "directory")
-    repo = fw_repo(spec)
-    snap = hf_snapshot(repo) if not p.is_absolute() else None
-    if snap is not None and (snap / "model.bin").is_file():
-        return FwModel(str(snap), spec, snap.name, "hf-cache")
-    where = [f"{p} (as a directory)"] + [str(c / ("models--" + repo.replace("/", "--"))) for c in hf_cache_dirs()]
-    raise EngineError("model_unavailable",
-                      f"faster-whisper model {spec!r} not found; looked in {', '.join(where)}. Fetch it with: "
-                      f"huggingface-cli download {repo} (or python -c \"import faster_whisper; "
-                      f"faster_whisper.download_model('{spec}')\"), or set HASR_FW_MODEL to a CTranslate2 model "
-                      f"directory")
-
+from hasrd.models import GPU_DEFAULT, fw_repo, hf_snapshot, resolve_fw, resolve_weights
+from hasrd.worker.engines.whisper import compute_type_for
 
 @dataclass(frozen=True)
 class Available:
@@ -148,7 +79,7 @@ def cuda_devices() -> tuple[bool, str]:
 
 def probe(settings: config.Settings) -> Available:
     """Look at this machine (cheap checks first; R2T2 is imported only when CUDA and its weights are there)."""
-    from hasrd.worker.engines.r2t2 import import_r2t2, resolve_weights
+    from hasrd.worker.engines.r2t2 import import_r2t2
 
     details: dict[str, str] = {}
     cuda, why = cuda_devices()
@@ -178,7 +109,7 @@ def probe(settings: config.Settings) -> Available:
             details["fw_model"] = e.message
     embedded_ok = False
     try:
-        from hasrd.worker.engines import embedded
+        from hasrd import embedded
 
         embedded.sources()
         embedded_ok = True

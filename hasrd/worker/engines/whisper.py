@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from hasrd.config import Settings
 from hasrd.worker import segment
+from hasrd.models import FwModel, resolve_fw
 from hasrd.worker.engines import Emitter, EngineError, plain_result
-from hasrd.worker.languages import NAMES, UnknownLanguage, join_sentences, resolve
+from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
 
 SR = 16000
 WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
@@ -42,21 +42,6 @@ WHOLE_KW: dict[str, Any] = {
     "temperature": TEMPERATURES, "compression_ratio_threshold": 2.4, "log_prob_threshold": -1.0,
     "no_speech_threshold": 0.6, "condition_on_previous_text": False,
 }
-
-
-@dataclass(frozen=True)
-class FwModel:
-    """A resolved faster-whisper model: a directory (or files in memory) plus what to show in /api/ps."""
-
-    path: str | None
-    name: str
-    revision: str
-    source: str  # "embedded" | "directory" | "hf-cache"
-    files: dict[str, bytes] | None = None
-
-    def describe(self) -> dict[str, Any]:
-        return {"path": self.path or "(in memory)", "name": self.name, "revision": self.revision,
-                "source": self.source}
 
 
 def compute_type_for(device: str, setting: str) -> str:
@@ -155,8 +140,6 @@ class WhisperEngine:
         self.model: Any = None
 
     def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
-        from hasrd.worker.engines.select import resolve_fw
-
         self.model_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {self.model_ref.name} on {self.device} ({self.compute_type})")
         self.model = load_model(self.model_ref, self.device, self.compute_type)

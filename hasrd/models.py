@@ -1,0 +1,125 @@
+"""Where models are: the embedded whisper base, a directory, or the local Hugging Face cache (no downloads).
+
+Shared by the worker (which loads what it finds), ``hasrctl doctor`` (which reports it) and the engine choice.
+Standard library only; each way of not finding a model is an EngineError("model_unavailable") whose sentence
+says where hasr looked and the command that fetches it.
+
+Model names: HASR_FW_MODEL is a directory, a faster-whisper size ("large-v3", "small", ...) or a repo id,
+looked up in the local Hugging Face cache only; unset means "large-v3" from the cache for the GPU engines and
+the embedded whisper base otherwise. HASR_R2T2_MODEL is a directory or a repo id; unset means
+netease-youdao/Confucius4-R2T2 from the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hasrd.errors import EngineError
+
+WEIGHTS_REPO = "netease-youdao/Confucius4-R2T2"
+@dataclass(frozen=True)
+class FwModel:
+    """A resolved faster-whisper model: a directory (or files in memory) plus what to show in /api/ps."""
+
+    path: str | None
+    name: str
+    revision: str
+    source: str  # "embedded" | "directory" | "hf-cache"
+    files: dict[str, bytes] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": self.path or "(in memory)", "name": self.name, "revision": self.revision,
+                "source": self.source}
+
+
+
+GPU_DEFAULT = "large-v3"
+FW_REPOS = {"large": "Systran/faster-whisper-large-v3", "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+            "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+            "distil-large-v3": "Systran/faster-distil-whisper-large-v3",
+            "distil-large-v2": "Systran/faster-distil-whisper-large-v2"}
+
+
+def hf_cache_dirs() -> list[Path]:
+    env = os.environ
+    dirs = [env.get("HF_HUB_CACHE"), env.get("HUGGINGFACE_HUB_CACHE"),
+            os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None,
+            os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface", "hub")]
+    out: list[Path] = []
+    for d in dirs:
+        if d and Path(d) not in out:
+            out.append(Path(d))
+    return out
+
+
+def hf_snapshot(repo_id: str) -> Path | None:
+    """A complete local snapshot of ``repo_id`` (refs/main first, else the newest), or None."""
+    for cache in hf_cache_dirs():
+        base = cache / ("models--" + repo_id.replace("/", "--"))
+        snaps = base / "snapshots"
+        if not snaps.is_dir():
+            continue
+        ref = base / "refs" / "main"
+        order = [snaps / ref.read_text().strip()] if ref.is_file() else []
+        order += sorted(snaps.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        for snap in order:
+            if (snap / "config.json").is_file() or (snap / "model.bin").is_file():
+                return snap
+    return None
+
+
+def fw_repo(name: str) -> str:
+    if "/" in name:
+        return name
+    return FW_REPOS.get(name, f"Systran/faster-whisper-{name}")
+
+
+def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwModel:
+    """HASR_FW_MODEL -> a model; '' or 'embedded' -> the embedded whisper base (verified into the cache)."""
+    if spec in ("", "embedded"):
+        from hasrd import embedded
+
+        e = embedded.ensure(phase=phase)
+        return FwModel(e.path, e.name, e.revision, "embedded", e.files)
+    p = Path(spec).expanduser()
+    from hasrd import embedded
+
+    if embedded.is_ready(p):  # a verified copy of the embedded model, named by path
+        return FwModel(str(p), embedded.NAME, embedded.MODEL_SHA256, "embedded")
+    if (p / "model.bin").is_file():
+        rev = p.name if p.parent.name == "snapshots" else ""
+        return FwModel(str(p), p.parent.parent.name if rev else p.name, rev, "directory")
+    repo = fw_repo(spec)
+    snap = hf_snapshot(repo) if not p.is_absolute() else None
+    if snap is not None and (snap / "model.bin").is_file():
+        return FwModel(str(snap), spec, snap.name, "hf-cache")
+    where = [f"{p} (as a directory)"] + [str(c / ("models--" + repo.replace("/", "--"))) for c in hf_cache_dirs()]
+    raise EngineError("model_unavailable",
+                      f"faster-whisper model {spec!r} not found; looked in {', '.join(where)}. Fetch it with: "
+                      f"huggingface-cli download {repo} (or python -c \"import faster_whisper; "
+                      f"faster_whisper.download_model('{spec}')\"), or set HASR_FW_MODEL to a CTranslate2 model "
+                      f"directory")
+
+
+def resolve_weights(spec: str) -> Path:
+    """The R2T2 weights directory: HASR_R2T2_MODEL, else the local Hugging Face cache."""
+    looked: list[str] = []
+    if spec:
+        p = Path(spec).expanduser()
+        if (p / "config.json").is_file():
+            return p
+        looked.append(f"HASR_R2T2_MODEL={spec}")
+        snap = hf_snapshot(spec) if "/" in spec and not p.exists() else None
+    else:
+        snap = hf_snapshot(WEIGHTS_REPO)
+        looked.append(f"the Hugging Face cache for {WEIGHTS_REPO}")
+    if snap is not None:
+        return snap
+    raise EngineError("model_unavailable",
+                      f"the R2T2 weights were not found (looked in {', '.join(looked)}); download them (4.1 GB, "
+                      f"custom licence) with: huggingface-cli download {WEIGHTS_REPO} --local-dir "
+                      f"~/.local/share/hasr/models/Confucius4-R2T2, then set "
+                      f"HASR_R2T2_MODEL=~/.local/share/hasr/models/Confucius4-R2T2")
