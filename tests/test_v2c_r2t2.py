@@ -111,10 +111,12 @@ def scripts(draw: st.DrawFn) -> tuple[list[tuple[float, str]], dict[int, str], i
 
 def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int, tail: int, legacy: bool) -> None:
     pcm = audio(n, tail)
-    # Stage 1 alone: the windows with their character offsets, and every version of the draft.
+    # Stage 1 alone: the windows with their character offsets, and every version of the draft in order.
     shown: list[str] = []
+    order: list[Any] = []
     windows, full, _first = v2c.draft_windows(model(hyps, gens, legacy=legacy), pcm, "Chinese",
-                                              on_text=shown.append)
+                                              on_text=lambda t: (shown.append(t), order.append(t)),
+                                              on_window=order.append)
     # Both stages: the result a client gets.
     r, rec, fw = run(model(hyps, gens, legacy=legacy), pcm)
     ws = r["sent_windows"]
@@ -131,14 +133,23 @@ def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int
     pos = 0
     for w in windows:
         if w.text:  # an empty one covers audio whose text the draft withdrew (it starts in a shorter draft)
-            assert w.start_char >= pos
-            pos = w.start_char + len(w.text)
+            assert w.start_char >= pos  # (pos leaves out a final mark that a later version replaced)
+            pos = w.start_char + len(w.text.rstrip(v2c.SENT_END + v2c.CLOSERS))
+    # when no version of the draft rewrote what a closed window holds, the windows are the final draft exactly
+    closed, rewritten = "", False
+    for ev in order:
+        if isinstance(ev, str):
+            rewritten = rewritten or not ev.startswith(closed)
+        else:
+            closed += ev.text
+    if not rewritten and not legacy:
+        assert "".join(w.text for w in windows) == full
     # ... and the last one reaches the end of the final draft (when the draft said anything past the others)
     if windows:
         assert windows[-1].start_char + len(windows[-1].text) >= len(full)
     # final is made of draft text and faster-whisper text only: each sentence is fw's or a piece of one version
     fw_texts = {f"<fw{i + 1}>" for i in range(len(fw.heard))}
-    for s, w in zip([p for p in r["per_sentence"]], [w for w in windows if w.text or w.truncated_by]):
+    for s in r["per_sentence"]:
         if s["engine"] == "fw":
             assert s["text"] in fw_texts or any(s["text"] in v for v in shown)
         else:
@@ -214,6 +225,33 @@ def test_a_bar_right_after_an_end_mark_belongs_to_the_next_sentence() -> None:
     r, _, fw = run(m, audio(22))
     assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [
         ("你好世界。", None), ("一二三四五。", "bar"), ("天地。", None)]
+
+
+def test_a_bar_seen_before_the_text_shrinks_still_marks_the_sentence_it_was_in() -> None:
+    # "|" generated at the end of a long text that the model then rolls back: its offset lay past the new text
+    m = model([(0.3, "好。"), (0.5, "好。我们今天" + "好的" * 8), (2.4, "好。我们今天去公园。"),
+               (4.5, "好。我们今天去公园。天地玄黄。")], {9: "的|"})
+    r, _, fw = run(m, audio(45))
+    assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [
+        ("好。", None), ("我们今天去公园。", "bar"), ("天地玄黄。", None)]
+    assert r["fw_calls"] == 1  # and no call on the silent tail
+
+
+@pytest.mark.parametrize("later, final", [("今天天气很好我们去公园。", "今天天气很好。我们去公园。"),
+                                          ("今天天气很好啊。我们去公园。", "今天天气很好。啊。我们去公园。")])
+def test_a_closing_mark_regenerated_as_other_text_loses_no_character(later: str, final: str) -> None:
+    # the sentence closed on its final "。" (unchanged for a chunk); then R2T2 regenerated that last token
+    r, _, _ = run(model([(0.3, "今天天气很好。"), (1.5, later)]), audio(20))
+    assert r["final"] == final
+
+
+def test_text_withdrawn_right_after_a_close_still_sends_the_rest_of_the_audio_to_faster_whisper() -> None:
+    # "今" appears in the chunk that closes "你好世界。", then the draft withdraws it for good
+    r, _, fw = run(model([(0.3, "你好世界"), (0.9, "你好世界。今"), (1.1, "你好世界。")]), audio(20))
+    assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [("你好世界。", None),
+                                                                          ("", "no_end_mark")]
+    assert r["fw_calls"] == 1 and fw.heard[0][1] == 19  # the audio up to the end was heard
+    assert r["final"] == "你好世界。<fw1>"
 
 
 def test_without_the_observed_generation_the_hidden_bar_cannot_be_seen() -> None:

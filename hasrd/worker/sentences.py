@@ -112,16 +112,19 @@ class Windows:
 
     ``closed`` is the text of the windows closed so far, as the draft said it when the last one closed. A new
     version of the draft that still starts with it continues the open window at ``len(closed)``. One that does
-    not (the draft rewrote or withdrew text that a closed window holds: qwen_asr's repetition fix, a rolled-back
-    mark) is re-aligned by length, snapped forward to the end of a Latin word, because closed sentences may
-    already be out to the client and are never taken back. So every window's text is a piece of one version of
-    the draft, and no text is counted twice.
+    not (the draft rewrote or withdrew text that a closed window holds) is re-aligned: when only the closed
+    text's final mark changed (R2T2 regenerates its last token, and a sentence closes on a final mark), the open
+    window starts after the sentence's words, so what replaced the mark is kept; otherwise (qwen_asr's repetition
+    fix, a deeper rollback) by length, snapped forward to the end of a Latin word. Closed sentences may already
+    be out to the client and are never taken back. So every window's text is a piece of one version of the
+    draft, and no text is lost or counted twice.
     """
 
     def __init__(self) -> None:
         self.closed = ""
         self.bars: list[int] = []  # where "|" was seen past the closed windows (character offsets in the draft)
         self.seen_open = False  # the draft once showed text in the open window (a shrink must not drop it)
+        self.last_text = ""  # the latest full text observed
         self.windows: list[Window] = []
         self.open_chunk = 0  # the chunk after the previous close
 
@@ -129,6 +132,9 @@ class Windows:
         """Where the open window starts in ``view``."""
         if view.startswith(self.closed):
             return len(self.closed)
+        body = self.closed.rstrip(SENT_END + CLOSERS)
+        if body and body != self.closed and view.startswith(body):
+            return len(body)  # only the final mark was regenerated (or withdrawn)
         cut = len(self.closed)
         while 0 < cut < len(view) and _latin(view[cut]) and _latin(view[cut - 1]):
             cut += 1
@@ -145,8 +151,11 @@ class Windows:
         """
         c = self.cut(text)
         part = text[c:]
+        self.last_text = text
         if part.strip():
             self.seen_open = True
+        # a shrink moves earlier bars back into the sentence that is open now (their offsets were in a longer text)
+        self.bars = [min(b, max(c, len(text))) for b in self.bars]
         if "|" in part:
             self.bars.append(c + part.index("|"))
         elif bar:
@@ -180,7 +189,7 @@ class Windows:
         self.closed = view[:end]
         self.open_chunk = chunk + 1
         self.bars = [b for b in self.bars if b >= end and not last]
-        self.seen_open = False
+        self.seen_open = bool(self.open_text(self.last_text).strip())  # what the draft already said past it
         return w
 
 

@@ -17,7 +17,9 @@ be out to the client; never taken back), so every window's text is a piece of on
 text is counted twice. The last chunk is fed one sample short so that it stays buffered and
 ``finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)`` really decodes the segment's
 end; what follows the last close is the last window (also when the draft withdrew it: that audio still goes to
-faster-whisper rather than being dropped).
+faster-whisper rather than being dropped). SENT_END is the seed's set, without the ASCII full stop (decimals,
+abbreviations): English text closes windows only at ``?!;``, so a run of English sentences ending in ``.`` is one
+window, and the last one is re-transcribed whole when it does not end with a mark.
 
 The ``|`` symptom: this R2T2 cuts its raw generation at ``|`` before storing ``state.text``, so ``|`` is seen in
 what the model generated (``take_generations()``, which engines/r2t2.py adds by observing R2T2's generate step),
