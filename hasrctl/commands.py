@@ -34,7 +34,18 @@ def _summary(name: str, result: dict[str, Any], took: float, target: Any) -> str
     audio = float(result.get("duration_s") or 0.0)
     speed = f", {audio / took:.1f}x real time" if took > 0 and audio > 0 else ""
     where = f" -> {target}" if target is not None else ""
-    return f"{name}: ok, {audio:.1f} s of audio in {took:.2f} s{speed}{where}"
+    return f"{name}: ok, {audio:.1f} s of audio in {took:.2f} s{speed}{_language(result)}{where}"
+
+
+def _language(result: dict[str, Any]) -> str:
+    """", Chinese (detected, p=0.91)" when the engine chose the language, ", Chinese" when it was given."""
+    name = result.get("language") or result.get("language_code")
+    if not name:
+        return ""
+    if result.get("language_detected"):
+        p = result.get("language_probability")
+        return f", {name} (detected" + (f", p={float(p):.2f})" if p is not None else ")")
+    return f", {name}"
 
 
 @click.command(epilog="Exit: 0 all done, 1 some failed (or the daemon failed), 2 bad input or usage, "
@@ -50,9 +61,9 @@ def _summary(name: str, result: dict[str, Any], took: float, target: Any) -> str
 @click.option("--force", is_flag=True, envvar="HASR_FORCE", show_envvar=True,
               help="Overwrite existing files (a link is written through, never replaced).")
 @click.option("-l", "--language", metavar="NAME", envvar="HASR_LANGUAGE", show_envvar=True,
-              help="Spoken language: a name or code, e.g. Chinese, English, zh, en. Without it the whisper "
-                   "engine detects the language, while the hybrid and r2t2 engines (the R2T2 draft) assume "
-                   "Chinese; `hasrctl status` shows which engine runs.")
+              help="Spoken language: a name or code, e.g. Chinese, English, zh, en. Without it the engine "
+                   "detects it (a vote over windows of speech; R2T2 detects its own) and the summary line on "
+                   "stderr says which language it heard and how sure it was.")
 @click.option("--stream/--no-stream", default=False, envvar="HASR_STREAM", show_envvar=True,
               help="Show the draft live on the terminal, replaced by final sentences as they settle.")
 @click.option("--progress/--no-progress", default=None, envvar="HASR_PROGRESS", show_envvar=True,
@@ -94,7 +105,7 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
                 output.write(item.target, text, force)
             elif not (shown and fmt == "text"):
                 output.emit(text)
-            if not quiet and (several or item.target is not None):
+            if not quiet and (several or item.target is not None or result.get("language_detected")):
                 say(_summary(name, result, time.monotonic() - t0, item.target))
             codes.append(EXIT_OK)
         except Unreachable:

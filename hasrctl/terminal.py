@@ -109,11 +109,13 @@ class ProgressBar(View):
             self.ticker.start()
 
     def progress(self, done: float, total: float) -> None:
+        first = self.phase is not None or not self.shown  # the model is ready: say so at once
         self.phase = None
         frac = min(1.0, done / total) if total > 0 else 0.0
         n = 20
         bar = "#" * int(frac * n) + "-" * (n - int(frac * n))
-        self._draw(f"[{bar}] {done:.1f}/{total:.1f} s audio", force=frac >= 1.0)
+        self._draw(f"transcribing {frac * 100:3.0f}% [{bar}] {done:.1f}/{total:.1f} s audio",
+                   force=first or frac >= 1.0)
 
     def draft(self, text: str, segment: int | None = None) -> None:
         self.phase = None

@@ -124,24 +124,30 @@ def test_word_timestamps_come_on_request_inside_their_sentence(whisper: WhisperE
     assert all(type(x[k]) is float for x in (s,) for k in ("start_s", "end_s"))
 
 
-def test_the_prompt_reaches_the_real_model_as_initial_prompt(whisper: WhisperEngine) -> None:
-    real = whisper.model
+@pytest.mark.parametrize("batch", ["0", "4"])
+def test_the_prompt_reaches_the_real_model_as_initial_prompt(batch: str) -> None:
+    from faster_whisper import BatchedInferencePipeline
+
+    e = make(HASR_WHISPER_BATCH=batch)
     seen: list[Any] = []
 
     class Spy:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
         def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
+            return getattr(self.real, name)
 
         def transcribe(self, audio: np.ndarray, **kw: Any) -> Any:
             seen.append(kw.get("initial_prompt"))
-            return real.transcribe(audio, **kw)
+            return self.real.transcribe(audio, **kw)
 
-    whisper.model = Spy()
-    try:
-        r, _ = run(whisper, load("en_hello_world"), "English", prompt="Hello world.")
-    finally:
-        whisper.model = real
-    assert seen == ["Hello world."]
+    if batch == "0":
+        e.model = Spy(e.model)
+    else:
+        e.batched = Spy(BatchedInferencePipeline(e.model))
+    r, _ = run(e, load("en_hello_world"), "English", prompt="Hello world.")
+    assert seen and set(seen) == {"Hello world."}
     assert error_rate("en", CLIPS["en_hello_world"][1], r["final"]) <= MAX_WER
 
 

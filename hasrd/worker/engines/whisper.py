@@ -5,11 +5,26 @@ vad_filter=False)``, on a numpy view of the request's PCM (no temporary files).
 
 Whole files (whisper engine): Silero VAD on, timestamps per segment, optional word timestamps
 (``options={"word_timestamps": true}``), ``options["prompt"]`` (the OpenAI ``prompt``; ``"initial_prompt"`` is
-read too) as faster-whisper's ``initial_prompt`` for every piece, and a bounded temperature fallback (0.0, 0.2,
-0.4) without conditioning on previous text and a token cap for short pieces, so a 5 s clip cannot turn into
-15 s of retries (notes/models.md) and one hallucination cannot feed the next window. Silence gives no
-segments, hence an empty transcript. Long input goes through segment.py first, so the mel spectrogram never
-covers more than HASR_WHISPER_SEGMENT_SEC.
+read too) as faster-whisper's ``initial_prompt`` for every piece. Two ways to decode, chosen by
+HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's defaults):
+
+- batched (N > 0, the default): faster-whisper's BatchedInferencePipeline over VAD clips of up to 30 s, N at a
+  time, beam 5 at temperature 0; whisper's no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is
+  applied to its segments, which it does not do itself, and a clip that fails whisper's quality rule (a loop:
+  compression ratio > 2.4; or avg_logprob < -1) is decoded again alone with ``no_repeat_ngram_size=4``.
+- sequential (0): beam 5 at temperature 0 piece by piece, without conditioning on previous text, and a token
+  cap for short pieces, so one hallucination cannot feed the next window.
+
+Never a sampling temperature: faster-whisper's fallback samples, and CTranslate2's sampling generator lives in
+its worker threads, where ``set_random_seed`` does not reach after the first call (measured: the second
+transcription of a file in one worker differed from the first, a fresh worker repeated the first). So the same
+PCM, settings and model give the same text, every time. A loop that survives (whisper repeats a phrase until
+its token limit when it loses hard audio) is said once (:func:`collapse_loops`).
+
+Either way text is cleaned of U+FFFD and zero-width characters (whisper byte-level tokens cut mid-character),
+silence gives no segments, hence an empty transcript, and long input goes through segment.py first, so the mel
+spectrogram never covers more than HASR_WHISPER_SEGMENT_SEC. Without a language the language is voted over
+several windows of speech (language_id.py), once per file, and reported with its probability.
 
 The v2c windows never get the prompt: they are the seed's call verbatim, and a prompt on a short fragment of a
 truncated sentence invites whisper to echo or continue it (hybrid.py).
@@ -22,8 +37,10 @@ and the result goes through :func:`~hasrd.worker.engines.plain_result`.
 from __future__ import annotations
 
 import math
+import re
 import time
-from typing import Any, Callable
+import unicodedata
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -35,7 +52,7 @@ from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
 
 SR = 16000
 WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
-TEMPERATURES = (0.0, 0.2, 0.4)
+TEMPERATURES = (0.0,)
 TOKENS_PER_S = 16
 WHOLE_KW: dict[str, Any] = {
     "beam_size": 5, "vad_filter": True, "vad_parameters": {"min_silence_duration_ms": 500},
@@ -79,11 +96,7 @@ def whisper_code(model: Any, code: str) -> str | None:
     """The language code this model accepts ('' -> None = detect); Cantonese falls back to Chinese."""
     if not code:
         return None
-    codes = list(getattr(model, "supported_languages", []) or [])
-    n = getattr(getattr(model, "model", None), "num_languages", None)
-    if isinstance(n, int) and 0 < n < len(codes):  # "yue" is the 100th: large-v3 has it, base does not
-        codes = codes[:n]
-    supported = set(codes)
+    supported = set(model_codes(model))  # "yue" is the 100th: large-v3 has it, base does not
     if supported and code not in supported:
         if code == "yue" and "zh" in supported:
             return "zh"
@@ -105,7 +118,7 @@ def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
         if len(audio) == 0:
             return ""
         segments, _info = model.transcribe(audio, language=code, **WINDOW_KW)
-        return "".join(str(s.text) for s in segments).strip()
+        return clean_text("".join(str(s.text) for s in segments))
 
     return transcribe_window
 
@@ -125,6 +138,77 @@ def language_of(language: str) -> tuple[str, str]:
         raise EngineError("invalid_audio", str(e)) from None
 
 
+BATCHED_KW: dict[str, Any] = {"beam_size": 5, "temperature": 0.0}
+NO_SPEECH_PROB = 0.6  # whisper's rule: a segment this likely silent and this unsure is dropped
+LOG_PROB_FLOOR = -1.0
+RETRY_KW: dict[str, Any] = {"no_repeat_ngram_size": 4}
+COMPRESSION_RATIO = 2.4  # whisper's rule: text that compresses more than this is a decoding loop
+CLIP_SEC = 30.0
+
+
+def speech_clips(audio: np.ndarray) -> list[tuple[float, float]]:
+    """Speech as contiguous clips of at most 30 s (seconds): Silero VAD spans, neighbours merged while they fit."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    spans = get_speech_timestamps(audio, VadOptions(min_silence_duration_ms=500, max_speech_duration_s=CLIP_SEC))
+    clips: list[list[int]] = []
+    for sp in spans:
+        if clips and sp["end"] - clips[-1][0] <= CLIP_SEC * SR:
+            clips[-1][1] = sp["end"]
+        else:
+            clips.append([sp["start"], sp["end"]])
+    return [(c0 / SR, c1 / SR) for c0, c1 in clips]
+
+
+class Shifted:
+    """A segment of a clip decoded alone, with times moved to the piece's clock."""
+
+    def __init__(self, seg: Any, offset: float) -> None:
+        self.seg, self.offset = seg, offset
+        self.start, self.end = float(seg.start) + offset, float(seg.end) + offset
+        self.words = [Word(w, offset) for w in seg.words] if seg.words else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.seg, name)
+
+
+class Word:
+    def __init__(self, w: Any, offset: float) -> None:
+        self.word, self.probability = w.word, w.probability
+        self.start, self.end = float(w.start) + offset, float(w.end) + offset
+_INVISIBLE = {"\ufffd", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad"}
+
+
+_LOOP = re.compile(r"(\S.{1,29}?)\1{3,}")  # a phrase of 2-30 characters said four or more times in a row
+_STUTTER = re.compile(r"(\S)\1{7,}")  # one character eight or more times
+
+
+def clean_text(text: str, strip: bool = True) -> str:
+    """Text without replacement characters and zero-width or other invisible format characters."""
+    out = "".join(ch for ch in text if ch not in _INVISIBLE and unicodedata.category(ch) != "Cf")
+    return " ".join(out.split()) if strip else out
+
+
+def collapse_loops(text: str) -> str:
+    """A decoding loop said once: whisper repeats a phrase until its token limit when it loses the audio (on
+    hard speech its own compression-ratio rule misses Chinese loops: 寫下範圍的 x5 compresses only 2.25 times).
+    People do not say one phrase four times in a row, nor one character eight times."""
+    return _STUTTER.sub(r"\1", _LOOP.sub(r"\1", text))
+
+
+def is_no_speech(segment: Any) -> bool:
+    return (float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR)
+
+
+def model_codes(model: Any) -> list[str]:
+    """The language codes this model can write (base lacks 'yue', large-v3 has it)."""
+    codes = list(getattr(model, "supported_languages", []) or [])
+    n = getattr(getattr(model, "model", None), "num_languages", None)
+    if isinstance(n, int) and 0 < n < len(codes):
+        codes = codes[:n]
+    return codes
+
+
 class WhisperEngine:
     """faster-whisper alone: whole files with VAD, segments with timestamps."""
 
@@ -138,6 +222,7 @@ class WhisperEngine:
         self.compute_type = compute_type
         self.extra = dict(identity or {})
         self.model: Any = None
+        self.batched: Any = None
 
     def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
         self.model_ref = resolve_fw(self.fw_spec, phase)
@@ -152,34 +237,45 @@ class WhisperEngine:
                    cancelled: Callable[[], bool]) -> dict[str, Any]:
         name, code = language_of(language or self.settings.language)
         fw_code = whisper_code(self.model, code)
-        kw = dict(WHOLE_KW, word_timestamps=bool(options.get("word_timestamps")), initial_prompt=prompt_of(options))
+        probability: float | None = None
         n = len(pcm)
         total_s = round(n / SR, 3)
+        t0 = time.monotonic()
+        emit.progress(0.0, total_s)
+        if fw_code is None and n:
+            from hasrd.worker import language_id
+
+            fw_code, probability = language_id.detect(self.model, pcm, set(model_codes(self.model)), cancelled)
+            fw_code = fw_code or None
+            if fw_code:
+                name, code = NAMES.get(fw_code, fw_code), fw_code
         per_sentence: list[dict[str, Any]] = []
         windows: list[dict[str, Any]] = []
         first_text_s: float | None = None
         calls = 0
-        t0 = time.monotonic()
         pieces = segment.speech_ranges(segment.iter_segments(pcm, self.settings.whisper_segment_sec))
         for start, end in pieces:
             if cancelled():
                 raise EngineError("cancelled", "the request was cancelled")
             offset = start / SR
-            segments, info = self.model.transcribe(pcm[start:end], language=fw_code,
-                                                   max_new_tokens=token_cap((end - start) / SR), **kw)
             calls += 1
-            for s in segments:  # lazy: decoding happens while iterating
+            for s in self._decode(pcm[start:end], fw_code, options):  # lazy: decoding happens while iterating
                 if cancelled():
                     raise EngineError("cancelled", "the request was cancelled")
-                text = str(s.text).strip()
                 seg_start, seg_end = float(s.start), float(s.end)  # numpy.float64 with word timestamps
                 emit.progress(round(min(offset + seg_end, total_s), 3), total_s)
+                text = collapse_loops(clean_text(str(s.text)))
                 if not text:
                     continue
                 start_s, end_s = round(offset + seg_start, 3), round(offset + seg_end, 3)
-                entry: dict[str, Any] = {"text": text, "engine": "fw", "start_s": start_s, "end_s": end_s}
+                entry: dict[str, Any] = {"text": text, "engine": "fw", "start_s": start_s, "end_s": end_s,
+                                         "avg_logprob": round(float(s.avg_logprob), 4),
+                                         "no_speech_prob": round(float(s.no_speech_prob), 4),
+                                         "compression_ratio": round(float(s.compression_ratio), 4),
+                                         "temperature": float(s.temperature or 0.0)}
                 if s.words:
-                    entry["words"] = [{"word": str(w.word), "start": round(offset + float(w.start), 3),
+                    entry["words"] = [{"word": clean_text(str(w.word), strip=False),
+                                       "start": round(offset + float(w.start), 3),
                                        "end": round(offset + float(w.end), 3),
                                        "probability": round(float(w.probability), 4)} for w in s.words]
                 if first_text_s is None:
@@ -189,15 +285,14 @@ class WhisperEngine:
                 c0 = int(start_s / 0.16)
                 windows.append({"text": text, "start_chunk": c0,
                                 "end_chunk": max(c0, math.ceil(end_s / 0.16) - 1)})
-            if fw_code is None and info.language:  # detected once, then kept for the following pieces
-                fw_code = str(info.language)
-                name, code = NAMES.get(fw_code, fw_code), fw_code
         emit.progress(total_s, total_s)
         elapsed = time.monotonic() - t0
         return plain_result({
             "engine": "whisper",
             "language": name,
             "language_code": code,
+            "language_probability": None if probability is None else round(probability, 4),
+            "language_detected": probability is not None,
             "draft": "",
             "final": join_sentences([p["text"] for p in per_sentence], code),
             "sent_windows": windows,
@@ -205,8 +300,67 @@ class WhisperEngine:
             "first_text_s": first_text_s,
             "per_sentence": per_sentence,
             "duration_s": total_s,
+            "decoding": "batched" if self.batch > 0 else "sequential",
             "timings": {"draft_s": 0.0, "final_s": round(elapsed, 4), "fw_s": round(elapsed, 4)},
         })
 
+    @property
+    def batch(self) -> int:
+        return max(0, int(self.settings.whisper_batch))
+
+    def _decode(self, audio: np.ndarray, fw_code: str | None, options: dict[str, Any]) -> Iterable[Any]:
+        """One piece's segments, lazily, in time order (see the module docstring for the two ways)."""
+        common = dict(word_timestamps=bool(options.get("word_timestamps")), initial_prompt=prompt_of(options),
+                      language=fw_code)
+        if self.batch <= 0:
+            return self._sequential(audio, common)
+        return self._batched(audio, common)
+
+    def _sequential(self, audio: np.ndarray, common: dict[str, Any], vad: bool = True,
+                    **extra: Any) -> Iterable[Any]:
+        kw = dict(WHOLE_KW, vad_filter=vad, **extra)
+        segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw, **common)
+        return segments
+
+    def _batched(self, audio: np.ndarray, common: dict[str, Any]) -> Iterable[Any]:
+        """VAD clips of up to 30 s decoded N at a time at temperature 0; a clip that fails whisper's quality
+        rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1 where it is speech) is decoded
+        again alone with the seeded temperature fallback, the way sequential whisper retries it."""
+        from faster_whisper import BatchedInferencePipeline
+        from faster_whisper.transcribe import get_compression_ratio
+
+        if self.batched is None:
+            self.batched = BatchedInferencePipeline(self.model)
+        clips = speech_clips(audio)
+        if not clips:
+            return
+        by_start = {round(c0 * 100): (c0, c1) for c0, c1 in clips}
+        segments, _info = self.batched.transcribe(
+            audio, clip_timestamps=[{"start": c0, "end": c1} for c0, c1 in clips], batch_size=self.batch,
+            vad_filter=False, **BATCHED_KW, **common)
+        group: list[Any] = []
+
+        def settle(group: list[Any]) -> Iterable[Any]:
+            text = "".join(str(g.text) for g in group)
+            speech = [g for g in group if not is_no_speech(g)]
+            looped = bool(text.strip()) and get_compression_ratio(text) > COMPRESSION_RATIO
+            unsure = bool(speech) and min(float(g.avg_logprob) for g in speech) < LOG_PROB_FLOOR
+            if not (looped or unsure):
+                yield from speech
+                return
+            c0, c1 = by_start.get(int(group[0].seek), (float(group[0].start), float(group[-1].end)))
+            a0 = int(c0 * SR)
+            for seg in self._sequential(audio[a0:int(c1 * SR)], common, vad=False, **RETRY_KW):
+                yield Shifted(seg, c0)
+
+        for seg in segments:
+            if group and seg.seek != group[-1].seek:
+                yield from settle(group)
+                group = []
+            group.append(seg)
+        if group:
+            yield from settle(group)
+
     def close(self) -> None:
         self.model = None
+        self.batched = None

@@ -1,0 +1,113 @@
+"""The default engine's decoding: the same text every time, clean text, moving progress, speech-only language votes.
+
+Real faster-whisper with the embedded whisper base on espeak-ng speech built by benchmarks/corpus.py (Mandarin
+through pinyin: the hard case where temperature fallback used to sample without a seed and loops happened).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from speech import SR, load, model_dir, with_path
+from workerclient import WorkerClient
+
+from hasrd import config
+from hasrd import protocol as p
+from hasrd.worker import language_id
+from hasrd.worker.engines.whisper import WhisperEngine, clean_text, collapse_loops, speech_clips
+
+_spec = importlib.util.spec_from_file_location("hasr_corpus", Path(__file__).parent.parent / "benchmarks" / "corpus.py")
+assert _spec is not None and _spec.loader is not None
+corpus = importlib.util.module_from_spec(_spec)
+sys.modules["hasr_corpus"] = corpus
+_spec.loader.exec_module(corpus)
+
+
+@pytest.fixture(scope="module")
+def mandarin() -> np.ndarray:
+    """About 40 s of espeak-ng Mandarin sentences with pauses (seeded: the same audio on every machine)."""
+    pcm, _text = corpus.long_file(corpus.ZH[:8], "zh", 0.66, seed=11)
+    return pcm
+
+
+def worker_texts(pcm: np.ndarray, times: int, **env: str) -> list[str]:
+    w = WorkerClient("whisper", env={"HASR_FW_MODEL": model_dir(), "HASR_FW_DEVICE": "cpu",
+                                     "PYTHONPATH": with_path(), **env})
+    try:
+        assert isinstance(w.handshake()[-1], p.Ready)
+        out = []
+        for i in range(times):
+            _events, res = w.transcribe(i + 1, pcm, language="zh")
+            assert isinstance(res, p.Result), res
+            out.append(res.result["final"])
+        return out
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("batch", ["4", "0"])
+def test_the_same_file_gives_the_same_text_every_time_in_one_worker_and_in_a_fresh_one(
+        mandarin: np.ndarray, batch: str) -> None:
+    first = worker_texts(mandarin, 3, HASR_WHISPER_BATCH=batch)
+    again = worker_texts(mandarin, 1, HASR_WHISPER_BATCH=batch)
+    assert first[0] and len(set(first + again)) == 1, first + again
+
+
+def test_text_never_carries_replacement_or_zero_width_characters_and_loops_are_said_once() -> None:
+    assert clean_text("你\ufffd好\u200d\u200d\u200d世界\u200b ") == "你好世界"
+    assert clean_text("a\u2060b\ufeffc") == "abc"
+    assert collapse_loops("准备书" * 12) == "准备书"
+    assert collapse_loops("鶴" * 40).count("鶴") < 8
+    for fine in ("谢谢谢谢", "一二三四五六七八九十", "yes yes yes", "哈哈哈哈哈"):
+        assert collapse_loops(fine) == fine
+
+
+def test_progress_starts_at_zero_and_moves_while_a_long_file_is_decoded(mandarin: np.ndarray) -> None:
+    w = WorkerClient("whisper", env={"HASR_FW_MODEL": model_dir(), "HASR_FW_DEVICE": "cpu",
+                                     "HASR_WHISPER_BATCH": "1", "PYTHONPATH": with_path()})
+    try:
+        assert isinstance(w.handshake()[-1], p.Ready)
+        events, res = w.transcribe(1, mandarin, language="zh")
+    finally:
+        w.close()
+    assert isinstance(res, p.Result)
+    done = [e.done_s for e in events if isinstance(e, p.Progress)]
+    assert done[0] == 0.0 and done[-1] == pytest.approx(len(mandarin) / SR, abs=0.01)
+    clips = speech_clips(mandarin)
+    assert len(clips) >= 2 and len(set(done)) >= len(clips) + 1  # 0, then one per 30 s clip as it is decoded
+    assert done == sorted(done)
+
+
+def test_the_language_vote_counts_only_speech_and_sums_over_windows() -> None:
+    assert language_id.vote([[("th", 0.6), ("zh", 0.4)], [("zh", 0.9), ("th", 0.1)]]) == ("zh", pytest.approx(0.65))
+    assert language_id.vote([[("yue", 0.7), ("zh", 0.3)]], allowed={"zh", "en"}) == ("zh", pytest.approx(0.3))
+    assert language_id.vote([]) == ("", 0.0)
+
+
+def test_english_after_a_long_silence_is_detected_from_its_speech_with_a_probability() -> None:
+    e = WhisperEngine(config.load(env={}), model_dir(), "cpu", "int8")
+    e.load(lambda s: None)
+    rng = np.random.default_rng(3)
+    quiet = (0.001 * rng.standard_normal(40 * SR)).astype(np.float32)  # 40 s: whisper's own first 30 s hear none
+    pcm = np.concatenate([quiet, load("en_espeak_park"), load("en_quick_brown_fox")])
+    seen: list[Any] = []
+
+    class Rec:
+        def progress(self, done_s: float, total_s: float) -> None:
+            seen.append(done_s)
+
+        def draft(self, text: str, segment: int = 0) -> None:
+            pass
+
+        def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+            pass
+
+    r = e.transcribe(pcm, "", {}, Rec(), lambda: False)
+    assert r["language_code"] == "en" and r["language"] == "English" and r["language_detected"] is True
+    assert 0.5 < r["language_probability"] <= 1.0
+    assert "park" in r["final"].lower()
