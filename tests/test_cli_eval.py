@@ -14,23 +14,34 @@ from tests.cliutil import cli_env, hasrctl, show
 from tests.daemon import Hasrd, write_wav
 
 
-@pytest.mark.parametrize("cn,arabic", [("二十五", "25"), ("二零二四", "2024"), ("二〇二四", "2024"),
-                                       ("两千零二十四", "2024"), ("十", "10"), ("一百零五", "105"),
-                                       ("一亿三千万", "130000000"), ("三万五千", "35000")])
-def test_chinese_numerals_become_arabic_digits(cn: str, arabic: str) -> None:
-    assert ev.cn_number(cn) == arabic
-
-
 @pytest.mark.parametrize("text,norm", [
     ("今天天氣很好。", "今天天气很好"),  # traditional -> simplified, punctuation gone
     ("ＡＢＣ，你好！", "abc 你好"),  # full width -> half width, lower case; punctuation splits words
-    ("百分之五十", "50"), ("50%", "50"),
-    ("三点五米", "3.5米"), ("3.5米", "3.5米"),
-    ("1,000 people", "1000 people"),
+    ("我有25个苹果", "我有二十五个苹果"), ("我有二十五个苹果", "我有二十五个苹果"),  # numbers one way: Chinese
+    ("2024年", "二零二四年"), ("百分之五十的人", "百分之五十的人"), ("50%的人", "百分之五十的人"),
+    ("三点五米", "三点五米"), ("3.5米", "三点五米"), ("电话13812345678", "电话一三八一二三四五六七八"),
+    ("1,000 people", "1000 people"), ("three dogs", "3 dogs"),
     ("Don't stop—now!", "don't stop now"),
 ])
 def test_normalisation(text: str, norm: str) -> None:
     assert ev.normalize(text) == norm
+
+
+@pytest.mark.parametrize("word", ["万州", "唯一", "一起", "十分", "三心二意", "千万", "第一"])
+def test_numeral_characters_inside_ordinary_words_stay_characters(word: str) -> None:
+    assert ev.normalize(word) == word
+
+
+def test_cer_agrees_with_jiwer_on_the_same_normalised_texts() -> None:
+    import jiwer
+
+    pairs = [("万州唯一的火车站在哪里？", "万洲唯一的火车站在哪里"), ("今天天氣很好。", "今天天气很号"),
+             ("我们一起去公园散步吧。", "我们一起去公园散步"), ("二零二四年三月", "2024年3月"),
+             ("他说了三遍。", "他说了3遍还不够")]
+    for ref, hyp in pairs:
+        err, n = ev.score(ref, hyp, "cer")
+        r, h = ("".join(ev.normalize(x).split()) for x in (ref, hyp))
+        assert err / n == pytest.approx(jiwer.cer(r, h)), (ref, hyp)
 
 
 def test_edit_distance_counts_substitutions_deletions_insertions() -> None:
@@ -50,17 +61,17 @@ def test_metric_follows_language_or_script() -> None:
     assert ev.metric_for("hello", "Chinese") == "cer" and ev.metric_for("你好", "English") == "wer"
 
 
-# Hand-computed (see the comments): CER final 1/35, draft (only the last entry has one) 1/8, WER 2/5.
+# Hand-computed (see the comments): CER final 1/38, draft (only the last entry has one) 1/8, WER 2/5.
 MANIFEST: list[dict[str, Any]] = [
     # 今天天气很好 vs 今天天气很好: 0 errors / 6
     {"name": "a", "text": "今天天氣很好。", "hypothesis": "今天天气很好"},
-    # 我有3个苹果 vs 我有3个平果: 1 substitution / 6 (0 with pinyin: ping = ping)
+    # 我有三个苹果 vs 我有三个平果: 1 substitution / 6 (0 with pinyin: ping = ping)
     {"name": "b", "text": "我有三个苹果", "hypothesis": "我有3个平果"},
     # abc你好 vs abc你好: 0 / 5
     {"name": "c", "text": "ＡＢＣ，你好！", "hypothesis": "abc你好"},
     # hello world it's 2 pm vs hello word its 2 pm: 2 substitutions / 5 words
     {"name": "d", "text": "Hello, world! It's 2 PM.", "hypothesis": "hello word its 2 pm"},
-    # 2024年有50的人 both: 0 / 10
+    # 二零二四年有百分之五十的人 both: 0 / 13
     {"name": "e", "text": "二〇二四年有百分之五十的人", "hypothesis": "2024年有50%的人"},
     # final 我们去公园散步吧: 0 / 8; draft cut at "|": 我们去公园散步: 1 deletion / 8
     {"name": "f", "text": "我们去公园散步吧", "result": {"final": "我们去公园散步吧。",
@@ -81,11 +92,11 @@ def test_eval_gives_the_hand_computed_numbers(short_tmp: str) -> None:
     per = {f["name"]: f for f in doc["files"]}
     assert [per[n]["metric"] for n in "abcdef"] == ["cer", "cer", "cer", "wer", "cer", "cer"]
     assert [(per[n]["final"]["errors"], per[n]["final"]["ref"]) for n in "abcdef"] == [
-        (0, 6), (1, 6), (0, 5), (2, 5), (0, 10), (0, 8)]
+        (0, 6), (1, 6), (0, 5), (2, 5), (0, 13), (0, 8)]
     assert per["b"]["final~py"]["errors"] == 0
     assert (per["f"]["draft"]["errors"], per["f"]["draft"]["ref"]) == (1, 8)
     total = doc["total"]
-    assert total["cer"]["final"] == {"errors": 1, "ref": 35, "rate": pytest.approx(1 / 35)}
+    assert total["cer"]["final"] == {"errors": 1, "ref": 38, "rate": pytest.approx(1 / 38)}
     assert total["cer"]["final~py"]["rate"] == 0.0
     assert total["cer"]["draft"]["rate"] == pytest.approx(1 / 8)
     assert total["wer"]["final"]["rate"] == pytest.approx(0.4)
@@ -99,7 +110,7 @@ def test_eval_table_shows_final_and_draft_side_by_side(short_tmp: str) -> None:
     assert lines[0].split() == ["file", "metric", "ref", "final", "draft"]
     assert lines[2].split() == ["b", "cer", "6", "0.1667", "-"]
     assert lines[6].split() == ["f", "cer", "8", "0.0000", "0.1250"]
-    assert lines[7].split() == ["TOTAL", "(5", "files)", "cer", "35", "0.0286", "0.1250"]
+    assert lines[7].split() == ["TOTAL", "(5", "files)", "cer", "38", "0.0263", "0.1250"]
     assert lines[8].split() == ["TOTAL", "(1", "files)", "wer", "5", "0.4000", "-"]
 
 
