@@ -357,4 +357,4 @@ def test_status_without_a_daemon_does_not_suggest_autostart_flags(env: dict[str,
 def test_language_help_says_what_each_engine_does_without_it(env: dict[str, str]) -> None:
     text = " ".join(hasrctl("transcribe", "--help", env=env).stdout.split())
     assert "[default: detect]" not in text
-    assert "whisper engine detects" in text and "assume Chinese" in text
+    assert "the engine detects it" in text and "R2T2 detects its own" in text and "how sure" in text

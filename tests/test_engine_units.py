@@ -37,7 +37,9 @@ class StubWhisper:
             words = [SimpleNamespace(word=" hello", start=np.float64(0.1), end=np.float64(0.4),
                                      probability=np.float64(0.91234567)),
                      SimpleNamespace(word=" world", start=np.float64(0.4), end=dur, probability=np.float32(0.5))]
-        seg = SimpleNamespace(text=" hello world", start=np.float64(0.0), end=dur, words=words)
+        seg = SimpleNamespace(text=" hello world", start=np.float64(0.0), end=dur, words=words,
+                              avg_logprob=np.float64(-0.2), no_speech_prob=np.float64(0.01),
+                              compression_ratio=np.float64(1.2), temperature=0.0)
         return iter([seg]), SimpleNamespace(language=kw.get("language") or "en")
 
 
@@ -59,7 +61,8 @@ class Wire:
 
 
 def whisper_engine(stub: StubWhisper) -> WhisperEngine:
-    e = WhisperEngine(config.load(env={}), "", "cpu", "int8")
+    """The sequential path (HASR_WHISPER_BATCH=0) calls ``model.transcribe`` per piece: the stub sees each call."""
+    e = WhisperEngine(config.load(env={"HASR_WHISPER_BATCH": "0"}), "", "cpu", "int8")
     e.model = stub  # no load(): the stub stands in for WhisperModel
     return e
 
