@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -96,3 +97,16 @@ def with_path(*dirs: Path) -> str:
     import os
 
     return os.pathsep.join([str(d) for d in dirs] + [p for p in [os.environ.get("PYTHONPATH", "")] if p])
+
+
+def errors(lang: str, ref: str, hyp: str) -> tuple[int, int]:
+    """(edits, reference length) after normalisation: sum these over clips for an aggregate rate."""
+    r, h = (norm_zh(ref), norm_zh(hyp)) if lang == "zh" else (norm_en(ref), norm_en(hyp))
+    return edit_distance(r, h), len(r)
+
+
+def direct_text(model: Any, pcm: np.ndarray, code: str) -> str:
+    """faster-whisper called directly with its defaults on the same model and machine (the portable yardstick:
+    int8 CTranslate2 kernels differ between instruction sets, so fixed limits on one clip are not portable)."""
+    segments, _info = model.transcribe(pcm, language=code)
+    return "".join(s.text for s in segments) if code == "zh" else " ".join(s.text.strip() for s in segments)

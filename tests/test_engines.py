@@ -1,9 +1,9 @@
 """Real recognition with faster-whisper and the embedded whisper base on real speech (CPU, int8).
 
-Thresholds were measured on this model (2-core CPU, int8, beam 5) and carry a margin:
-    en (WER):  hello_world 0.00, quick_brown_fox 0.00, espeak_park 0.067 ("nice" -> "ice")   -> each <= 0.15
-    zh (CER):  nihao_shijie 0.00, jishu 0.10 ("十" -> "0"), pangrama 0.31 (classical text)  -> each <= 0.40,
-               mean <= 0.20
+Accuracy is compared with faster-whisper called directly (its defaults) on the same clips, model and machine,
+summed over the clips: int8 CTranslate2 kernels differ between instruction sets (on one x86-64 CPU
+zh_nihao_shijie is 你好事件), so a fixed limit on one short clip is not portable. The loose absolute bounds
+(WER <= 0.15, CER <= 0.35 over the clips) only catch a broken engine; measured here: en 0.04, zh 0.17.
 Timing: clips of 1-5 s take 0.6-2 s each here; a 5 s clip is allowed 6 s (the unbounded fallback took 8-10 s).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech import CLIPS, SR, error_rate, load, model_dir
+from speech import CLIPS, SR, direct_text, error_rate, errors, load, model_dir
 from workerclient import WorkerClient
 
 from hasrd import config
@@ -27,8 +27,7 @@ from hasrd.languages import resolve
 EN = [k for k, (lang, _) in CLIPS.items() if lang == "en"]
 ZH = [k for k, (lang, _) in CLIPS.items() if lang == "zh"]
 MAX_WER = 0.15
-MAX_CER = 0.40
-MAX_MEAN_CER = 0.20
+MAX_MEAN_CER = 0.35
 FIVE_S_BUDGET = 6.0
 
 
@@ -60,22 +59,30 @@ def run(e: WhisperEngine, pcm: np.ndarray, language: str = "", **options: Any) -
     return e.transcribe(pcm, language, options, rec, lambda: False), rec
 
 
-def test_english_clips_are_recognised_within_the_measured_wer(whisper: WhisperEngine) -> None:
-    for name in EN:
-        r, rec = run(whisper, load(name), "English")
-        assert error_rate("en", CLIPS[name][1], r["final"]) <= MAX_WER, (name, r["final"])
-        assert r["engine"] == "whisper" and r["language"] == "English"
+def _aggregate(whisper: WhisperEngine, names: list[str], lang: str) -> tuple[float, float]:
+    """(hasr's error rate, the direct call's) summed over the clips, on this machine."""
+    ours = theirs = total = 0
+    for name in names:
+        pcm, ref = load(name), CLIPS[name][1]
+        r, rec = run(whisper, pcm, lang)
+        assert r["engine"] == "whisper" and r["language_code"] == lang
         assert [s[1] for s in rec.sentences] == [s["text"] for s in r["per_sentence"]]
+        e, n = errors(lang, ref, r["final"])
+        d, _ = errors(lang, ref, direct_text(whisper.model, pcm, lang))
+        ours, theirs, total = ours + e, theirs + d, total + n
+    return ours / total, theirs / total
 
 
-def test_chinese_clips_are_recognised_within_the_measured_cer(whisper: WhisperEngine) -> None:
-    rates = []
-    for name in ZH:
-        r, _ = run(whisper, load(name), "zh")
-        rates.append(error_rate("zh", CLIPS[name][1], r["final"]))
-        assert rates[-1] <= MAX_CER, (name, r["final"])
-        assert r["language"] == "Chinese" and r["language_code"] == "zh"
-    assert sum(rates) / len(rates) <= MAX_MEAN_CER, rates
+def test_english_clips_are_recognised_at_least_as_well_as_faster_whisper_called_directly(
+        whisper: WhisperEngine) -> None:
+    ours, theirs = _aggregate(whisper, EN, "en")
+    assert ours <= theirs + 0.02 and ours <= MAX_WER, (ours, theirs)
+
+
+def test_chinese_clips_are_recognised_at_least_as_well_as_faster_whisper_called_directly(
+        whisper: WhisperEngine) -> None:
+    ours, theirs = _aggregate(whisper, ZH, "zh")
+    assert ours <= theirs + 0.05 and ours <= MAX_MEAN_CER, (ours, theirs)
 
 
 def test_language_names_and_codes_map_to_what_the_model_knows(whisper: WhisperEngine) -> None:
@@ -187,7 +194,7 @@ def test_ten_minutes_are_transcribed_piece_by_piece_in_bounded_memory() -> None:
     assert peak < pcm.nbytes / 2, f"{peak >> 20} MB traced for {pcm.nbytes >> 20} MB of audio"
 
 
-def test_the_worker_subprocess_transcribes_real_speech_with_the_whisper_engine() -> None:
+def test_the_worker_subprocess_transcribes_real_speech_with_the_whisper_engine(whisper: WhisperEngine) -> None:
     w = WorkerClient("whisper", env={"HASR_FW_MODEL": model_dir(), "HASR_FW_DEVICE": "cpu"})
     try:
         msgs = w.handshake()
@@ -198,7 +205,9 @@ def test_the_worker_subprocess_transcribes_real_speech_with_the_whisper_engine()
         assert ident["models"]["final"]["path"] == model_dir() and "faster-whisper" in ident["versions"]
         events, res = w.transcribe(1, load("zh_nihao_shijie"), language="Chinese")
         assert isinstance(res, p.Result), res
-        assert error_rate("zh", CLIPS["zh_nihao_shijie"][1], res.result["final"]) <= MAX_CER
+        # deterministic decoding: exactly what the same engine gives in this process (portable across CPUs,
+        # unlike a limit on this one clip's CER)
+        assert res.result["final"] and res.result["final"] == run(whisper, load("zh_nihao_shijie"), "zh")[0]["final"]
         assert [e.text for e in events if isinstance(e, p.Sentence)] == [s["text"] for s in res.result["per_sentence"]]
         events, res = w.transcribe(2, np.zeros(0, np.float32), language="Chinese")
         assert isinstance(res, p.Result) and res.result["final"] == ""

@@ -54,6 +54,7 @@ SR = 16000
 WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
 TEMPERATURES = (0.0,)
 TOKENS_PER_S = 16
+MAX_CAP = 448 - 224 - 8
 WHOLE_KW: dict[str, Any] = {
     "beam_size": 5, "vad_filter": True, "vad_parameters": {"min_silence_duration_ms": 500},
     "temperature": TEMPERATURES, "compression_ratio_threshold": 2.4, "log_prob_threshold": -1.0,
@@ -108,7 +109,11 @@ def whisper_code(model: Any, code: str) -> str | None:
 def token_cap(seconds: float) -> int | None:
     """Tokens one decode of a short piece may produce: twice fast speech, so that noise VAD took for speech
     cannot loop a repetition up to the 448-token limit in each of the fallback passes (none from 27 s on)."""
-    return None if seconds >= 27 else int(TOKENS_PER_S * seconds + 16)
+    if seconds >= 27:
+        return None
+    # faster-whisper refuses prompt + max_new_tokens > 448 (the model's context); an initial prompt keeps at
+    # most 223 tokens (half the context, less one) plus a few task tokens, so a cap must leave room for that
+    return min(int(TOKENS_PER_S * seconds + 16), MAX_CAP)
 
 
 def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
