@@ -77,6 +77,7 @@ class ProgressBar(View):
         self.phase_t0 = 0.0
         self.ticker: threading.Thread | None = None
         self.closed = False
+        self.drawn_frac = 0.0
 
     def _draw(self, text: str, force: bool = False) -> None:
         with self.lock:
@@ -114,8 +115,10 @@ class ProgressBar(View):
         frac = min(1.0, done / total) if total > 0 else 0.0
         n = 20
         bar = "#" * int(frac * n) + "-" * (n - int(frac * n))
+        step = frac - self.drawn_frac >= 0.01  # a batch's segments arrive in a burst: never drop its end
         self._draw(f"transcribing {frac * 100:3.0f}% [{bar}] {done:.1f}/{total:.1f} s audio",
-                   force=first or frac >= 1.0)
+                   force=first or step or frac >= 1.0)
+        self.drawn_frac = frac
 
     def draft(self, text: str, segment: int | None = None) -> None:
         self.phase = None

@@ -80,7 +80,7 @@ class Settings:
     fw_device: str = _s("auto", "faster-whisper device: auto | cpu | cuda")
     fw_compute_type: str = _s("default", "faster-whisper compute type (default: float16 on GPU, int8 on CPU)")
     language: str = _s("", "default language ('' = detect: R2T2 and faster-whisper each detect it)")
-    whisper_batch: int = _s(4, "whisper engine: VAD clips decoded together (faster on long files, deterministic); "
+    whisper_batch: int = _s(2, "whisper engine: VAD clips decoded together (faster on long files, deterministic); "
                                 "0 = one after another with a seeded temperature fallback")
     whisper_segment_sec: float = _s(300.0, "whisper engine: long audio is cut at silences into pieces of at most "
                                            "this (bounds the worker's memory)")

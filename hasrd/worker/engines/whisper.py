@@ -340,10 +340,6 @@ class WhisperEngine:
         if not clips:
             return
         by_start = {round(c0 * 100): (c0, c1) for c0, c1 in clips}
-        segments, _info = self.batched.transcribe(
-            audio, clip_timestamps=[{"start": c0, "end": c1} for c0, c1 in clips], batch_size=self.batch,
-            vad_filter=False, **BATCHED_KW, **common)
-        group: list[Any] = []
 
         def settle(group: list[Any]) -> Iterable[Any]:
             text = "".join(str(g.text) for g in group)
@@ -358,13 +354,19 @@ class WhisperEngine:
             for seg in self._sequential(audio[a0:int(c1 * SR)], common, vad=False, **RETRY_KW):
                 yield Shifted(seg, c0)
 
-        for seg in segments:
-            if group and seg.seek != group[-1].seek:
-                yield from settle(group)
-                group = []
-            group.append(seg)
-        if group:
-            yield from settle(group)
+        # One call per batch, so that each batch's clips are settled (and progress reported) as soon as it is
+        # decoded, not when the next batch shows that a clip has ended; the first clip alone, so that the
+        # progress line moves within seconds of the start.
+        batches = [clips[:1]] + [clips[k:k + self.batch] for k in range(1, len(clips), self.batch)]
+        for batch in batches:
+            segments, _info = self.batched.transcribe(
+                audio, clip_timestamps=[{"start": c0, "end": c1} for c0, c1 in batch], batch_size=self.batch,
+                vad_filter=False, **BATCHED_KW, **common)
+            groups: dict[int, list[Any]] = {}
+            for seg in segments:
+                groups.setdefault(int(seg.seek), []).append(seg)
+            for seek in sorted(groups):
+                yield from settle(groups[seek])
 
     def close(self) -> None:
         self.model = None
