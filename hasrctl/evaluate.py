@@ -71,14 +71,17 @@ def is_cjk(ch: str) -> bool:
     return 0x3400 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x3134F or 0x3040 <= o <= 0x30FF
 
 
-def normalize(text: str) -> str:
-    """The comparable form of a transcript: see the module docstring for the steps."""
+def normalize(text: str, chinese: bool | None = None) -> str:
+    """The comparable form of a transcript: see the module docstring for the steps.
+
+    ``chinese``: write numbers the Chinese way (True for CER scoring: a hypothesis of bare digits against a
+    Chinese reference must still compare); None decides by the text's own script."""
     text = unicodedata.normalize("NFKC", text)
     conv = t2s()
     if conv is not None:
         text = conv(text)
     text = text.lower()
-    if any(is_cjk(c) for c in text):
+    if chinese or (chinese is None and any(is_cjk(c) for c in text)):
         text = chinese_numbers(text).replace("〇", "零")
     else:
         text = _EN_WORD.sub(lambda m: _EN_NUMBERS.get(m.group(0), m.group(0)), text)
@@ -91,7 +94,7 @@ def normalize(text: str) -> str:
 
 def tokens(text: str, metric: str, homophones: bool = False) -> list[str]:
     """Characters (cer) or words (wer) of normalised text; CJK characters as pinyin with ``homophones``."""
-    norm = normalize(text)
+    norm = normalize(text, chinese=True if metric == "cer" else None)
     toks = [c for c in norm if not c.isspace()] if metric == "cer" else norm.split()
     if homophones:
         py = pinyin()

@@ -32,6 +32,12 @@ def test_numeral_characters_inside_ordinary_words_stay_characters(word: str) -> 
     assert ev.normalize(word) == word
 
 
+def test_bare_digits_against_a_chinese_reference_are_scored_as_numbers() -> None:
+    # whisper often writes a Chinese count as digits: no CJK in the hypothesis, still Chinese numbers
+    assert ev.score("一二三四五六七八九十。", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10。", "cer") == (0, 10)
+    assert ev.score("我有二十五个", "我有25个", "cer") == (0, 6)
+
+
 def test_cer_agrees_with_jiwer_on_the_same_normalised_texts() -> None:
     import jiwer
 

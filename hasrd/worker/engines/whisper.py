@@ -330,7 +330,7 @@ class WhisperEngine:
     def _batched(self, audio: np.ndarray, common: dict[str, Any]) -> Iterable[Any]:
         """VAD clips of up to 30 s decoded N at a time at temperature 0; a clip that fails whisper's quality
         rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1 where it is speech) is decoded
-        again alone with the seeded temperature fallback, the way sequential whisper retries it."""
+        again alone with ``no_repeat_ngram_size=4`` (still at temperature 0: deterministic)."""
         from faster_whisper import BatchedInferencePipeline
         from faster_whisper.transcribe import get_compression_ratio
 
@@ -339,7 +339,8 @@ class WhisperEngine:
         clips = speech_clips(audio)
         if not clips:
             return
-        by_start = {round(c0 * 100): (c0, c1) for c0, c1 in clips}
+        # a segment's seek is its clip's start in 10 ms frames, computed by the pipeline from whole samples
+        by_start = {int(int(c0 * SR) / SR * 100): (c0, c1) for c0, c1 in clips}
 
         def settle(group: list[Any]) -> Iterable[Any]:
             text = "".join(str(g.text) for g in group)
