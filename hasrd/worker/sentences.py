@@ -21,7 +21,6 @@ PAD = int(0.32 * SR)  # window padding on each side
 # the audio, so a sentence's speech starts before its text appears. 5 chunks = 0.8 s, the seed's measured
 # median first-text delay of R2T2 (seed 000 §2.4); see "Changes from the seed" in v2c.py.
 LAG_CHUNKS = 5
-TRUNCATED_BY = ("bar", "no_end_mark")
 
 
 @dataclass(frozen=True)
@@ -40,10 +39,6 @@ class Window:
     end_chunk: int
     open_chunk: int
     truncated_by: str | None = None
-
-
-def has_end_mark(text: str) -> bool:
-    return any(m in text for m in SENT_END)
 
 
 def ends_with_mark(text: str) -> bool:

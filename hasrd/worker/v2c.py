@@ -76,13 +76,13 @@ import numpy as np
 
 from hasrd.worker.engines import Emitter, EngineError
 from hasrd.languages import join_sentences
-from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, TRUNCATED_BY, Window,
-                                    Windows, choose, ends_with_mark, has_end_mark, is_truncated, last_mark, n_chunks,
-                                    truncation, window_span, window_start)
+from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
+                                    choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,
+                                    window_span, window_start)
 
 __all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "LAG_CHUNKS", "MAX_NEW_TOKENS", "MODES", "PAD",
-           "SENT_END", "SR", "TRUNCATED_BY", "DraftModel", "FinalStage", "Outcome", "Window", "Windows", "choose",
-           "draft_windows", "ends_with_mark", "has_end_mark", "is_truncated", "last_mark", "n_chunks", "result",
+           "SENT_END", "SR", "DraftModel", "FinalStage", "Outcome", "Window", "Windows", "choose",
+           "draft_windows", "ends_with_mark", "is_truncated", "last_mark", "n_chunks", "result",
            "run", "truncation", "window_span", "window_start"]
 
 MAX_NEW_TOKENS = 4
