@@ -2,7 +2,8 @@
 
 Foreign errors (OSError, av.error.*, msgspec errors, worker Failed messages) are mapped to these at one
 boundary each: audio decoding in ``audio.py``, the worker channel in ``workerproc.py``. Everything a client
-sees is ``{"error": {"code": ..., "message": ...}}`` built from one of these.
+sees is ``{"error": {"code": ..., "message": ...}}`` built from one of these; a job that failed after some of
+its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
 
     HasrError                       code            status
     ├── BadRequest                  bad_request     400
@@ -22,7 +23,8 @@ sees is ``{"error": {"code": ..., "message": ...}}`` built from one of these.
     │   ├── ModelUnavailable        model_unavailable 503
     │   ├── Fatal                   fatal           503  (repeated load failures; `hasrctl load` clears)
     │   └── ShuttingDown            shutting_down   503
-    ├── Timeout                     timeout         504
+    ├── Timeout                     timeout         504  (over HASR_MAX_JOB_SEC, when set)
+    │   └── Stalled                 stalled         504  (no progress for HASR_STALL_SEC)
     ├── Cancelled                   cancelled       499
     └── WorkerError                 runtime_failure 500
         ├── WorkerCrashed           worker_crashed  500
@@ -45,9 +47,13 @@ class HasrError(Exception):
         if code is not None:
             self.code = code
         self.retry_after = retry_after
+        self.partial: dict[str, Any] | None = None  # what a failed job had made final
 
     def to_json(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.partial:
+            body["partial"] = self.partial
+        return {"error": body}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code!r}, {self.message!r})"
@@ -125,6 +131,10 @@ class Timeout(HasrError):
     code, status = "timeout", 504
 
 
+class Stalled(Timeout):
+    code = "stalled"
+
+
 class Cancelled(HasrError):
     code, status = "cancelled", 499
 
@@ -153,6 +163,7 @@ _WORKER_CODES: dict[str, type[HasrError]] = {
     "runtime_failure": WorkerError,
     "cancelled": Cancelled,
     "timeout": Timeout,
+    "stalled": Stalled,
 }
 
 

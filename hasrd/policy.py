@@ -16,9 +16,14 @@ def is_fatal(failures: int, max_failures: int) -> bool:
     return max_failures > 0 and failures >= max_failures
 
 
-def work_budget(audio_s: float, rtf_budget: float, minimum: float, margin: float) -> float:
-    """Seconds a worker may spend on one request: max(minimum, audio_s × rtf_budget) + margin."""
-    return max(minimum, audio_s * rtf_budget) + margin
+def watchdog_wait(now: float, started: float, last_progress: float, stall: float,
+                  cap: float) -> tuple[float, str]:
+    """How long a job may still run before the watchdog acts, and what it would be: "stalled" (no progress
+    for ``stall`` seconds) or "cap" (``cap`` seconds since the start; 0 = no cap)."""
+    left, why = last_progress + stall - now, "stalled"
+    if cap > 0 and started + cap - now < left:
+        left, why = started + cap - now, "cap"
+    return left, why
 
 
 def unload_in(now: float, last_used: float, ttl: float | None, in_flight: int) -> float | None:
@@ -35,6 +40,24 @@ def unload_in(now: float, last_used: float, ttl: float | None, in_flight: int) -
 def should_unload(now: float, last_used: float, ttl: float | None, in_flight: int) -> bool:
     left = unload_in(now, last_used, ttl, in_flight)
     return left is not None and left <= 0
+
+
+def idle_exit_in(now: float, quiet_since: float | None, idle_exit: float, loaded: bool,
+                 unload_in: float | None) -> float | None:
+    """Seconds until an idle daemon exits (<= 0: now); None: not while this holds.
+
+    ``quiet_since``: when the last connection, request, load or stop ended (None: not quiet). A ``loaded``
+    worker whose TTL ends later than that (``unload_in``; None: kept alive for ever) holds the daemon until it
+    is unloaded.
+    """
+    if quiet_since is None:
+        return None
+    left = quiet_since + idle_exit - now
+    if loaded:
+        if unload_in is None:
+            return None
+        left = max(left, unload_in)
+    return left
 
 
 def health_status(state: str, busy: bool = False) -> str:

@@ -1,18 +1,25 @@
 """The one owner of the worker's lifecycle. Nobody else reads-then-acts on the worker state.
 
-States and what happens in each (DESIGN.md "Worker lifecycle"):
+States, what happens in each, and the only transitions allowed (:data:`TRANSITIONS`; any other raises
+:class:`IllegalTransition`):
 
-    STOPPED   no worker. A request (or /api/load) starts one → STARTING.
+    STOPPED   no worker. A request (or /api/load) starts one                       -> STARTING
     STARTING  one load in flight; every request that arrives waits for that same load (single flight).
-              Ready → READY. Failure → every waiter gets the reason; → BACKOFF, or FATAL after N in a row.
-    READY     serving. Requests run one at a time (FIFO, bounded queue). The TTL counts from the end of the
-              last request and never fires while anything is admitted. TTL, /api/unload → STOPPING.
-              Worker death or a blown work budget → in-flight request fails (worker_crashed / timeout),
-              → STOPPED; the next request starts a new worker.
-    STOPPING  Shutdown → SIGTERM → SIGKILL of the worker's process group → STOPPED.
-    BACKOFF   a load failed; the next request waits out the delay (doubling) and retries.
-    FATAL     N consecutive load failures; requests fail at once with the kept reason (health "error").
-              An explicit load or unload clears it.
+              Ready                                                                 -> READY
+              failure                                                               -> BACKOFF, or FATAL after N
+              the daemon was forced to stop meanwhile                               -> STOPPED
+    READY     serving: one job at a time (FIFO, bounded queue). The TTL timer runs only while nothing is admitted.
+              TTL ran out, /api/unload, daemon exit                                 -> STOPPING
+              the worker died, stalled or ignored Cancel (the job fails)            -> STOPPED
+    STOPPING  Shutdown, SIGTERM, SIGKILL of the worker's process group              -> STOPPED
+    BACKOFF   a load failed: the next request waits out the delay (doubling)        -> STARTING
+              /api/unload clears it                                                 -> STOPPED
+    FATAL     N failed loads in a row: requests fail at once with the kept reason (health "error").
+              /api/load or /api/unload clears it                                    -> STOPPED
+
+A request is admitted (:meth:`Supervisor.admit`, a :class:`Lease`) before its audio is decoded and released
+exactly once, so neither the TTL nor the daemon's idle exit can act under it. Background tasks (load, stop,
+the worker's death watch, the loading heartbeat) are owned here and cancelled by :meth:`close`.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ import enum
 import logging
 import time
 from collections import deque
-from typing import Any, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine, Literal
 
 from hasrd import errors, policy
 from hasrd.config import Settings
@@ -43,6 +51,64 @@ class State(str, enum.Enum):
     STOPPING = "stopping"
     BACKOFF = "backoff"
     FATAL = "fatal"
+
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.STOPPED: frozenset({State.STARTING}),
+    State.STARTING: frozenset({State.READY, State.BACKOFF, State.FATAL, State.STOPPED}),
+    State.READY: frozenset({State.STOPPING, State.STOPPED}),
+    State.STOPPING: frozenset({State.STOPPED}),
+    State.BACKOFF: frozenset({State.STARTING, State.STOPPED}),
+    State.FATAL: frozenset({State.STOPPED}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A bug in the supervisor: a state change the table does not allow."""
+
+
+def check_transition(old: State, new: State) -> None:
+    if new != old and new not in TRANSITIONS[old]:
+        raise IllegalTransition(f"worker state {old.value} -> {new.value} is not allowed")
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    """How long an idle worker stays loaded: the setting (HASR_IDLE_TTL_SEC), N seconds, or forever.
+
+    Set by ``/api/load``; it belongs to the worker that is loaded, so it goes back to the setting when that
+    worker is stopped (not later: a keep-alive asked for while the worker was being stopped is for the next).
+    """
+
+    mode: Literal["setting", "seconds", "forever"] = "setting"
+    seconds: float = 0.0
+
+    @classmethod
+    def parse(cls, seconds: float | None) -> KeepAlive:
+        """None: the setting; < 0: forever; else that many seconds."""
+        if seconds is None:
+            return SETTING
+        return FOREVER if seconds < 0 else cls("seconds", float(seconds))
+
+    def ttl(self, setting: float) -> float | None:
+        return {"setting": setting, "seconds": self.seconds, "forever": None}[self.mode]
+
+
+SETTING = KeepAlive()
+FOREVER = KeepAlive("forever")
+
+
+class Lease:
+    """One admitted request: counted in ``in_flight`` from admission to :meth:`release` (idempotent)."""
+
+    def __init__(self, sup: Supervisor) -> None:
+        self._sup = sup
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._sup._release()
 
 
 class Supervisor:
@@ -65,33 +131,42 @@ class Supervisor:
         self.expected_s = 0.0
         self.load_started = 0.0
         self.last_used = clock()
-        self.keep_alive: float | None | bool = False  # False: use the setting; None: forever; float: seconds
-        self.in_flight = 0  # admitted requests not yet finished (queued, loading or running)
+        self.keep_alive = SETTING
+        self.in_flight = 0  # admitted requests not yet released (decoding, queued, loading or running)
         self.running = 0
         self.waiting: deque[asyncio.Future[None]] = deque()
         self.job: dict[str, Any] | None = None
+        self.closing = False
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._load_task: asyncio.Task[None] | None = None
         self._stop_task: asyncio.Task[None] | None = None
-        self._reaper: asyncio.Task[None] | None = None
+        self._ttl_timer: asyncio.TimerHandle | None = None
         self._load_listeners: set[EventSink] = set()
         self._loading_worker: WorkerProcess | None = None
         self._hold = False  # unload in progress: the slot is not handed to the queue meanwhile
-        self._idle = asyncio.Event()
+        self._idle = asyncio.Event()  # nothing admitted
         self._idle.set()
-        self.closing = False
+        self._no_running = asyncio.Event()  # no job running
+        self._no_running.set()
 
     # ---- observation ------------------------------------------------------------------------------------
 
     @property
     def ttl(self) -> float | None:
-        if self.keep_alive is False:
-            return self.s.idle_ttl_sec
-        return self.keep_alive  # type: ignore[return-value]
+        return self.keep_alive.ttl(self.s.idle_ttl_sec)
+
+    def unload_in(self) -> float | None:
+        """Seconds until the TTL unloads the worker (None: not loaded, busy or kept alive for ever)."""
+        if self.state != State.READY:
+            return None
+        return policy.unload_in(self.clock(), self.last_used, self.ttl, self.in_flight)
 
     def snapshot(self) -> dict[str, Any]:
         now = self.clock()
-        left = policy.unload_in(now, self.last_used, self.ttl, self.in_flight) if self.state == State.READY else None
+        left = self.unload_in()
         w = self.worker
+        failed = self.last_error if self.state in (State.BACKOFF, State.FATAL) else None
+        starting = self.state == State.STARTING
         snap = {
             "state": self.state.value,
             "health": "busy" if (self.running and self.state == State.READY) else
@@ -106,14 +181,12 @@ class Supervisor:
             "in_flight": self.in_flight,
             "running": self.running,
             "queue": len(self.waiting),
-            "phase": self.phase if self.state == State.STARTING else "",
-            "elapsed_s": round(now - self.load_started, 1) if self.state == State.STARTING else 0.0,
-            "expected_s": self.expected_s if self.state == State.STARTING else 0.0,
+            "phase": self.phase if starting else "",
+            "elapsed_s": round(now - self.load_started, 1) if starting else 0.0,
+            "expected_s": self.expected_s if starting else 0.0,
             "job": dict(self.job) if self.job else None,
-            "error": self.last_error.message if self.last_error and self.state in (State.BACKOFF, State.FATAL)
-                     else None,
-            "error_code": self.last_error.code if self.last_error and self.state in (State.BACKOFF, State.FATAL)
-                          else None,
+            "error": failed.message if failed else None,
+            "error_code": failed.code if failed else None,
             "idle_seconds": round(now - self.last_used, 1) if not self.in_flight else 0.0,
             "ttl_sec": self.ttl,
             "failures": self.failures,
@@ -129,10 +202,22 @@ class Supervisor:
                 log.exception("state observer failed")
 
     def _set(self, state: State) -> None:
+        check_transition(self.state, state)
         if state != self.state:
             log.info("worker state %s -> %s", self.state.value, state.value)
             self.state = state
+            if state == State.STOPPING:  # the keep-alive was this worker's; a new one is for the next worker
+                self.keep_alive = SETTING
         self._changed()
+
+    def _task(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """A background task owned by the supervisor: kept until done, cancelled by close()."""
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        # Its waiters may all have gone (clients left): a failure is kept in last_error, not "never retrieved".
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
 
     # ---- loading ----------------------------------------------------------------------------------------
 
@@ -167,11 +252,9 @@ class Supervisor:
         self.phase = "starting worker"
         self.expected_s = self.load_s or 0.0
         self.load_started = self.clock()
-        self._load_task = asyncio.create_task(self._load(), name="hasr-load")
-        # Waiters may all have gone (clients left): the failure is kept in last_error, not "never retrieved".
-        self._load_task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        asyncio.create_task(self._loading_heartbeat(self._load_task), name="hasr-load-heartbeat")
         self._set(State.STARTING)
+        self._load_task = self._task(self._load(), "hasr-load")
+        self._task(self._loading_heartbeat(self._load_task), "hasr-load-heartbeat")
 
     async def _loading_heartbeat(self, task: asyncio.Task[None]) -> None:
         """Publish the elapsed loading time once a second: engines report a phase per model, not per second."""
@@ -194,25 +277,7 @@ class Supervisor:
             if self.closing:  # a forced exit killed the load: not the engine's failure
                 self._set(State.STOPPED)
                 raise errors.ShuttingDown("the daemon was stopped while the models were loading") from None
-            err = e if isinstance(e, errors.HasrError) else errors.LoadFailed(f"could not start the worker: {e}")
-            if isinstance(e, asyncio.CancelledError):
-                err = errors.LoadFailed("loading was cancelled")
-            self.failures += 1
-            self.last_error = err
-            if policy.is_fatal(self.failures, self.s.max_load_failures):
-                self._set(State.FATAL)
-            else:
-                self.backoff_until = self.clock() + policy.next_backoff(
-                    self.failures, self.s.backoff_base_sec, self.s.backoff_max_sec)
-                self._set(State.BACKOFF)
-            log.warning("worker load failed (%d in a row): %s", self.failures, err.message)
-            if self.state == State.FATAL:
-                err = self._fatal()
-            else:
-                if not isinstance(err, errors.Unavailable):
-                    err = errors.LoadFailed(err.message)
-                err.retry_after = max(1.0, self.backoff_until - self.clock())
-            raise err from None
+            raise self._load_failed(e) from None
         self._loading_worker = None
         worker.cancel_grace = self.s.cancel_grace_sec
         self.worker = worker
@@ -223,8 +288,27 @@ class Supervisor:
         self.last_error = None
         self.last_used = self.clock()
         self._set(State.READY)
-        asyncio.create_task(self._watch(worker), name=f"hasr-watch-{worker.pid}")
-        self._kick_reaper()
+        self._task(self._watch(worker), f"hasr-watch-{worker.pid}")
+        self._arm_ttl()
+
+    def _load_failed(self, e: BaseException) -> errors.HasrError:
+        """Count a failed load, go to BACKOFF or FATAL, and return what its waiters get."""
+        err = e if isinstance(e, errors.HasrError) else errors.LoadFailed(f"could not start the worker: {e}")
+        if isinstance(e, asyncio.CancelledError):
+            err = errors.LoadFailed("loading was cancelled")
+        self.failures += 1
+        self.last_error = err
+        log.warning("worker load failed (%d in a row): %s", self.failures, err.message)
+        if policy.is_fatal(self.failures, self.s.max_load_failures):
+            self._set(State.FATAL)
+            return self._fatal()
+        self.backoff_until = self.clock() + policy.next_backoff(
+            self.failures, self.s.backoff_base_sec, self.s.backoff_max_sec)
+        self._set(State.BACKOFF)
+        if not isinstance(err, errors.Unavailable):
+            err = errors.LoadFailed(err.message)
+        err.retry_after = max(1.0, self.backoff_until - self.clock())
+        return err
 
     def _on_phase(self, phase: str, expected_s: float) -> None:
         self.phase = phase
@@ -246,9 +330,10 @@ class Supervisor:
     def _forget_worker(self) -> None:
         self.worker = None
         self.identity = {}
+        self._disarm_ttl()
         self._set(State.STOPPED)
 
-    # ---- requests ---------------------------------------------------------------------------------------
+    # ---- admission --------------------------------------------------------------------------------------
 
     def _fatal(self) -> errors.Fatal:
         """The error every request gets in FATAL, with the kept reason."""
@@ -257,7 +342,7 @@ class Supervisor:
                             f"retry)", retry_after=60)
 
     def check_admission(self) -> None:
-        """Raise what lease() would raise, without admitting: lets the API refuse before decoding audio."""
+        """Raise what admit() would raise, without admitting."""
         if self.closing:
             raise errors.ShuttingDown("the daemon is shutting down", retry_after=1)
         if self.state == State.FATAL:
@@ -266,21 +351,30 @@ class Supervisor:
             raise errors.QueueFull(f"the queue is full: {self.in_flight} transcriptions are already running or "
                                    f"waiting (HASR_MAX_QUEUE={self.s.max_queue}); try again later", retry_after=5)
 
-    @contextlib.asynccontextmanager
-    async def lease(self) -> AsyncIterator[None]:
-        """Count a request as admitted from queueing to its end: the TTL never fires under it."""
+    def admit(self) -> Lease:
+        """Count a request from now (before its audio is decoded) until its lease is released: neither the TTL
+        nor the daemon's idle exit acts while anything is admitted."""
         self.check_admission()
         self.in_flight += 1
         self._idle.clear()
+        self._disarm_ttl()
+        return Lease(self)
+
+    def _release(self) -> None:
+        self.in_flight -= 1
+        self.last_used = self.clock()
+        if self.in_flight == 0:
+            self._idle.set()
+            self._arm_ttl()
+        self._changed()
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[Lease]:
+        lease = self.admit()
         try:
-            yield
+            yield lease
         finally:
-            self.in_flight -= 1
-            self.last_used = self.clock()
-            if self.in_flight == 0:
-                self._idle.set()
-            self._changed()
-            self._kick_reaper()
+            lease.release()
 
     @contextlib.asynccontextmanager
     async def _slot(self, on_event: EventSink | None) -> AsyncIterator[None]:
@@ -300,69 +394,90 @@ class Supervisor:
                     self._release_slot()  # we were handed the slot but are leaving
                 raise
         else:
-            self.running += 1
+            self._take_slot()
         try:
             yield
         finally:
             self._release_slot()
 
+    def _take_slot(self) -> None:
+        self.running += 1
+        self._no_running.clear()
+
     def _release_slot(self) -> None:
-        if self._hold:  # an unload waits for this job only: the queue goes on after the worker is stopped
-            self.running -= 1
-            self._changed()
-            return
-        while self.waiting:
-            fut = self.waiting.popleft()
-            if not fut.done():
-                fut.set_result(None)  # hand our slot straight to the next in line
-                self._changed()
-                return
+        if not self._hold:  # during an unload the slot waits: the queue goes on once the worker is stopped
+            while self.waiting:
+                fut = self.waiting.popleft()
+                if not fut.done():
+                    fut.set_result(None)  # hand our slot straight to the next in line
+                    self._changed()
+                    return
         self.running -= 1
+        if self.running == 0:
+            self._no_running.set()
         self._changed()
 
+    def _wake_queue(self) -> None:
+        while self.waiting and self.running < self.s.max_concurrent:
+            fut = self.waiting.popleft()
+            if not fut.done():
+                self._take_slot()
+                fut.set_result(None)
+        self._changed()
+
+    # ---- requests ---------------------------------------------------------------------------------------
+
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
-                         options: dict[str, Any] | None = None, on_event: EventSink | None = None) -> dict[str, Any]:
-        """Load if needed, wait our turn, run one transcription, and return the worker's result."""
+                         options: dict[str, Any] | None = None, on_event: EventSink | None = None,
+                         lease: Lease | None = None) -> dict[str, Any]:
+        """Load if needed, wait our turn, run one transcription, and return the worker's result.
+
+        ``lease``: the request's admission (taken before its audio was decoded); without one, it is admitted
+        here. A failure after some sentences were final carries them in ``error.partial``.
+        """
+        if lease is None:
+            async with self.lease() as own:
+                return await self.transcribe(pcm, name=name, language=language, options=options,
+                                             on_event=on_event, lease=own)
+        assert not lease.released, "transcribe() on a released lease"
         t_admit = self.clock()
-        async with self.lease():
-            was_ready = self.state == State.READY
-            await self._await_load(on_event)
-            load_wait = 0.0 if was_ready else self.clock() - t_admit
-            async with self._slot(on_event):
-                t_start = self.clock()
-                worker = await self._await_load(on_event)  # it may have died while we queued
-                budget = policy.work_budget(pcm.duration_s, self.s.rtf_budget, self.s.budget_min_sec,
-                                            self.s.budget_margin_sec)
-                self.job = {"name": name, "done_s": 0.0, "total_s": round(pcm.duration_s, 3), "progress": 0.0}
-                self._changed()
+        was_ready = self.state == State.READY
+        await self._await_load(on_event)
+        load_wait = 0.0 if was_ready else self.clock() - t_admit
+        async with self._slot(on_event):
+            t_start = self.clock()
+            worker = await self._await_load(on_event)  # it may have died while we queued
+            self.job = {"name": name, "done_s": 0.0, "total_s": round(pcm.duration_s, 3), "progress": 0.0}
+            self._changed()
+            partial = Partial()
 
-                def relay(ev: dict[str, Any]) -> None:
-                    if ev.get("event") == "progress" and self.job is not None:
-                        total = float(ev.get("total_s") or 0) or 1.0
-                        self.job.update(done_s=ev["done_s"], progress=round(min(1.0, ev["done_s"] / total), 3))
-                        self._changed()
-                    if on_event:
-                        on_event(ev)
+            def relay(ev: dict[str, Any]) -> None:
+                partial.add(ev)
+                if ev.get("event") == "progress" and self.job is not None:
+                    total = float(ev.get("total_s") or 0) or 1.0
+                    self.job.update(done_s=ev["done_s"], progress=round(min(1.0, ev["done_s"] / total), 3))
+                    self._changed()
+                if on_event:
+                    on_event(ev)
 
-                try:
-                    result = await worker.transcribe(pcm, language=language, options=options, on_event=relay,
-                                                     budget=budget)
-                except errors.Timeout:
+            try:
+                result = await worker.transcribe(pcm, language=language, options=options, on_event=relay,
+                                                 stall_sec=self.s.stall_sec, max_sec=self.s.max_job_sec)
+            except errors.HasrError as e:
+                if isinstance(e, (errors.Timeout, errors.WorkerCrashed)):
                     await self._worker_failed(worker)
-                    raise
-                except errors.WorkerCrashed:
-                    await self._worker_failed(worker)
-                    if self.closing:
-                        raise errors.ShuttingDown("the daemon was stopped before this transcription finished "
-                                                  "(forced)") from None
-                    raise
-                except asyncio.CancelledError:
-                    if worker.dead.is_set() and self.worker is worker:
-                        self._forget_worker()  # it ignored Cancel and was killed: the next job needs a new one
-                    raise
-                finally:
-                    self.job = None
-                t_end = self.clock()
+                    if self.closing and isinstance(e, errors.WorkerCrashed):
+                        e = errors.ShuttingDown("the daemon was stopped before this transcription finished "
+                                                "(forced)")
+                partial.attach(e, language)
+                raise e from None
+            except asyncio.CancelledError:
+                if worker.dead.is_set() and self.worker is worker:
+                    self._forget_worker()  # it ignored Cancel and was killed: the next job needs a new one
+                raise
+            finally:
+                self.job = None
+            t_end = self.clock()
         timings = dict(result.get("timings") or {})
         timings["queue_s"] = round(t_start - t_admit - load_wait, 4)
         timings["load_s"] = round(load_wait, 4)
@@ -382,24 +497,27 @@ class Supervisor:
             self._load_listeners.discard(on_event)
 
     async def _worker_failed(self, worker: WorkerProcess) -> None:
-        if self.worker is worker:
+        if self.worker is worker and self.state == State.READY:
             self._forget_worker()
         await worker.stop(grace=0.5)
 
     # ---- explicit control -------------------------------------------------------------------------------
 
-    async def load(self, keep_alive: float | None | bool = False) -> dict[str, Any]:
-        """Preload (clears FATAL). ``keep_alive``: seconds, None for forever, False for the setting."""
+    async def load(self, keep_alive: KeepAlive | None = None) -> dict[str, Any]:
+        """Preload (clears FATAL and BACKOFF's delay). ``keep_alive`` replaces the loaded worker's, if given."""
         if self.state == State.FATAL:
             self.failures = 0
             self._set(State.STOPPED)
         elif self.state == State.BACKOFF:
             self.backoff_until = 0.0
-        if keep_alive is not False:
+        if self.state == State.STOPPING and self._stop_task:  # a keep-alive is for the worker we load next
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._stop_task)
+        if keep_alive is not None:
             self.keep_alive = keep_alive
         await self.ensure_ready()
         self.last_used = self.clock()
-        self._kick_reaper()
+        self._arm_ttl()
         return self.snapshot()
 
     async def unload(self) -> None:
@@ -415,21 +533,11 @@ class Supervisor:
         self._hold = True
         try:
             # A request that waited for that load may now be running: "after the running job" includes it.
-            while self.running:
-                await asyncio.sleep(0.02)
-            await self._stop_worker()  # no await before STOPPING is set once the load is done
+            await self._no_running.wait()
+            await self._stop_worker()
         finally:
             self._hold = False
             self._wake_queue()
-        self.keep_alive = False
-
-    def _wake_queue(self) -> None:
-        while self.waiting and self.running < self.s.max_concurrent:
-            fut = self.waiting.popleft()
-            if not fut.done():
-                self.running += 1
-                fut.set_result(None)
-        self._changed()
 
     async def _stop_worker(self) -> None:
         if self._load_task and not self._load_task.done():
@@ -441,8 +549,9 @@ class Supervisor:
         worker = self.worker
         if worker is None or self.state != State.READY:
             return
+        self._disarm_ttl()
         self._set(State.STOPPING)
-        self._stop_task = asyncio.create_task(self._do_stop(worker), name="hasr-stop")
+        self._stop_task = self._task(self._do_stop(worker), "hasr-stop")
         await asyncio.shield(self._stop_task)
 
     async def _do_stop(self, worker: WorkerProcess) -> None:
@@ -456,22 +565,32 @@ class Supervisor:
             if self.state == State.STOPPING:
                 self._set(State.STOPPED)
 
-    def _kick_reaper(self) -> None:
-        if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.create_task(self._reap(), name="hasr-ttl")
+    # ---- the TTL: one timer, armed when the last request ends, disarmed when one is admitted -------------
 
-    async def _reap(self) -> None:
-        """Unload the worker when its TTL has run out with nothing admitted."""
-        while self.state == State.READY:
-            left = policy.unload_in(self.clock(), self.last_used, self.ttl, self.in_flight)
-            if left is None:
-                return  # busy or kept alive: the lease's release kicks us again
-            if left <= 0:
-                log.info("worker idle for %.1f s (ttl %s): unloading", self.clock() - self.last_used, self.ttl)
-                await self._stop_worker()
-                self.keep_alive = False
-                return
-            await asyncio.sleep(min(left, 5.0))
+    def _arm_ttl(self) -> None:
+        self._disarm_ttl()
+        left = self.unload_in()
+        if left is None or self.closing:
+            return
+        self._ttl_timer = asyncio.get_running_loop().call_later(max(0.0, left), self._ttl_fired)
+
+    def _disarm_ttl(self) -> None:
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+            self._ttl_timer = None
+
+    def _ttl_fired(self) -> None:
+        self._ttl_timer = None
+        left = self.unload_in()
+        if left is None:
+            return
+        if left > 0:  # the clock moved differently from the loop's timer
+            self._arm_ttl()
+            return
+        log.info("worker idle for %.1f s (ttl %s): unloading", self.clock() - self.last_used, self.ttl)
+        self._task(self._stop_worker(), "hasr-ttl-unload")
+
+    # ---- exit -------------------------------------------------------------------------------------------
 
     def kill_now(self) -> None:
         """A forced exit: SIGKILL the worker (or the one still loading); every admitted request ends with
@@ -485,7 +604,41 @@ class Supervisor:
         await self._idle.wait()
 
     async def close(self) -> None:
-        """Daemon exit: refuse new work, finish what was admitted, stop the worker."""
+        """Daemon exit: refuse new work, finish what was admitted, stop the worker, end our tasks."""
         self.closing = True
+        self._disarm_ttl()
         await self._idle.wait()
         await self._stop_worker()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class Partial:
+    """The sentences a job made final, kept so that a failure can still hand them to the client."""
+
+    def __init__(self) -> None:
+        self.sentences: list[dict[str, Any]] = []
+        self.done_s = 0.0
+
+    def add(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("event")
+        if kind == "sentence":
+            self.sentences.append({k: ev.get(k) for k in ("index", "text", "engine", "start_s", "end_s")})
+        elif kind == "progress":
+            self.done_s = max(self.done_s, float(ev.get("done_s") or 0.0))
+
+    def attach(self, e: errors.HasrError, language: str) -> None:
+        if not self.sentences:
+            return
+        from hasrd.languages import UnknownLanguage, join_sentences, resolve
+
+        try:
+            code = resolve(language)[1] if language else ""
+        except UnknownLanguage:
+            code = ""
+        e.partial = {"text": join_sentences([str(s["text"]) for s in self.sentences], code),
+                     "sentences": self.sentences, "done_s": round(self.done_s, 3)}
+        e.message += (f" ({len(self.sentences)} sentence{'s' if len(self.sentences) != 1 else ''} up to "
+                      f"{self.done_s:.0f} s were final: kept in error.partial)")

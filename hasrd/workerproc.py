@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import array
 import asyncio
+import atexit
 import collections
+import contextlib
 import hashlib
 import itertools
 import logging
 import os
+import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from hasrd import errors
+from hasrd import errors, policy
 from hasrd import protocol as p
 from hasrd.pcm import PcmBuffer
 from hasrd.systemd import scrubbed_env
@@ -57,14 +61,13 @@ def package_shim() -> str:
     global _SHIM_DIR
     pkg = os.path.dirname(os.path.abspath(__file__))
     if _SHIM_DIR is None:
-        # $XDG_RUNTIME_DIR is private to us (systemd makes it); without it, a fresh mkdtemp directory, never a
-        # guessable /tmp path that another user could have planted first.
-        xdg = os.environ.get("XDG_RUNTIME_DIR")
         tag = hashlib.sha256(pkg.encode()).hexdigest()[:10]  # one per installation: two never swap one link
-        if xdg and os.path.isdir(xdg) and os.stat(xdg).st_uid == os.getuid():
-            _SHIM_DIR = os.path.join(xdg, f"hasr-pypath-{tag}")
-        else:
+        private = private_runtime_dir()
+        if private is not None:
+            _SHIM_DIR = os.path.join(private, f"hasr-pypath-{tag}")  # reused by every later daemon: no leak
+        else:  # nowhere private and lasting: a fresh directory, removed when the daemon exits
             _SHIM_DIR = tempfile.mkdtemp(prefix="hasr-pypath-")
+            atexit.register(shutil.rmtree, _SHIM_DIR, True)
     shim = _SHIM_DIR
     link = os.path.join(shim, "hasrd")
     try:
@@ -83,10 +86,30 @@ def package_shim() -> str:
     return shim
 
 
+def private_runtime_dir() -> str | None:
+    """$XDG_RUNTIME_DIR when it is ours; else /tmp/hasr-UID (config.runtime_dir()), made 0700 if absent,
+    when it is a real directory of ours that nobody else can write; else None. Never a path another user could
+    have planted first."""
+    from hasrd.config import runtime_dir
+
+    path = str(runtime_dir())
+    with contextlib.suppress(FileExistsError, OSError):
+        os.mkdir(path, 0o700)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    ok = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+    if ok and not os.environ.get("XDG_RUNTIME_DIR"):
+        ok = not st.st_mode & 0o077
+    return path if ok else None
+
+
 @dataclass
 class Pending:
     future: asyncio.Future[dict[str, Any]]
     on_event: EventSink | None
+    last_seen: float = 0.0  # when the worker last reported on this job (the stall watchdog's clock)
 
 
 @dataclass
@@ -113,7 +136,8 @@ class WorkerProcess:
         self.exit_code: int | None = None
         self._wlock = asyncio.Lock()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
-        self.cancel_grace = 30.0  # how long a cancelled job may take to notice before the worker is killed
+        self.oom_kills_at_start = oom_kills()
+        self.cancel_grace = 60.0  # how long a cancelled job may take to notice before the worker is killed
         self._tasks = [asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}-reader"),
                        asyncio.create_task(self._wait_exit(), name=f"worker-{self.pid}-wait")]
         if proc.stderr is not None:
@@ -173,8 +197,10 @@ class WorkerProcess:
     def _dispatch(self, msg: p.WorkerMsg) -> None:
         if isinstance(msg, (p.Progress, p.Draft, p.Sentence)):
             pend = self.pending.get(msg.id)
-            if pend and pend.on_event:
-                pend.on_event(_event_dict(msg))
+            if pend:
+                pend.last_seen = time.monotonic()
+                if pend.on_event:
+                    pend.on_event(_event_dict(msg))
         elif isinstance(msg, p.Result):
             pend = self.pending.pop(msg.id, None)
             if pend and not pend.future.done():
@@ -213,7 +239,9 @@ class WorkerProcess:
         if code is None:
             what = fallback
         elif code < 0:
-            what = f"killed by {signal.Signals(-code).name}" + (" (out of memory?)" if code == -9 else "")
+            what = f"killed by {signal.Signals(-code).name}"
+            if code == -signal.SIGKILL:
+                what += sigkill_cause(self.oom_kills_at_start, oom_kills())
         else:
             what = f"exited with code {code}"
         last = next((line for line in reversed(self.stderr_tail) if line.strip()), "")
@@ -322,20 +350,30 @@ class WorkerProcess:
         return msg
 
     async def transcribe(self, pcm: PcmBuffer, *, language: str = "", options: dict[str, Any] | None = None,
-                         on_event: EventSink | None = None, budget: float | None = None) -> dict[str, Any]:
-        """Run one request. On timeout the worker is killed (a stuck GPU call cannot be interrupted)."""
+                         on_event: EventSink | None = None, stall_sec: float = 0.0,
+                         max_sec: float = 0.0) -> dict[str, Any]:
+        """Run one request under the progress watchdog: a worker that reports nothing (progress, draft or
+        sentence) for ``stall_sec`` seconds (0: never) is stuck in a call that cannot be interrupted, so it is
+        killed; ``max_sec`` (0: none) caps the job however it progresses."""
         req_id = next(self.ids)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[req_id] = Pending(fut, on_event)
+        pend = Pending(fut, on_event)
+        self.pending[req_id] = pend
         msg = p.Transcribe(id=req_id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
                            options=dict(options or {}))
+        started = pend.last_seen = time.monotonic()
         try:
             await self._send(msg, fds=() if pcm.path else (pcm.fd,))
-            return await asyncio.wait_for(asyncio.shield(fut), budget)
-        except asyncio.TimeoutError:
-            self.kill(f"it exceeded the work budget of {budget:.0f} s and was killed")
-            raise errors.Timeout(f"the worker exceeded this request's work budget of {budget:.0f} s and was "
-                                 f"killed") from None
+            while True:
+                left, why = policy.watchdog_wait(time.monotonic(), started, pend.last_seen,
+                                                 stall_sec if stall_sec > 0 else float("inf"), max_sec)
+                await asyncio.wait([fut], timeout=None if left == float("inf") else max(0.0, left))
+                if fut.done():
+                    return fut.result()
+                left, why = policy.watchdog_wait(time.monotonic(), started, pend.last_seen,
+                                                 stall_sec if stall_sec > 0 else float("inf"), max_sec)
+                if left <= 0:
+                    raise self._watchdog(why, stall_sec, max_sec)
         except asyncio.CancelledError:
             # The client went away: ask the worker to stop, and keep the slot until it has. The handshake
             # runs in its own task and further cancellations (anyio cancels a scope's every await) are
@@ -352,6 +390,15 @@ class WorkerProcess:
             self.pending.pop(req_id, None)
             if fut.done() and not fut.cancelled():
                 fut.exception()  # mark retrieved
+
+    def _watchdog(self, why: str, stall_sec: float, max_sec: float) -> errors.HasrError:
+        if why == "cap":
+            self.kill(f"its job ran past HASR_MAX_JOB_SEC={max_sec:g} s and it was killed")
+            return errors.Timeout(f"the transcription ran longer than HASR_MAX_JOB_SEC={max_sec:g} s and was "
+                                  f"stopped (the worker was killed; the next request loads a new one)")
+        self.kill(f"it reported no progress for {stall_sec:g} s (HASR_STALL_SEC) and was killed")
+        return errors.Stalled(f"the worker reported no progress for {stall_sec:g} s (HASR_STALL_SEC) and was "
+                              f"killed; raise HASR_STALL_SEC if this machine is that slow")
 
     async def _cancel_and_wait(self, req_id: int, fut: asyncio.Future[dict[str, Any]]) -> None:
         try:
@@ -414,6 +461,39 @@ class WorkerProcess:
         self.signal_group(signal.SIGKILL)  # leftovers in the group (vLLM helpers)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         return self.proc.returncode
+
+
+def oom_kills(cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """How many processes of our cgroup (the worker shares it) an out-of-memory killer has killed: cgroup v2's
+    memory.events, or v1's memory.oom_control; None where neither can be read."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.strip().split(":", 2) for line in f]
+    except OSError:
+        return None
+    places = [os.path.join(cgroup_root, "memory", p.lstrip("/"), "memory.oom_control")
+              for _, ctl, p in lines if "memory" in ctl.split(",")]
+    places += [os.path.join(cgroup_root, p.lstrip("/"), "memory.events") for n, ctl, p in lines if n == "0"]
+    for place in places:
+        try:
+            with open(place) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def sigkill_cause(before: int | None, after: int | None) -> str:
+    """Why a worker we did not kill got SIGKILL, as far as the cgroup's OOM counter tells."""
+    if before is not None and after is not None:
+        if after > before:
+            return " (the kernel's out-of-memory killer: memory.events oom_kill went from {} to {})".format(
+                before, after)
+        return " (from outside hasr: not the out-of-memory killer)"
+    return " (from outside hasr, or the kernel's out-of-memory killer: see `journalctl -k`)"
 
 
 MAX_LOG_LINE = 2000  # characters of one worker line that reach the log

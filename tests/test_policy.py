@@ -1,4 +1,4 @@
-"""Lifecycle policy as pure functions: backoff, fatal, work budget, TTL, health and status lines."""
+"""Lifecycle policy as pure functions: backoff, fatal, the watchdog, TTL, idle exit, health and status lines."""
 
 from __future__ import annotations
 
@@ -14,9 +14,22 @@ def test_fatal_after_max_consecutive_failures_and_never_when_disabled() -> None:
     assert not policy.is_fatal(100, 0)
 
 
-def test_work_budget_grows_with_audio_and_has_a_floor() -> None:
-    assert policy.work_budget(10, 2.0, 60, 30) == 90
-    assert policy.work_budget(600, 2.0, 60, 30) == 1230
+def test_the_watchdog_waits_for_progress_not_for_a_budget_of_time() -> None:
+    # started 1000 s ago, progress 10 s ago: 110 s left of a 120 s stall time, however long the job has run
+    assert policy.watchdog_wait(now=2000, started=1000, last_progress=1990, stall=120, cap=0) == (110, "stalled")
+    assert policy.watchdog_wait(now=2000, started=1000, last_progress=1870, stall=120, cap=0)[0] <= 0
+    # the optional hard cap acts first when it is nearer
+    assert policy.watchdog_wait(now=2000, started=1000, last_progress=1990, stall=120, cap=1050) == (50, "cap")
+
+
+def test_an_idle_daemon_exits_idle_exit_after_the_last_request_not_after_the_worker_unload() -> None:
+    # quiet since t=0, worker already unloaded by its TTL: exit at 1800, not at TTL + 1800
+    assert policy.idle_exit_in(now=900, quiet_since=0, idle_exit=1800, loaded=False, unload_in=None) == 900
+    assert policy.idle_exit_in(now=1800, quiet_since=0, idle_exit=1800, loaded=False, unload_in=None) == 0
+    # a worker kept loaded past that holds the daemon until it unloads; one kept for ever holds it for ever
+    assert policy.idle_exit_in(now=100, quiet_since=0, idle_exit=1800, loaded=True, unload_in=3500) == 3500
+    assert policy.idle_exit_in(now=100, quiet_since=0, idle_exit=1800, loaded=True, unload_in=None) is None
+    assert policy.idle_exit_in(now=100, quiet_since=None, idle_exit=1800, loaded=False, unload_in=None) is None
 
 
 def test_ttl_counts_from_last_use_and_never_fires_while_busy_or_kept_alive() -> None:
