@@ -39,11 +39,13 @@ class Unreachable(CliError):
 class DaemonError(CliError):
     """The daemon answered with ``{"error": {code, message}}``: a 4xx is the caller's fault (exit 2)."""
 
-    def __init__(self, code: str, message: str, status: int | None = None) -> None:
+    def __init__(self, code: str, message: str, status: int | None = None,
+                 partial: dict[str, Any] | None = None) -> None:
         self.code = code
         self.status = status if status is not None else status_of(code)
         super().__init__(f"{message} ({code})", EXIT_USAGE if 400 <= self.status < 500 else EXIT_FAILED)
         self.detail = message
+        self.partial = partial if isinstance(partial, dict) else None  # the sentences a failed job made final
 
 
 
@@ -213,7 +215,7 @@ class Response:
         body = self.read()
         try:
             err = json.loads(body)["error"]
-            raise DaemonError(str(err["code"]), str(err["message"]), self.status)
+            raise DaemonError(str(err["code"]), str(err["message"]), self.status, err.get("partial"))
         except (ValueError, KeyError, TypeError):
             text = body.decode("utf-8", "replace").strip()[:200] or self.reason
             raise DaemonError("http_error", f"hasrd answered {self.status}: {text}", self.status) from None

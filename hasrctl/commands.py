@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -113,6 +114,7 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
         except CliError as e:
             named = name in e.message or (isinstance(item, output.Plan) and item.source in e.message)
             say(e.message if named else f"{name}: {e.message}")
+            _keep_partial(e, item, quiet)
             codes.append(e.exit_code)
     failed = [c for c in codes if c != EXIT_OK]
     if not failed:
@@ -120,6 +122,28 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
     if len(failed) == len(codes) and len(set(failed)) == 1:
         return failed[0]
     return EXIT_FAILED
+
+
+def _keep_partial(e: CliError, item: Any, quiet: bool) -> None:
+    """A job that failed after some sentences were final: keep their text, beside the output (NAME.partial,
+    never over the output itself) or on stdout."""
+    partial: dict[str, Any] = getattr(e, "partial", None) or {}
+    text = str(partial.get("text") or "").strip()
+    if not text:
+        return
+    target = getattr(item, "target", None)
+    if target is None:
+        output.emit(text + "\n")
+        return
+    kept = Path(f"{target}.partial")
+    try:
+        output.write(kept, text + "\n", True)
+    except CliError as err:
+        say(err.message)
+        return
+    if not quiet:
+        say(f"kept the {len(partial.get('sentences') or [])} final sentence(s) up to "
+            f"{float(partial.get('done_s') or 0):.0f} s in {kept}")
 
 
 def _transcribe(client: Client, item: output.Plan, language: str | None, view: terminal.View) -> dict[str, Any]:

@@ -45,7 +45,8 @@ def _feed(kind: str, ev: dict[str, Any], view: View) -> None:
 
 def _error(ev: dict[str, Any]) -> DaemonError:
     err = ev.get("error") or {}
-    return DaemonError(str(err.get("code") or "runtime_failure"), str(err.get("message") or "failed"))
+    return DaemonError(str(err.get("code") or "runtime_failure"), str(err.get("message") or "failed"),
+                       partial=err.get("partial"))
 
 
 def _follow(events: Any, view: View) -> dict[str, Any]:

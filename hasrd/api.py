@@ -1,24 +1,31 @@
 """The HTTP API of DESIGN.md over the daemon's socket (Starlette app; uvicorn serves it).
 
 Every error is ``{"error": {"code", "message"}}`` with its status; 503 carries Retry-After. Audio is
-validated and decoded here, before the supervisor (and so the worker) is touched: bad input never wakes
-the GPU. Decoding runs in a thread so /health is never blocked.
+validated and decoded here, before the worker is touched: bad input never wakes the GPU. A request's order:
+JSON (at most MAX_JSON_BYTES, MAX_JSON_DEPTH deep) and fields checked, a named file checked, then admitted
+(counted by the supervisor, so neither the TTL nor the idle exit acts under it), then decoded in a thread (at
+most DECODES_AT_ONCE at a time), then transcribed. The client going away cancels whatever step it is in, for
+plain and streamed responses alike, and the admission is released exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import grp
 import json
 import logging
 import os
+import pwd
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, TypeVar
 
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as _StarletteJSON
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -28,9 +35,10 @@ from hasrd import protocol as proto
 from hasrd.config import Settings
 from hasrd.events import Broadcaster
 from hasrd.pcm import PcmBuffer
-from hasrd.supervisor import Supervisor
+from hasrd.supervisor import KeepAlive, Lease, Supervisor
 
 log = logging.getLogger("hasrd.api")
+T = TypeVar("T")
 DECODES_AT_ONCE = 2
 
 
@@ -41,7 +49,8 @@ class Daemon:
     events: Broadcaster
     request_stop: Callable[[], None] = lambda: None
     uid: int = field(default_factory=os.getuid)
-    group_socket: bool = False  # the socket is group-accessible (system-wide install)
+    group_socket: bool = False  # the socket is group-accessible
+    shared_gid: int | None = None  # HASR_SHARED_GROUP's gid: its members may use a group-accessible socket
     decode_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(DECODES_AT_ONCE))
 
 
@@ -60,21 +69,50 @@ def caller_uid(request: Request) -> int | None:
     return None
 
 
-def check_access(d: Daemon, request: Request, *, control: bool = False) -> None:
-    """Only the daemon's owner (or root, or the socket's group in a system-wide install) may call.
+def caller_gid(request: Request) -> int | None:
+    client = request.scope.get("client")
+    if client and isinstance(client[0], str) and client[0].startswith("peer:") and client[0].count(":") == 2:
+        return int(client[0].rsplit(":", 1)[1])
+    return None
 
-    A TCP caller (the unit's optional TCP socket) cannot be identified: it may transcribe uploads and read
-    state, but not control the daemon (``control``: load, unload, stop).
+
+def in_group(uid: int, gid: int | None, group: int) -> bool:
+    """Whether a caller belongs to ``group``: its primary gid (from the socket), or the group's member list
+    (the user database: /proc of other users is hidden under ProtectProc=invisible)."""
+    if gid == group:
+        return True
+    try:
+        name = pwd.getpwuid(uid).pw_name
+        return name in grp.getgrgid(group).gr_mem or pwd.getpwuid(uid).pw_gid == group
+    except KeyError:
+        return False
+
+
+def check_access(d: Daemon, request: Request, *, control: bool = False, names: bool = False) -> None:
+    """Who may call. The daemon's owner and root: everything. Members of HASR_SHARED_GROUP on a
+    group-accessible socket (the system-wide install): transcriptions and state, not ``control`` (load, unload,
+    stop). A TCP caller cannot be identified: transcriptions of uploads only, nothing that ``names`` files or
+    jobs (/api/ps, /api/events) and no control.
     """
     uid = caller_uid(request)
     if uid is None:
         if control:
             raise errors.Forbidden("a caller over TCP cannot be identified, so it may not load, unload or stop "
                                    "the daemon; use the Unix socket")
+        if names:
+            raise errors.Forbidden(f"{request.url.path} is not served over TCP: it names the files being "
+                                   f"transcribed; use the Unix socket")
         return
-    if uid in (d.uid, 0) or d.group_socket:
+    if uid in (d.uid, 0):
         return
-    raise errors.Forbidden(f"uid {uid} may not use this daemon (it belongs to uid {d.uid})")
+    member = d.group_socket and d.shared_gid is not None and in_group(uid, caller_gid(request), d.shared_gid)
+    if member and not control:
+        return
+    if member:
+        raise errors.Forbidden(f"uid {uid} may not load, unload or stop this daemon: only its owner (uid {d.uid}) "
+                               f"and root may")
+    raise errors.Forbidden(f"uid {uid} may not use this daemon (it belongs to uid {d.uid}"
+                           + (f"; members of HASR_SHARED_GROUP may" if d.shared_gid is not None else "") + ")")
 
 
 def check_path_access(d: Daemon, request: Request) -> None:
@@ -87,29 +125,132 @@ def check_path_access(d: Daemon, request: Request) -> None:
                                "upload the audio instead of naming a path (the `file` field)")
 
 
-async def decode(d: Daemon, source: Any, name: str) -> tuple[PcmBuffer, dict[str, Any]]:
-    """Validate and decode to a memfd in a thread; map every failure to a typed 4xx.
-
-    A request the queue would refuse is refused first (no decoding for nothing), and at most
-    DECODES_AT_ONCE decodes run together, so a burst of long files cannot pin all memory and cores.
-    """
+async def check_path(path: str) -> None:
+    """A named file's checks (absolute, exists, regular, readable, non-empty) before the request waits for
+    anything: a typo is answered at once, not after the decodes ahead of it."""
     from hasrd import audio
 
-    d.supervisor.check_admission()
+    await asyncio.to_thread(audio.check_path, path)
+
+
+async def decode(d: Daemon, source: Any, name: str) -> tuple[PcmBuffer, dict[str, Any]]:
+    """Decode to a memfd in a thread, at most DECODES_AT_ONCE at a time (a burst of long files cannot pin all
+    memory and cores); map every failure to a typed 4xx. Cancelling stops the decode at its next packet."""
+    from hasrd import audio
+
     async with d.decode_slots:
-        d.supervisor.check_admission()
-        return await _decode(d, source, name, audio)
+        stop = threading.Event()
+
+        def work() -> tuple[PcmBuffer, dict[str, Any]]:
+            fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name,
+                                             stop=stop.is_set)
+            buf = PcmBuffer(fd)
+            buf.frames = info.frames
+            return buf, info.to_json()
+
+        fut = asyncio.get_running_loop().run_in_executor(None, work)
+        fut.add_done_callback(_close_if_abandoned)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            stop.set()  # the thread stops at its next packet; the done callback closes what it made
+            fut.abandoned = True  # type: ignore[attr-defined]
+            raise
 
 
-async def _decode(d: Daemon, source: Any, name: str, audio: Any) -> tuple[PcmBuffer, dict[str, Any]]:
+def _close_if_abandoned(fut: asyncio.Future[tuple[PcmBuffer, dict[str, Any]]]) -> None:
+    if getattr(fut, "abandoned", False) and not fut.cancelled() and fut.exception() is None:
+        fut.result()[0].close()
+    elif not fut.cancelled():
+        fut.exception()  # retrieved: the awaiting request got it, or left
 
-    def work() -> tuple[PcmBuffer, dict[str, Any]]:
-        fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name)
-        buf = PcmBuffer(fd)
-        buf.frames = info.frames
-        return buf, info.to_json()
 
-    return await asyncio.to_thread(work)
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Run ``work`` while watching the connection: the client going away (the OpenAI SDK's default
+    non-streaming call, Ctrl-C on curl) cancels it at once, which cancels the job in the worker and frees its
+    place in the queue. The body must have been read: what the server delivers next is the disconnect."""
+    task: asyncio.Future[T] = asyncio.ensure_future(work)
+    watcher: asyncio.Future[Any] = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait([task, watcher], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        raise errors.Cancelled("the client went away; the transcription was cancelled")
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+async def _disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class LeasedStream(StreamingResponse):
+    """A streamed job's response: its admission and PCM are released when the response ends, however it
+    ends, even if the stream never started (the client left before the first byte)."""
+
+    def __init__(self, content: AsyncIterator[bytes], lease: Lease, pcm: PcmBuffer, **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self.lease, self.pcm = lease, pcm
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(BaseException):
+                    await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            self.pcm.close()
+            self.lease.release()
+
+
+MAX_JSON_BYTES = 1 << 20
+MAX_JSON_DEPTH = 16
+
+
+async def read_json(request: Request, example: str) -> Any:
+    """The body as JSON: 413 past MAX_JSON_BYTES (counted while reading, never read whole first), 400 when it
+    is not JSON or nests deeper than MAX_JSON_DEPTH."""
+    length = request.headers.get("content-length", "")
+    too_big = errors.TooLarge(f"the JSON body is over the {MAX_JSON_BYTES // 1024} KiB limit")
+    if length.isdigit() and int(length) > MAX_JSON_BYTES:
+        raise too_big
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_JSON_BYTES:
+            raise too_big
+    if not raw.strip():
+        return None
+    try:
+        obj = json.loads(bytes(raw))
+    except RecursionError:
+        raise errors.BadRequest(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError):
+        raise errors.BadRequest(f"the body must be JSON like {example}") from None
+    if json_depth(obj) > MAX_JSON_DEPTH:
+        raise errors.BadRequest(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+    return obj
+
+
+def json_depth(obj: Any) -> int:
+    """How deeply lists and objects nest (a scalar is 0), without recursion."""
+    deepest, todo = 0, [(obj, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth)
+            todo.extend((x, depth + 1) for x in item if isinstance(x, (dict, list)))
+    return deepest
 
 
 def dumps(obj: Any) -> bytes:
@@ -143,13 +284,13 @@ def check_language(language: str) -> str:
     return language
 
 
-async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, name: str, audio_path: str | None,
-                  language: str, options: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None
-                  ) -> dict[str, Any]:
+async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, lease: Lease, name: str,
+                  audio_path: str | None, language: str, options: dict[str, Any],
+                  on_event: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         result = await d.supervisor.transcribe(pcm, name=name, language=language, options=options,
-                                               on_event=on_event)
+                                               on_event=on_event, lease=lease)
     finally:
         pcm.close()
     result["audio_path"] = shown(audio_path) if audio_path is not None else None
@@ -234,12 +375,9 @@ async def health(request: Request) -> Response:
 async def transcribe(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)
-    try:
-        body = await request.json()
-    except (ValueError, UnicodeDecodeError):
-        raise errors.BadRequest("the body must be JSON like {\"audio_path\": \"/abs/file.wav\"}") from None
+    body = await read_json(request, '{"audio_path": "/abs/file.wav"}')
     if not isinstance(body, dict):
-        raise errors.BadRequest("the body must be a JSON object")
+        raise errors.BadRequest("the body must be a JSON object like {\"audio_path\": \"/abs/file.wav\"}")
     path = body.get("audio_path")
     if not isinstance(path, str) or not path:
         raise errors.InvalidAudio("audio_path is required: an absolute path to an audio file", code="path_required")
@@ -249,12 +387,29 @@ async def transcribe(request: Request) -> Response:
         raise errors.BadRequest("language must be a string and options an object")
     check_language(language)
     check_path_access(d, request)
+    await check_path(path)
     name = shown(os.path.basename(path))
-    pcm, info = await decode(d, path, name)
     job: dict[str, Any] = dict(name=name, audio_path=path, language=language, options=options)
-    if "application/x-ndjson" in request.headers.get("accept", ""):
-        return StreamingResponse(stream_job(d, pcm, info, jsonl, **job), media_type="application/x-ndjson")
-    return JSONResponse(await run_job(d, pcm, info, on_event=None, **job))
+    stream = "application/x-ndjson" in request.headers.get("accept", "")
+    return await admitted(d, request, path, job, jsonl if stream else None, "application/x-ndjson", JSONResponse)
+
+
+async def admitted(d: Daemon, request: Request, source: Any, job: dict[str, Any],
+                   render: Callable[[dict[str, Any]], bytes | None] | None, media_type: str,
+                   respond: Callable[[dict[str, Any]], Response]) -> Response:
+    """Admit, decode and run one job; ``render`` streams its events (None: one response at the end)."""
+    lease = d.supervisor.admit()
+    handed_on = False
+    try:
+        pcm, info = await until_disconnected(request, decode(d, source, job["name"]))
+        if render is not None:
+            handed_on = True  # the response releases the lease, however it ends
+            return LeasedStream(stream_job(d, pcm, info, render, lease=lease, **job), lease, pcm,
+                                media_type=media_type, headers={"Cache-Control": "no-cache"})
+        return respond(await until_disconnected(request, run_job(d, pcm, info, on_event=None, lease=lease, **job)))
+    finally:
+        if not handed_on:
+            lease.release()
 
 
 # ---- OpenAI-compatible --------------------------------------------------------------------------------------
@@ -291,23 +446,22 @@ async def openai_transcriptions(request: Request) -> Response:
         if size > limit:
             raise errors.TooLarge(f"the upload is {_mb(size)}; the limit is {_mb(limit)} (HASR_MAX_UPLOAD_MB)")
         name = shown(upload.filename or "upload")
-        pcm, info = await decode(d, f, name)
+        source: Any = f
         audio_path = None
     elif isinstance(path, str) and path:
         check_path_access(d, request)
+        await check_path(path)
         name = shown(os.path.basename(path))
-        pcm, info = await decode(d, path, name)
-        audio_path = path
+        source = audio_path = path
     else:
         raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required")
-    await form.close()
     job: dict[str, Any] = dict(name=name, audio_path=audio_path, language=language, options=options)
-    if stream:
-        return StreamingResponse(stream_job(d, pcm, info, sse, **job), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
-    result = await run_job(d, pcm, info, on_event=None, **job)
-    body = formats.render(result, fmt)
-    return Response(body, media_type=formats.content_type(fmt))
+    try:
+        return await admitted(d, request, source, job, sse if stream else None, "text/event-stream",
+                              lambda result: Response(formats.render(result, fmt),
+                                                      media_type=formats.content_type(fmt)))
+    finally:
+        await form.close()
 
 
 async def read_form(request: Request, limit: int) -> Any:
@@ -365,7 +519,7 @@ async def models(request: Request) -> Response:
 
 async def ps(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
-    check_access(d, request)
+    check_access(d, request, names=True)
     snap = d.supervisor.snapshot()
     if snap["pid"] and str(snap["identity"].get("device") or "").startswith("cuda"):
         from hasrd import gpu
@@ -385,19 +539,18 @@ def _pgid(pid: int) -> int | None:
 async def load(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request, control=True)
-    keep: float | None | bool = False
-    raw = await request.body()
-    if raw.strip():
+    body = await read_json(request, '{"keep_alive": 600}')
+    keep: KeepAlive | None = None
+    if isinstance(body, dict) and body.get("keep_alive") is not None:
+        k = body["keep_alive"]
+        if isinstance(k, bool) or not isinstance(k, (int, float, str)):
+            raise errors.BadRequest("keep_alive must be a number of seconds (<0 = forever)")
         try:
-            body = json.loads(raw)
+            keep = KeepAlive.parse(float(k))
         except ValueError:
-            raise errors.BadRequest("the body must be JSON like {\"keep_alive\": 600}") from None
-        if isinstance(body, dict) and body.get("keep_alive") is not None:
-            try:
-                k = float(body["keep_alive"])
-            except (TypeError, ValueError):
-                raise errors.BadRequest("keep_alive must be a number of seconds (<0 = forever)") from None
-            keep = None if k < 0 else k
+            raise errors.BadRequest("keep_alive must be a number of seconds (<0 = forever)") from None
+    elif body is not None and not isinstance(body, dict):
+        raise errors.BadRequest("the body must be a JSON object like {\"keep_alive\": 600}")
     return JSONResponse(await d.supervisor.load(keep))
 
 
@@ -417,7 +570,7 @@ async def stop(request: Request) -> Response:
 
 async def events(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
-    check_access(d, request)
+    check_access(d, request, names=True)
 
     async def gen() -> AsyncIterator[bytes]:
         q = d.events.subscribe()
@@ -457,6 +610,12 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": {"code": code, "message": msg}}, status_code=exc.status_code)
 
 
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """The client closed the connection (or was timed out) before its request arrived whole: expected, so
+    neither a traceback nor a 500; nobody reads this answer."""
+    return JSONResponse({"error": {"code": "cancelled", "message": "the client went away"}}, status_code=499)
+
+
 async def internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return JSONResponse({"error": {"code": "internal", "message": f"{type(exc).__name__}: {exc}"}},
@@ -477,6 +636,6 @@ def make_app(d: Daemon) -> Starlette:
         Route("/api/version", version, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={errors.HasrError: hasr_error, HTTPException: http_error,
-                                                       Exception: internal_error})
+                                                       ClientDisconnect: client_gone, Exception: internal_error})
     app.state.daemon = d
     return app

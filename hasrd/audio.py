@@ -32,7 +32,7 @@ import stat
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol, Union, cast
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Callable, Protocol, Union, cast
 
 import av
 import av.filter
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # numpy is imported by decode_to_array only: the daemon's dec
     import numpy as np
 
 from hasrd.errors import (AUDIO_DECODE_CODES, AUDIO_PATH_CODES, AudioDecodeError, AudioPathError, AudioTooLong,
-                          HasrError)
+                          Cancelled, HasrError)
 
 SAMPLE_RATE = 16_000
 BYTES_PER_FRAME = 4  # float32
@@ -53,6 +53,7 @@ _EARLY_SLACK = 1.25
 # Give up on input whose first packets all fail (random bytes that probe as mp3): no need to walk 1 GB of it.
 _MAX_LEADING_FAILURES = 64
 _LITTLE = sys.byteorder == "little"
+_GROUP_SEC = 0.5  # decoded audio gathered into one frame before the filter graph (memory stays a second at most)
 
 Source = Union[str, bytes, bytearray, memoryview, IO[bytes]]
 
@@ -173,22 +174,36 @@ class _Resampler:
         self._sink: av.filter.context.FilterContext | None = None
 
     def resample(self, frame: av.AudioFrame | None) -> list[av.AudioFrame]:
-        if frame is None:
-            if self._graph is None:
-                return []
-            self._graph.push(None)
-            rest = self._drain()
-            self._graph = self._sink = self._key = None
-            return rest
-        key = (frame.format.name, frame.layout.name, frame.sample_rate)
+        return self.resample_many([frame])
+
+    def resample_many(self, frames: list[av.AudioFrame | None]) -> list[av.AudioFrame]:
+        """Push frames (None flushes), then drain once: the sink says "no more for now" by raising, so one drain
+        per batch instead of one per frame is most of the decoder's speed on short-packet formats (WAV, Opus)."""
         out: list[av.AudioFrame] = []
-        if key != self._key:
-            out = self.resample(None)
-            self._build(frame)
-            self._key = key
-        assert self._graph is not None
-        self._graph.push(frame)
-        return out + self._drain()
+        pushed = False
+        for frame in frames:
+            if frame is None:
+                if self._graph is not None:
+                    self._graph.push(None)
+                    out += self._drain()
+                    self._graph = self._sink = self._key = None
+                pushed = False
+                continue
+            key = (frame.format.name, frame.layout.name, frame.sample_rate)
+            if key != self._key:
+                if self._graph is not None:
+                    if pushed:
+                        out += self._drain()
+                    self._graph.push(None)
+                    out += self._drain()
+                self._build(frame)
+                self._key = key
+            assert self._graph is not None
+            self._graph.push(frame)
+            pushed = True
+        if pushed:
+            out += self._drain()
+        return out
 
     def _build(self, frame: av.AudioFrame) -> None:
         g = av.filter.Graph()
@@ -201,7 +216,8 @@ class _Resampler:
             gain = repr(1.0 / n)  # exact in float for 1, 2, 4, 8 channels
             nodes.append(g.add("aformat", sample_fmts="fltp"))  # mix in float, not in the decoder's s16/s32
             nodes.append(g.add("pan", "mono|c0=" + "+".join(f"{gain}*c{i}" for i in range(n))))
-        nodes.append(g.add("aresample", out_sample_rate=str(SAMPLE_RATE)))
+        if rate != SAMPLE_RATE:  # at 16 kHz already, aformat converts the samples alone (a copy less)
+            nodes.append(g.add("aresample", out_sample_rate=str(SAMPLE_RATE)))
         # Planar mono is one plane of packed float32: the bytes of "flt" without a conversion pass.
         nodes.append(g.add("aformat", sample_fmts="fltp", channel_layouts="mono", sample_rates=str(SAMPLE_RATE)))
         nodes.append(g.add("abuffersink"))
@@ -217,6 +233,34 @@ class _Resampler:
                 out.append(cast(av.AudioFrame, self._sink.pull()))
             except (av.error.BlockingIOError, av.error.EOFError):  # wants more input / flushed
                 return out
+
+
+class _Grouper:
+    """Decoded frames gathered into frames of about _GROUP_SEC (an FFmpeg FIFO): WAV and Opus packets hold
+    1,024 samples or less, and each frame costs a push, a pull and a write in Python; grouped, the decoder keeps
+    up with ``faster_whisper.decode_audio`` (which groups the same way). A format change flushes the group."""
+
+    def __init__(self) -> None:
+        self._fifo: av.AudioFifo | None = None
+        self._key: tuple[str, str, int] | None = None
+
+    def add(self, decoded: list[av.AudioFrame]) -> list[av.AudioFrame | None]:
+        out: list[av.AudioFrame | None] = []
+        for frame in decoded:
+            key = (frame.format.name, frame.layout.name, frame.sample_rate)
+            if key != self._key or self._fifo is None:
+                out += self.flush()
+                self._fifo, self._key = av.AudioFifo(), key
+            frame.pts = None  # the FIFO checks that timestamps follow on; damaged input skips some
+            self._fifo.write(frame)
+            if self._fifo.samples >= frame.sample_rate * _GROUP_SEC:
+                out.append(self._fifo.read())
+        return out
+
+    def flush(self) -> list[av.AudioFrame | None]:
+        if self._fifo is None or not self._fifo.samples:
+            return []
+        return [self._fifo.read()]
 
 
 def _write_all(out: Writer, frame: av.AudioFrame) -> int:
@@ -262,23 +306,25 @@ def _remaining(f: IO[bytes]) -> int | None:
 
 
 def decode(source: Source, out: Writer, *, max_audio_sec: float | None = None,
-           name: str | None = None) -> AudioInfo:
+           name: str | None = None, stop: Callable[[], bool] = lambda: False) -> AudioInfo:
     """Decode a path (checked as by :func:`check_path`), bytes or a seekable binary file into ``out``.
 
-    Writes 16 kHz mono float32 LE PCM to ``out`` as it goes; ``name`` labels an upload in messages.
+    Writes 16 kHz mono float32 LE PCM to ``out`` as it goes; ``name`` labels an upload in messages; ``stop()``
+    is asked between packets (the client left: Cancelled).
     Raises AudioPathError / AudioDecodeError / AudioTooLong (400) or HasrError ``pcm_store_failed`` (500).
     """
     t0 = time.perf_counter()
     f, label, owned = _as_file(source, name)
     shown = f"'{label}'" if isinstance(source, (str, os.PathLike)) else label
     try:
-        return _decode_file(f, shown, out, max_audio_sec, t0)
+        return _decode_file(f, shown, out, max_audio_sec, t0, stop)
     finally:
         if owned:
             f.close()
 
 
-def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t0: float) -> AudioInfo:
+def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t0: float,
+                 stop: Callable[[], bool]) -> AudioInfo:
     try:
         container = av.open(f, mode="r", io_open=_refuse_nested_open, metadata_errors="ignore",
                             buffer_size=1 << 16)
@@ -301,7 +347,7 @@ def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t
         if max_sec is not None and declared is not None and declared > max_sec * _EARLY_SLACK + 1:
             raise _too_long(shown, declared, max_sec)
         max_frames = None if max_sec is None else int(max_sec * SAMPLE_RATE) + 1
-        frames, damaged = _pump(container, stream, out, shown, max_frames, max_sec)
+        frames, damaged = _pump(container, stream, out, shown, max_frames, max_sec, stop)
         if frames == 0:
             if damaged:
                 raise AudioDecodeError(f"{shown} could not be decoded: none of its {ctx.name} audio "
@@ -337,9 +383,10 @@ def _secs(s: float) -> str:
 
 
 def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int | None,
-          max_sec: float | None) -> tuple[int, int]:
+          max_sec: float | None, stop: Callable[[], bool]) -> tuple[int, int]:
     """Demux, decode, resample and write; return (frames written, damaged packets)."""
     resampler = _Resampler()
+    grouper = _Grouper()
     frames = damaged = 0
     packets = container.demux(stream)
     while True:
@@ -352,6 +399,8 @@ def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int 
             break
         except OSError as e:
             raise AudioPathError(f"{shown} cannot be read: {e.strerror or e}", code="read_error") from None
+        if stop():
+            raise Cancelled(f"decoding {shown} was stopped: the client went away")
         try:
             decoded = packet.decode()
         except av.error.FFmpegError:
@@ -359,12 +408,13 @@ def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int 
             if frames == 0 and damaged >= _MAX_LEADING_FAILURES:
                 break
             continue
-        for frame in decoded:
-            frames += _emit(resampler.resample(frame), out)
-        if max_frames is not None and frames > max_frames:
-            assert max_sec is not None
-            raise _too_long(shown, frames / SAMPLE_RATE, max_sec)
-    frames += _emit(resampler.resample(None), out)
+        batch = grouper.add(decoded)
+        if batch:
+            frames += _emit(resampler.resample_many(batch), out)
+            if max_frames is not None and frames > max_frames:
+                assert max_sec is not None
+                raise _too_long(shown, frames / SAMPLE_RATE, max_sec)
+    frames += _emit(resampler.resample_many([*grouper.flush(), None]), out)
     if max_frames is not None and frames > max_frames:
         assert max_sec is not None
         raise _too_long(shown, frames / SAMPLE_RATE, max_sec)
@@ -391,16 +441,16 @@ def decode_to_array(source: Source, *, max_audio_sec: float | None = None,
     return np.frombuffer(buf.getbuffer(), dtype="<f4").astype(np.float32), info
 
 
-def decode_to_memfd(source: Source, *, max_audio_sec: float | None = None,
-                    name: str | None = None) -> tuple[int, AudioInfo]:
+def decode_to_memfd(source: Source, *, max_audio_sec: float | None = None, name: str | None = None,
+                    stop: Callable[[], bool] = lambda: False) -> tuple[int, AudioInfo]:
     """Decode into a new sealed memfd ("hasr-pcm"); return (fd, info). The caller owns and closes the fd.
 
     The memfd is sealed against writes, growth and shrinking, so the worker can map it and trust its size.
     """
     fd = os.memfd_create("hasr-pcm", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        with open(fd, "wb", closefd=False) as out:
-            info = decode(source, out, max_audio_sec=max_audio_sec, name=name)
+        with open(fd, "wb", buffering=1 << 20, closefd=False) as out:
+            info = decode(source, out, max_audio_sec=max_audio_sec, name=name, stop=stop)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
                     fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
         os.lseek(fd, 0, os.SEEK_SET)

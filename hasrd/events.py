@@ -16,6 +16,7 @@ class Broadcaster:
         self._subs: set[asyncio.Queue[dict[str, Any]]] = set()
         self._last_status = ""
         self.closed = False
+        self.on_subscribers: Callable[[], None] = lambda: None  # the idle exit counts followers apart
 
     def publish(self, snap: dict[str, Any]) -> None:
         if snap == self.latest:
@@ -46,10 +47,12 @@ class Broadcaster:
         if self.latest:
             q.put_nowait(self.latest)
         self._subs.add(q)
+        self.on_subscribers()
         return q
 
     def unsubscribe(self, q: asyncio.Queue[dict[str, Any]]) -> None:
         self._subs.discard(q)
+        self.on_subscribers()
 
     @property
     def subscribers(self) -> int:

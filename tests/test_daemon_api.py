@@ -17,8 +17,7 @@ from tests.daemon import Hasrd, write_wav
 
 @pytest.fixture
 def daemon(short_tmp: str) -> Iterator[Hasrd]:
-    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_MAX_UPLOAD_MB": "1", "HASR_BUDGET_MIN_SEC": "3",
-                                                      "HASR_BUDGET_MARGIN_SEC": "0"})
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_MAX_UPLOAD_MB": "1", "HASR_STALL_SEC": "3"})
     yield d
     assert d.stop() == 0, d.log()
 

@@ -241,15 +241,15 @@ def test_a_daemon_whose_load_failed_once_still_exits_when_idle(short_tmp: str) -
 
 
 def test_crash_timeout_and_queue_full_each_get_their_status_and_the_next_request_works(short_tmp: str) -> None:
-    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_BUDGET_MIN_SEC": "0.5", "HASR_BUDGET_MARGIN_SEC": "0",
-                                                      "HASR_MAX_QUEUE": "1"})
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_STALL_SEC": "0.5", "HASR_MAX_QUEUE": "1"})
     try:
         wav = write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
         r = transcribe(d.sock, wav, {"fake": {"crash": True}})
         assert r.status_code == 500 and r.json()["error"]["code"] == "worker_crashed"
         assert transcribe(d.sock, wav).status_code == 200
         r = transcribe(d.sock, wav, {"fake": {"hang": True}})
-        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        assert r.status_code == 504 and r.json()["error"]["code"] == "stalled"
+        assert "HASR_STALL_SEC" in r.json()["error"]["message"]
         assert transcribe(d.sock, wav).status_code == 200
         results: list[int] = []
         slow: Callable[[], None] = lambda: results.append(transcribe(d.sock, wav, {"fake": {"rtf": 0.8}}).status_code)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,35 @@ def test_a_favoured_language_wins_a_close_race_but_not_a_clear_one() -> None:
     assert language_id.vote(spanish, favoured=("zh", "en"))[0] == "es"
     assert language_id.locale_language({"LANG": "de_DE.UTF-8"}) == "de"
     assert language_id.locale_language({"LANG": "C.UTF-8"}) == ""
+
+
+def test_a_cancel_stops_a_long_transcription_within_one_batch_and_the_worker_keeps_its_model(
+        mandarin: np.ndarray) -> None:
+    long = np.concatenate([mandarin] * 4)  # ~160 s: far more work than one batch
+    w = WorkerClient("whisper", env={"HASR_FW_MODEL": model_dir(), "HASR_FW_DEVICE": "cpu", "PYTHONPATH": with_path()})
+    try:
+        assert isinstance(w.handshake()[-1], p.Ready)
+        w.sock.settimeout(120)
+        w.submit(1, long, language="zh")
+        t_start = time.monotonic()
+        while True:  # the first clip is decoded alone: progress moves within seconds
+            m = w.recv()
+            if isinstance(m, p.Progress) and m.done_s > 0:
+                break
+        first_clip = time.monotonic() - t_start
+        w.send(p.Cancel(id=1))
+        t0 = time.monotonic()
+        events, end = w.collect(1)
+        took = time.monotonic() - t0
+        print(f"cancel acknowledged after {took:.2f} s (the first clip took {first_clip:.2f} s)")
+        assert isinstance(end, p.Failed) and end.code == "cancelled", end
+        done = max([e.done_s for e in events if isinstance(e, p.Progress)] or [0.0])
+        assert done < len(long) / SR * 0.6  # it stopped early, not at the end
+        # within one batch of two clips (each like the first): far below cancel_grace_sec, so no kill
+        assert took < max(15.0, 4 * first_clip), (took, first_clip)
+        assert took < config.Settings().cancel_grace_sec / 2
+        _events, res = w.transcribe(2, load("zh_nihao_shijie"), language="zh")  # the same process, model loaded
+        assert isinstance(res, p.Result) and res.result["final"]
+        assert w.proc.poll() is None
+    finally:
+        w.close()
