@@ -6,8 +6,11 @@
   transcription runs (fake engine at real-time speed). Target p99 ≤ 10 ms.
 - daemon RSS when idle: right after start, and after a transcription once the worker is unloaded.
   Target ≤ 60 MB.
+- decode speed (x real time) of hasr's decoder beside ``faster_whisper.decode_audio`` and an ``ffmpeg`` pipe
+  on the same files (WAV 16 kHz mono and 44.1 kHz stereo, MP3, FLAC, AAC, Opus; noise of --decode-min
+  minutes, made with ffmpeg), best of 3, interleaved. Target: hasr / decode_audio <= 1.0 (issue 11).
 
-    python benchmarks/daemon.py [--runs 10]
+    python benchmarks/daemon.py [--runs 10] [--decode-min 10] [--decode-only]
 """
 
 from __future__ import annotations
@@ -103,12 +106,72 @@ async def health_under_load(path: str, clients: int, seconds: float) -> list[flo
     return lat
 
 
+DECODE_FILES = {  # name: ffmpeg output options
+    "wav 16k mono": ["-ar", "16000", "-ac", "1", "x.wav"],
+    "wav 44.1k stereo": ["-ar", "44100", "-ac", "2", "y.wav"],
+    "mp3 128k stereo": ["-ar", "44100", "-ac", "2", "-b:a", "128k", "x.mp3"],
+    "flac 48k stereo": ["-ar", "48000", "-ac", "2", "x.flac"],
+    "aac 128k stereo": ["-ar", "44100", "-ac", "2", "-c:a", "aac", "-b:a", "128k", "x.m4a"],
+    "opus 32k mono": ["-ar", "48000", "-ac", "1", "-c:a", "libopus", "-b:a", "32k", "x.opus"],
+}
+
+
+def decode_speeds(base: str, minutes: float) -> None:
+    """Print each file's decode speed three ways, and hasr's time over decode_audio's."""
+    from faster_whisper import decode_audio
+
+    from hasrd import audio
+
+    def hasr(path: str) -> int:
+        fd, info = audio.decode_to_memfd(path)
+        os.close(fd)
+        return info.frames
+
+    def fw(path: str) -> int:
+        return len(decode_audio(path))
+
+    def pipe(path: str) -> int:
+        out = subprocess.run(["ffmpeg", "-v", "error", "-i", path, "-f", "f32le", "-ac", "1", "-ar", "16000", "-"],
+                             capture_output=True, check=True).stdout
+        return len(out) // 4
+
+    seconds = minutes * 60
+    ratios = []
+    for name, opts in DECODE_FILES.items():
+        path = os.path.join(base, opts[-1])
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", f"anoisesrc=d={seconds:g}:a=0.1",
+                        *opts[:-1], path], check=True)
+        best = {"hasr": float("inf"), "decode_audio": float("inf"), "ffmpeg pipe": float("inf")}
+        for _ in range(3):  # interleaved, so that a busy moment hits all three
+            for label, fn in (("hasr", hasr), ("decode_audio", fw), ("ffmpeg pipe", pipe)):
+                t0 = time.perf_counter()
+                frames = fn(path)
+                best[label] = min(best[label], time.perf_counter() - t0)
+                assert abs(frames - seconds * 16000) < 16000, (label, name, frames)
+        ratio = best["hasr"] / best["decode_audio"]
+        ratios.append(ratio)
+        speeds = ", ".join(f"{label} {seconds / t:.0f}x" for label, t in best.items())
+        print(f"decode {name:17s}: {speeds} real time; hasr / decode_audio = {ratio:.2f}")
+        os.unlink(path)
+    worst = max(ratios)
+    print(f"decode: hasr / decode_audio median {statistics.median(ratios):.2f}, worst {worst:.2f} "
+          f"(target <= 1.0: {'OK' if worst <= 1.0 else 'MISSED'}; within 10 % is noise here)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--decode-min", type=float, default=10.0)
+    ap.add_argument("--decode-only", action="store_true")
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="hb", dir="/tmp")
+    if args.decode_only:
+        try:
+            decode_speeds(base, args.decode_min)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        return
     try:
         cold = cold_starts(base, args.runs)
         path = os.path.join(base, "s.sock")
@@ -132,6 +195,7 @@ def main() -> None:
         rss_idle = rss_mb(proc.pid)
         proc.terminate()
         proc.wait(20)
+        decode_speeds(base, args.decode_min)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     lat.sort()
