@@ -137,11 +137,12 @@ def test_a_request_behind_long_decodes_gets_its_file_not_found_at_once(short_tmp
                    for _ in range(2)]
         for t in threads:
             t.start()
-        assert wait_until(lambda: d.get("/api/ps")["in_flight"] == 2, 10)
+        time.sleep(0.5)  # both are decoding now (each takes seconds) and hold both decode slots
         t0 = time.monotonic()
         r = post_transcribe(d.sock, os.path.join(short_tmp, "missing.wav"))
         assert r.json()["error"]["code"] == "file_not_found" and time.monotonic() - t0 < 0.5
-        assert d.get("/api/ps")["in_flight"] == 2  # both decodes still under way
+        assert all(t.is_alive() for t in threads)  # still decoding: the answer did not wait for them
+        assert d.get("/api/ps")["in_flight"] == 2
         for t in threads:
             t.join()
     finally:
@@ -158,10 +159,13 @@ def test_uploads_waiting_to_decode_count_against_the_queue_bound(short_tmp: str)
                    for _ in range(2)]
         for t in threads:
             t.start()
-        assert wait_until(lambda: d.get("/api/ps")["in_flight"] == 2, 10)
+        time.sleep(0.5)  # both are decoding (seconds each): admitted, though neither has reached the queue
         with d.client() as c, open(big, "rb") as f:
-            r = c.post("/v1/audio/transcriptions", files={"file": ("x.flac", f.read(200_000))})
+            data = f.read(200_000)
+            t0 = time.monotonic()
+            r = c.post("/v1/audio/transcriptions", files={"file": ("x.flac", data)})
         assert r.status_code == 503 and r.json()["error"]["code"] == "queue_full"
+        assert time.monotonic() - t0 < 0.5  # refused at once, not after waiting for a decode slot
         for t in threads:
             t.join()
     finally:
