@@ -321,7 +321,7 @@ def bind_socket(path: str) -> socket.socket:
         os.umask(old)
     os.chmod(path, 0o600)
     st = os.lstat(path)
-    sock.listen(1024)
+    sock.listen(4096)  # a burst of connections waits in the kernel, not refused (EAGAIN); somaxconn caps it
     _BOUND[path] = (st.st_dev, st.st_ino)
     return sock
 
