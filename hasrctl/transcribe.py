@@ -110,7 +110,7 @@ def _follow_sse(events: Any, view: View) -> dict[str, Any]:
 
 def by_upload(client: Client, data: bytes, filename: str, language: str | None, view: View) -> dict[str, Any]:
     """Upload audio bytes to the OpenAI endpoint, streaming (SSE) so the view can follow as for a path."""
-    fields = {"model": "hasr", "response_format": "verbose_json", "stream": "true"}
+    fields = {"model": "hasr", "response_format": "verbose_json", "stream": "true", "hasr_events": "true"}
     if language:
         fields["language"] = language
     body, ctype = multipart(fields, "file", filename, data)

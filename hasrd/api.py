@@ -1,6 +1,6 @@
 """The HTTP API of DESIGN.md over the daemon's socket (Starlette app; uvicorn serves it).
 
-Every error is ``{"error": {"code", "message"}}`` with its status; 503 carries Retry-After. Audio is
+Every error is ``{"error": {"code", "message", "type", "param"}}`` with its status; 503 carries Retry-After. Audio is
 validated and decoded here, before the worker is touched: bad input never wakes the GPU. A request's order:
 JSON (at most MAX_JSON_BYTES, MAX_JSON_DEPTH deep) and fields checked, a named file checked, then admitted
 (counted by the supervisor, so neither the TTL nor the idle exit acts under it), then decoded in a thread (at
@@ -330,8 +330,7 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
                     final = {"event": "error", **e.to_json()}
                 except Exception as e:  # the stream must end with an error event, never just stop
                     log.exception("transcription failed")
-                    final = {"event": "error", "error": {"code": "runtime_failure",
-                                                         "message": f"{type(e).__name__}: {e}"}}
+                    final = {"event": "error", **errors.WorkerError(f"{type(e).__name__}: {e}").to_json()}
                 out = render(final)
                 if out:
                     yield out
@@ -415,27 +414,78 @@ async def admitted(d: Daemon, request: Request, source: Any, job: dict[str, Any]
 # ---- OpenAI-compatible --------------------------------------------------------------------------------------
 
 
+MODEL_IDS = ("hasr", "whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
+"""What ``model`` may name: hasr's engine under its own id and the ids OpenAI clients send by default (aliases
+of it: one daemon runs one engine). Anything else is OpenAI's 404 ``model_not_found``."""
+STARTED = int(time.time())
+
+
+def check_model(model: str) -> str:
+    if model and model not in MODEL_IDS:
+        raise errors.ModelNotFound(f"The model `{model}` does not exist: this hasr serves {', '.join(MODEL_IDS)}",
+                                   param="model")
+    return model or "hasr"
+
+
+def form_options(form: Any, task: str) -> dict[str, Any]:
+    """The engine options of an OpenAI form: prompt, temperature, word timestamps, logprobs, the task."""
+    options: dict[str, Any] = {"task": task}
+    if form.get("prompt"):
+        options["prompt"] = str(form.get("prompt"))
+    raw = form.get("temperature")
+    if raw not in (None, ""):
+        try:
+            t = float(str(raw))
+        except ValueError:
+            t = -1.0
+        if not 0.0 <= t <= 1.0:
+            raise errors.BadRequest(f"temperature must be a number from 0 to 1, not {raw!r}", param="temperature")
+        if t:
+            options["temperature"] = t
+    grains = [str(v) for v in form.getlist("timestamp_granularities[]")]
+    include = [str(v) for v in form.getlist("include[]")]
+    if "word" in grains or "logprobs" in include:  # word probabilities are the logprobs faster-whisper has
+        options["word_timestamps"] = True
+    return options
+
+
 async def openai_transcriptions(request: Request) -> Response:
+    return await openai_audio(request, "transcribe")
+
+
+async def openai_translations(request: Request) -> Response:
+    """whisper's translate task: any language in, English text out (the whisper and hybrid engines)."""
+    return await openai_audio(request, "translate")
+
+
+async def openai_audio(request: Request, task: str) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)
     limit = int(d.settings.max_upload_mb * 1024 * 1024)
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > limit + 65536:
         raise errors.TooLarge(f"the upload is {_mb(int(length))}; the limit is "
-                              f"{_mb(limit)} (HASR_MAX_UPLOAD_MB)")
+                              f"{_mb(limit)} (HASR_MAX_UPLOAD_MB)", param="file")
     ctype = request.headers.get("content-type", "")
     if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
     form = await read_form(request, limit)
+    check_model(str(form.get("model") or ""))
     fmt = str(form.get("response_format") or "json")
-    formats.check(fmt)
-    language = check_language(str(form.get("language") or d.settings.language))
+    try:
+        formats.check(fmt)
+    except errors.HasrError as e:
+        e.param = "response_format"
+        raise
+    try:
+        language = check_language(str(form.get("language") or d.settings.language))
+    except errors.HasrError as e:
+        e.param = "language"
+        raise
     stream = str(form.get("stream") or "").lower() in ("true", "1", "yes")
-    options: dict[str, Any] = {}
-    if form.get("prompt"):
-        options["prompt"] = str(form.get("prompt"))
-    if "word" in [str(v) for v in form.getlist("timestamp_granularities[]")]:
-        options["word_timestamps"] = True
+    hasr_events = str(form.get("hasr_events") or "").lower() in ("true", "1", "yes")
+    options = form_options(form, task)
+    include_logprobs = "logprobs" in [str(v) for v in form.getlist("include[]")]
     upload = form.get("file")
     path = form.get("path")
     if upload is not None and not isinstance(upload, str):
@@ -454,11 +504,13 @@ async def openai_transcriptions(request: Request) -> Response:
         name = shown(os.path.basename(path))
         source = audio_path = path
     else:
-        raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required")
+        raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required",
+                                  param="file")
     job: dict[str, Any] = dict(name=name, audio_path=audio_path, language=language, options=options)
     try:
-        return await admitted(d, request, source, job, sse if stream else None, "text/event-stream",
-                              lambda result: Response(formats.render(result, fmt),
+        return await admitted(d, request, source, job, SseRenderer(hasr_events) if stream else None,
+                              "text/event-stream",
+                              lambda result: Response(formats.render(result, fmt, include_logprobs),
                                                       media_type=formats.content_type(fmt)))
     finally:
         await form.close()
@@ -490,28 +542,56 @@ def _mb(n: float) -> str:
     return f"{mb:.1f} MB" if mb < 10 else f"{mb:.0f} MB"
 
 
-def sse(ev: dict[str, Any]) -> bytes | None:
-    kind = ev.get("event")
-    if kind == "sentence":
-        data: Any = {"type": "transcript.text.delta", "delta": ev["text"], "hasr": ev}
-    elif kind == "draft":
-        data = {"type": "hasr.draft", "text": ev["text"], "segment": ev.get("segment", 0)}
-    elif kind == "progress":
-        data = {"type": "hasr.progress", "done_s": ev["done_s"], "total_s": ev["total_s"]}
-    elif kind in ("queued", "loading"):
-        data = {"type": f"hasr.{kind}", **{k: v for k, v in ev.items() if k != "event"}}
-    elif kind == "done":
-        data = {"type": "transcript.text.done", "text": ev["result"].get("final", ""), "hasr": ev["result"]}
-        return b"data: " + dumps(data) + b"\n\ndata: [DONE]\n\n"
-    elif kind == "error":
-        data = {"type": "error", "error": ev["error"]}
-    else:
+class SseRenderer:
+    """Job events as OpenAI's transcription stream: ``transcript.text.delta`` per final sentence (the deltas
+    concatenate exactly to ``transcript.text.done``'s text, see formats.DeltaJoiner), then the done event with
+    ``usage`` (and hasr's whole result under ``hasr``), then ``[DONE]``. hasr's own events (``hasr.queued``,
+    ``hasr.loading``, ``hasr.draft``, ``hasr.progress``) only when the form asked for them (``hasr_events=true``,
+    as hasrctl does): the OpenAI SDK parses every event of a stream as one of its three types, so an event it
+    does not know would reach its caller as an empty segment."""
+
+    def __init__(self, hasr_events: bool) -> None:
+        self.hasr_events = hasr_events
+        self.joiner = formats.DeltaJoiner()
+
+    def __call__(self, ev: dict[str, Any]) -> bytes | None:
+        kind = ev.get("event")
+        if kind == "sentence":
+            delta = self.joiner.add(str(ev.get("text") or ""))
+            return _sse({"type": "transcript.text.delta", "delta": delta, "hasr": ev}) if delta else None
+        if kind == "done":
+            result = ev["result"]
+            rest, text = self.joiner.done(str(result.get("final") or ""))
+            head = _sse({"type": "transcript.text.delta", "delta": rest}) if rest else b""
+            done = {"type": "transcript.text.done", "text": text, "usage": formats.usage(result), "hasr": result}
+            return head + _sse(done) + b"data: [DONE]\n\n"
+        if kind == "error":
+            return _sse({"type": "error", "error": ev["error"]}) + b"data: [DONE]\n\n"
+        if not self.hasr_events:
+            return None
+        if kind == "draft":
+            return _sse({"type": "hasr.draft", "text": ev["text"], "segment": ev.get("segment", 0)})
+        if kind == "progress":
+            return _sse({"type": "hasr.progress", "done_s": ev["done_s"], "total_s": ev["total_s"]})
+        if kind in ("queued", "loading"):
+            return _sse({"type": f"hasr.{kind}", **{k: v for k, v in ev.items() if k != "event"}})
         return None
+
+
+def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + dumps(data) + b"\n\n"
 
 
+def _model(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": STARTED, "owned_by": "hasr"}
+
+
 async def models(request: Request) -> Response:
-    return JSONResponse({"object": "list", "data": [{"id": "hasr", "object": "model", "owned_by": "hasr"}]})
+    return JSONResponse({"object": "list", "data": [_model(m) for m in MODEL_IDS]})
+
+
+async def model(request: Request) -> Response:
+    return JSONResponse(_model(check_model(str(request.path_params["model_id"]))))
 
 
 # ---- lifecycle ----------------------------------------------------------------------------------------------
@@ -607,19 +687,19 @@ async def http_error(request: Request, exc: Exception) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
     msg = {404: f"no such endpoint: {request.url.path}",
            405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
-    return JSONResponse({"error": {"code": code, "message": msg}}, status_code=exc.status_code)
+    return JSONResponse({"error": {"code": code, "message": msg, "type": "invalid_request_error", "param": None}},
+                        status_code=exc.status_code)
 
 
 async def client_gone(request: Request, exc: Exception) -> Response:
     """The client closed the connection (or was timed out) before its request arrived whole: expected, so
     neither a traceback nor a 500; nobody reads this answer."""
-    return JSONResponse({"error": {"code": "cancelled", "message": "the client went away"}}, status_code=499)
+    return JSONResponse(errors.Cancelled("the client went away").to_json(), status_code=499)
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return JSONResponse({"error": {"code": "internal", "message": f"{type(exc).__name__}: {exc}"}},
-                        status_code=500)
+    return JSONResponse(errors.HasrError(f"{type(exc).__name__}: {exc}").to_json(), status_code=500)
 
 
 def make_app(d: Daemon) -> Starlette:
@@ -627,7 +707,9 @@ def make_app(d: Daemon) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/transcribe", transcribe, methods=["POST"]),
         Route("/v1/audio/transcriptions", openai_transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", openai_translations, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", model, methods=["GET"]),
         Route("/api/ps", ps, methods=["GET"]),
         Route("/api/load", load, methods=["POST"]),
         Route("/api/unload", unload, methods=["POST"]),

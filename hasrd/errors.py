@@ -2,7 +2,8 @@
 
 Foreign errors (OSError, av.error.*, msgspec errors, worker Failed messages) are mapped to these at one
 boundary each: audio decoding in ``audio.py``, the worker channel in ``workerproc.py``. Everything a client
-sees is ``{"error": {"code": ..., "message": ...}}`` built from one of these; a job that failed after some of
+sees is ``{"error": {"code", "message", "type", "param"}}`` built from one of these (``type`` and ``param`` as
+OpenAI's API has them: the SDK raises its typed errors from them); a job that failed after some of
 its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
 
     HasrError                       code            status
@@ -13,9 +14,11 @@ its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
     │   │   ├── AudioDecodeError    undecodable, no_audio_stream, no_audio_frames
     │   │   └── AudioTooLong        audio_too_long  (over HASR_MAX_AUDIO_SEC)
     │   ├── UnknownFormat           unknown_format  400
-    │   └── UnknownLanguage         unknown_language 400
+    │   ├── UnknownLanguage         unknown_language 400
+    │   └── Unsupported             unsupported     400  (the engine cannot do it: translation by r2t2)
     ├── Forbidden                   forbidden       403
     ├── NotFound                    not_found       404
+    │   └── ModelNotFound           model_not_found 404  (an OpenAI ``model`` hasr does not serve)
     ├── TooLarge                    too_large       413
     ├── Unavailable                 unavailable     503  (+ Retry-After)
     │   ├── QueueFull               queue_full      503
@@ -41,16 +44,27 @@ class HasrError(Exception):
     code = "internal"
     status = 500
 
-    def __init__(self, message: str, *, code: str | None = None, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, retry_after: float | None = None,
+                 param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
         self.retry_after = retry_after
+        self.param = param  # the request field at fault, as OpenAI names it ("file", "language", "model")
         self.partial: dict[str, Any] | None = None  # what a failed job had made final
 
+    @property
+    def type(self) -> str:
+        """OpenAI's error type for this status."""
+        if self.status == 403:
+            return "permission_error"
+        if self.status == 404:
+            return "invalid_request_error"
+        return "invalid_request_error" if self.status < 500 else "server_error"
+
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        body: dict[str, Any] = {"code": self.code, "message": self.message, "type": self.type, "param": self.param}
         if self.partial:
             body["partial"] = self.partial
         return {"error": body}
@@ -91,12 +105,20 @@ class UnknownLanguage(BadRequest):
     code = "unknown_language"
 
 
+class Unsupported(BadRequest):
+    code = "unsupported"
+
+
 class Forbidden(HasrError):
     code, status = "forbidden", 403
 
 
 class NotFound(HasrError):
     code, status = "not_found", 404
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
 
 
 class TooLarge(HasrError):
@@ -164,6 +186,7 @@ _WORKER_CODES: dict[str, type[HasrError]] = {
     "cancelled": Cancelled,
     "timeout": Timeout,
     "stalled": Stalled,
+    "unsupported": Unsupported,
 }
 
 

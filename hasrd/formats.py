@@ -52,10 +52,13 @@ def _seconds(value: Any) -> float:
 
 
 def segments(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Timed segments ``{id, start, end, text}`` from ``per_sentence``.
+    """Timed segments from ``per_sentence``, with OpenAI's verbose_json fields: ``id, seek, start, end, text,
+    tokens, temperature, avg_logprob, compression_ratio, no_speech_prob``.
 
     Times are clamped so that they never go backwards (end >= start); a result without ``per_sentence`` but
-    with text becomes one segment spanning the whole audio, so subtitles are never silently empty.
+    with text becomes one segment spanning the whole audio, so subtitles are never silently empty. Sentences
+    faster-whisper did not decode (R2T2 draft text) have no tokens or scores: ``tokens`` is [] and the scores
+    are null (docs/API.md).
     """
     out: list[dict[str, Any]] = []
     for item in result.get("per_sentence") or []:
@@ -64,12 +67,88 @@ def segments(result: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         start = _seconds(item.get("start_s"))
         end = max(start, _seconds(item.get("end_s")))
-        out.append({"id": len(out), "start": start, "end": end, "text": text})
+        seg: dict[str, Any] = {"id": len(out), "seek": int(item.get("seek") or round(start * 100)),
+                               "start": start, "end": end, "text": text,
+                               "tokens": list(item.get("tokens") or [])}
+        for key in ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob"):
+            value = item.get(key)
+            seg[key] = float(value) if isinstance(value, (int, float)) else None
+        out.append(seg)
     if not out:
         text = str(result.get("final") or "").strip()
         if text:
-            out.append({"id": 0, "start": 0.0, "end": _seconds(result.get("duration_s")), "text": text})
+            out.append({"id": 0, "seek": 0, "start": 0.0, "end": _seconds(result.get("duration_s")), "text": text,
+                        "tokens": [], "temperature": None, "avg_logprob": None, "compression_ratio": None,
+                        "no_speech_prob": None})
     return out
+
+
+def usage(result: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's usage object of audio models: the seconds of audio billed (here: transcribed)."""
+    return {"type": "duration", "seconds": int(math.ceil(_seconds(result.get("duration_s"))))}
+
+
+def logprobs(result: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """``include[]=logprobs``: one entry per word ``{token, logprob, bytes}`` from faster-whisper's word
+    probabilities; None where the engine has none (draft sentences, no word timestamps)."""
+    out: list[dict[str, Any]] = []
+    for item in result.get("per_sentence") or []:
+        for w in item.get("words") or [] if isinstance(item, dict) else []:
+            p = w.get("probability") if isinstance(w, dict) else None
+            if not isinstance(p, (int, float)):
+                continue
+            token = str(w.get("word") or "")
+            out.append({"token": token, "logprob": math.log(max(float(p), 1e-12)),
+                        "bytes": list(token.encode("utf-8"))})
+    return out or None
+
+
+def openai_language(result: dict[str, Any]) -> str | None:
+    """The language as OpenAI names it in verbose_json: lower-case English name ("english"); translations are
+    always "english"."""
+    if result.get("task") == "translate":
+        return "english"
+    name = result.get("language")
+    return str(name).lower() if name else None
+
+
+class DeltaJoiner:
+    """Sentence texts in, ``transcript.text.delta`` strings out, which concatenate exactly to the
+    ``transcript.text.done`` text (clients append deltas; the SDK's helpers do).
+
+    A sentence after the first is prefixed with a space unless either side of the join is in a script written
+    without spaces (CJK, Thai, ...) or already is one: ``languages.join_sentences``'s rule, decided per join
+    because the language may be known only at the end. :meth:`done` gives the rest of the engine's final text
+    as a last delta, and the done text: the engine's final text whenever the deltas could reach it.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def add(self, sentence: str) -> str:
+        piece = sentence.strip()
+        if not piece:
+            return ""
+        delta = (" " if self.text and _spaced(self.text[-1]) and _spaced(piece[0]) else "") + piece
+        self.text += delta
+        return delta
+
+    def done(self, final: str) -> tuple[str, str]:
+        """(a last delta, possibly "", and the done text)."""
+        final = final.strip()
+        if final.startswith(self.text):
+            rest, self.text = final[len(self.text):], final
+            return rest, final
+        return "", self.text
+
+
+def _spaced(ch: str) -> bool:
+    """Whether ``ch`` is of a script that puts spaces between words (and so between sentences)."""
+    if ch.isspace():
+        return False
+    o = ord(ch)
+    return not (0x2E80 <= o <= 0x9FFF or 0x3000 <= o <= 0x303F or 0xF900 <= o <= 0xFAFF or 0xFF00 <= o <= 0xFFEF
+                or 0x0E00 <= o <= 0x0EFF or 0x1000 <= o <= 0x109F or 0x1780 <= o <= 0x17FF or 0x20000 <= o <= 0x2FFFF)
 
 
 def timestamp(seconds: float, sep: str = ",") -> str:
@@ -139,11 +218,12 @@ def verbose(result: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's verbose_json shape (``words`` too when the sentences carry them), with hasr's whole result
     under ``hasr``."""
     doc: dict[str, Any] = {
-        "task": "transcribe",
-        "language": result.get("language"),
+        "task": "translate" if result.get("task") == "translate" else "transcribe",
+        "language": openai_language(result),
         "duration": result.get("duration_s"),
         "text": result.get("final") or "",
         "segments": segments(result),
+        "usage": usage(result),
     }
     ws = words(result)
     if ws is not None:
@@ -152,14 +232,18 @@ def verbose(result: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def render(result: dict[str, Any], fmt: str) -> str:
-    """The result object rendered as ``fmt`` (one of FORMATS); UnknownFormat otherwise."""
+def render(result: dict[str, Any], fmt: str, include_logprobs: bool = False) -> str:
+    """The result object rendered as ``fmt`` (one of FORMATS); UnknownFormat otherwise. ``include_logprobs``
+    (OpenAI's ``include[]=logprobs``) adds ``logprobs`` to json."""
     name = check(fmt)
     final = str(result.get("final") or "")
     if name == "text":
         return final + "\n"
     if name == "json":
-        return _dumps({"text": final})
+        doc: dict[str, Any] = {"text": final, "usage": usage(result)}
+        if include_logprobs:
+            doc["logprobs"] = logprobs(result) or []
+        return _dumps(doc)
     if name == "verbose_json":
         return _dumps(verbose(result))
     if name == "srt":

@@ -66,9 +66,10 @@ def test_the_transcript_alone_goes_to_stdout(env: dict[str, str], wav: str) -> N
 
 
 def test_json_and_verbose_json_carry_the_text_and_segments(env: dict[str, str], wav: str) -> None:
-    assert json.loads(hasrctl("transcribe", "-f", "json", wav, env=env).stdout) == {"text": FINAL}
+    assert json.loads(hasrctl("transcribe", "-f", "json", wav, env=env).stdout) == {
+        "text": FINAL, "usage": {"type": "duration", "seconds": 3}}
     doc = json.loads(hasrctl("transcribe", "-f", "verbose_json", "-l", "Chinese", wav, env=env).stdout)
-    assert doc["task"] == "transcribe" and doc["text"] == FINAL and doc["language"] == "Chinese"
+    assert doc["task"] == "transcribe" and doc["text"] == FINAL and doc["language"] == "chinese"
     assert doc["duration"] == pytest.approx(3.0)
     assert "".join(s["text"] for s in doc["segments"]) == FINAL
     assert doc["hasr"]["audio_path"] == wav and doc["hasr"]["engine"] == "fake"

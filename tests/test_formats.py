@@ -39,17 +39,17 @@ def test_text_is_the_final_transcript_and_a_newline() -> None:
 
 def test_json_is_the_openai_text_object_with_unescaped_chinese() -> None:
     out = formats.render(RESULT, "json")
-    assert json.loads(out) == {"text": RESULT["final"]}
+    assert json.loads(out) == {"text": RESULT["final"], "usage": {"type": "duration", "seconds": 3724}}
     assert "今天" in out
 
 
 def test_verbose_json_carries_segments_and_the_whole_result() -> None:
     doc = json.loads(formats.render(RESULT, "verbose_json"))
     assert doc["task"] == "transcribe"
-    assert doc["language"] == "Chinese"
+    assert doc["language"] == "chinese"  # OpenAI's spelling: the lower-case English name
     assert doc["duration"] == 3724.0
     assert doc["text"] == RESULT["final"]
-    assert doc["segments"] == [
+    assert [{k: seg[k] for k in ("id", "start", "end", "text")} for seg in doc["segments"]] == [
         {"id": 0, "start": 0.0, "end": 1.5, "text": "今天天气很好。"},
         {"id": 1, "start": 1.5, "end": 3723.0456, "text": "我们去公园散步吧。"},
     ]
@@ -144,7 +144,8 @@ def test_silence_gives_empty_subtitles_that_still_parse() -> None:
 
 def test_empty_sentences_are_dropped_and_ids_stay_dense() -> None:
     result = {"per_sentence": [{"text": " ", "start_s": 0, "end_s": 1}, {"text": "b", "start_s": 1, "end_s": 2}]}
-    assert formats.segments(result) == [{"id": 0, "start": 1.0, "end": 2.0, "text": "b"}]
+    assert [{k: seg[k] for k in ("id", "start", "end", "text")} for seg in formats.segments(result)] == [
+        {"id": 0, "start": 1.0, "end": 2.0, "text": "b"}]
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,8 @@ class FakeEngine:
         if 0 <= self.crash_after <= self.served:
             os.kill(os.getpid(), signal.SIGKILL)
         self.served += 1
+        if options.get("task") == "translate":  # like the draft-only engine: no translation
+            raise EngineError("unsupported", "the fake engine cannot translate: run hasrd with --engine whisper")
         if opts.get("fail"):
             raise EngineError(str(opts["fail"]), f"the fake engine was told to fail with {opts['fail']}")
         hang = bool(opts.get("hang", self.hang))

@@ -91,6 +91,9 @@ class HybridEngine:
             script = str((options.get("fake") or {}).get("script") or self.script)
             draft = ScriptedDraft(script, len(pcm))
         name, _code = language_of(language or self.settings.language)
+        if options.get("task") == "translate":  # R2T2 only transcribes; its faster-whisper translates
+            return self.whisper_alone(pcm, language, options, emit, cancelled,
+                                      "translation: faster-whisper alone (R2T2 only transcribes)")
         if name and not r2t2_knows(name):
             return self.whisper_alone(pcm, language, options, emit, cancelled,
                                       f"R2T2 does not know {name}: faster-whisper alone transcribed this request")

@@ -123,6 +123,11 @@ def observing(cls: Any) -> Any:
     return Observed
 
 
+def refuse_translation(options: dict[str, Any], who: str) -> None:
+    if options.get("task") == "translate":
+        raise EngineError("unsupported", f"{who} cannot translate: run hasrd with --engine whisper or hybrid")
+
+
 def bar_signal(model: Any) -> str:
     """Where this model's ``|`` symptom is read: "generation" (observed) or "state_text" (only what it keeps)."""
     return "generation" if callable(getattr(model, "take_generations", None)) else "state_text"
@@ -248,6 +253,7 @@ class R2T2Engine:
 
     def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
                    cancelled: Callable[[], bool]) -> dict[str, Any]:
+        refuse_translation(options, "the r2t2 engine (R2T2 only transcribes)")
         return run_v2c("r2t2", self.draft, None, self.settings, pcm, language, emit, cancelled)
 
     def close(self) -> None:

@@ -128,6 +128,23 @@ def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
     return transcribe_window
 
 
+def task_of(options: dict[str, Any]) -> str:
+    """whisper's task: "transcribe", or "translate" (into English: /v1/audio/translations)."""
+    task = str(options.get("task") or "transcribe")
+    if task not in ("transcribe", "translate"):
+        raise EngineError("invalid_audio", f"unknown task {task!r}: transcribe or translate")
+    return task
+
+
+def temperature_of(options: dict[str, Any]) -> float:
+    """The sampling temperature a request asks for (the OpenAI field); 0 = beam search, the same text each time."""
+    try:
+        t = float(options.get("temperature") or 0.0)
+    except (TypeError, ValueError):
+        raise EngineError("invalid_audio", f"temperature must be a number, not {options.get('temperature')!r}")
+    return min(max(t, 0.0), 1.0)
+
+
 def prompt_of(options: dict[str, Any]) -> str | None:
     """The initial prompt a request asks for: ``options["prompt"]`` (the OpenAI field), else "initial_prompt"."""
     for key in ("prompt", "initial_prompt"):
@@ -277,7 +294,9 @@ class WhisperEngine:
                                          "avg_logprob": round(float(s.avg_logprob), 4),
                                          "no_speech_prob": round(float(s.no_speech_prob), 4),
                                          "compression_ratio": round(float(s.compression_ratio), 4),
-                                         "temperature": float(s.temperature or 0.0)}
+                                         "temperature": float(s.temperature or 0.0),
+                                         "seek": int(round(offset * 100)) + int(s.seek or 0),
+                                         "tokens": [int(t) for t in (s.tokens or [])]}
                 if s.words:
                     entry["words"] = [{"word": clean_text(str(w.word), strip=False),
                                        "start": round(offset + float(w.start), 3),
@@ -306,6 +325,7 @@ class WhisperEngine:
             "per_sentence": per_sentence,
             "duration_s": total_s,
             "decoding": "batched" if self.batch > 0 else "sequential",
+            "task": task_of(options),
             "timings": {"draft_s": 0.0, "final_s": round(elapsed, 4), "fw_s": round(elapsed, 4)},
         })
 
@@ -315,16 +335,19 @@ class WhisperEngine:
 
     def _decode(self, audio: np.ndarray, fw_code: str | None, options: dict[str, Any]) -> Iterable[Any]:
         """One piece's segments, lazily, in time order (see the module docstring for the two ways)."""
-        common = dict(word_timestamps=bool(options.get("word_timestamps")), initial_prompt=prompt_of(options),
-                      language=fw_code)
+        common: dict[str, Any] = dict(word_timestamps=bool(options.get("word_timestamps")),
+                                      initial_prompt=prompt_of(options), language=fw_code, task=task_of(options))
+        temperature = temperature_of(options)
+        if temperature:  # asked for: sampling, so no longer the same text every time
+            common["temperature"] = temperature
         if self.batch <= 0:
             return self._sequential(audio, common)
         return self._batched(audio, common)
 
     def _sequential(self, audio: np.ndarray, common: dict[str, Any], vad: bool = True,
                     **extra: Any) -> Iterable[Any]:
-        kw = dict(WHOLE_KW, vad_filter=vad, **extra)
-        segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw, **common)
+        kw = {**WHOLE_KW, "vad_filter": vad, **extra, **common}  # a request's temperature replaces the default
+        segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw)
         return segments
 
     def _batched(self, audio: np.ndarray, common: dict[str, Any]) -> Iterable[Any]:
@@ -362,7 +385,7 @@ class WhisperEngine:
         for batch in batches:
             segments, _info = self.batched.transcribe(
                 audio, clip_timestamps=[{"start": c0, "end": c1} for c0, c1 in batch], batch_size=self.batch,
-                vad_filter=False, **BATCHED_KW, **common)
+                vad_filter=False, **{**BATCHED_KW, **common})
             groups: dict[int, list[Any]] = {}
             for seg in segments:
                 groups.setdefault(int(seg.seek), []).append(seg)
