@@ -52,7 +52,7 @@ def _language(result: dict[str, Any]) -> str:
 @click.command(epilog="Exit: 0 all done, 1 some failed (or the daemon failed), 2 bad input or usage, "
                       "3 daemon unreachable. Several inputs: one failing makes the exit 1; when all fail "
                       "alike, their own code.")
-@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...", type=click.Path(allow_dash=True))
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS, case_sensitive=False), default="text",
               show_default=True, envvar="HASR_FORMAT", show_envvar=True, help="Output format.")
 @click.option("-o", "--output", "out", metavar="FILE|DIR", envvar="HASR_OUTPUT", show_envvar=True,
@@ -71,9 +71,17 @@ def _language(result: dict[str, Any]) -> str:
               help="Progress line on stderr [default: when stderr is a terminal].")
 @click.option("-q", "--quiet", is_flag=True, envvar="HASR_QUIET", show_envvar=True,
               help="No progress and no per-file summary lines (errors still show).")
+@click.option("--prompt", metavar="TEXT", help="Text that guides faster-whisper: names, spelling, style "
+              "(its initial prompt; R2T2's draft ignores it).")
+@click.option("--word-timestamps", is_flag=True, help="Time every word: json and verbose_json carry `words`.")
+@click.option("--translate", is_flag=True, help="English text from any language (whisper's translate task; the "
+              "whisper and hybrid engines).")
+@click.option("--model", metavar="ID", envvar="HASR_MODEL", show_envvar=True,
+              help="An id of `curl .../v1/models`: hasr (the default), or an OpenAI id such as whisper-1.")
 @daemon_options
 def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, force: bool,
-               language: str | None, stream: bool, progress: bool | None, quiet: bool, daemon: Daemon) -> int:
+               language: str | None, stream: bool, progress: bool | None, quiet: bool, prompt: str | None,
+               word_timestamps: bool, translate: bool, model: str | None, daemon: Daemon) -> int:
     """Transcribe audio files (any format FFmpeg reads; - reads stdin).
 
     \b
@@ -86,21 +94,31 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
     """
     fmt = fmt.lower()
     language = language or settings().language or None
+    options = _options(prompt, word_timestamps, translate, model)
     plans = output.plan(list(files), fmt, out, beside)
     codes: list[int] = []
     client: Client | None = None
     several = len(files) > 1
+    # Every input and target is checked before the first transcription starts: a typo in the last name is
+    # reported now, not after an hour of the files before it; the good ones are transcribed after.
+    checked: list[tuple[str, Any]] = []
     for name, item in plans:
         try:
             if isinstance(item, CliError):
                 raise item
             if item.target is not None:
                 output.check_free(item.target, force)
+            checked.append((name, item))
+        except CliError as e:
+            say(e.message if name in e.message else f"{name}: {e.message}")
+            codes.append(e.exit_code)
+    for name, item in checked:
+        try:
             if client is None:
                 client = daemon.client()
             view, shown = _view(name, stream, progress, quiet, language)
             t0 = time.monotonic()
-            result = _transcribe(client, item, language, view)
+            result = _transcribe(client, item, language, view, options)
             text = render(result, fmt)
             if item.target is not None:
                 output.write(item.target, text, force)
@@ -146,11 +164,26 @@ def _keep_partial(e: CliError, item: Any, quiet: bool) -> None:
             f"{float(partial.get('done_s') or 0):.0f} s in {kept}")
 
 
-def _transcribe(client: Client, item: output.Plan, language: str | None, view: terminal.View) -> dict[str, Any]:
+def _options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> dict[str, Any]:
+    """The engine options of the transcription options (what /transcribe passes to the worker)."""
+    options: dict[str, Any] = {}
+    if prompt:
+        options["prompt"] = prompt
+    if word_timestamps:
+        options["word_timestamps"] = True
+    if translate:
+        options["task"] = "translate"
+    if model:
+        options["model"] = model
+    return options
+
+
+def _transcribe(client: Client, item: output.Plan, language: str | None, view: terminal.View,
+                options: dict[str, Any] | None = None) -> dict[str, Any]:
     from hasrctl import transcribe as tr
 
     try:
-        return tr.run(client, item.source, language, view, settings().max_upload_mb)
+        return tr.run(client, item.source, language, view, settings().max_upload_mb, options)
     except BaseException:
         view.abort()
         raise

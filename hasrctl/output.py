@@ -67,12 +67,15 @@ def plan(inputs: list[str], fmt: str, output: str | None, beside: bool) -> list[
         output = None
     if output:
         p = Path(os.path.expanduser(output))
-        if p.is_dir() or output.endswith(os.sep):
-            out_dir = p
+        if p.is_dir() or output.endswith(os.sep) or (len(inputs) > 1 and not p.exists()):
+            out_dir = p  # "-o subs/", or "-o subs" for several inputs: the directory is made when missing
             if not p.is_dir():
-                raise UsageError(f"{output}: no such directory")
+                try:
+                    p.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise UsageError(f"-o {output}: cannot create the directory: {e.strerror or e}") from None
         elif len(inputs) > 1:
-            raise UsageError(f"-o {output}: several inputs need a directory (it does not exist or is a file)")
+            raise UsageError(f"-o {output}: several inputs need a directory, and {output} is a file")
         else:
             out_file = p
     if inputs.count(STDIN) > 1:

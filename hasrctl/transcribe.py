@@ -108,13 +108,21 @@ def _follow_sse(events: Any, view: View) -> dict[str, Any]:
     raise CliError("hasrd ended the event stream without a result (did it exit?)")
 
 
-def by_upload(client: Client, data: bytes, filename: str, language: str | None, view: View) -> dict[str, Any]:
+def by_upload(client: Client, data: bytes, filename: str, language: str | None, view: View,
+              options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Upload audio bytes to the OpenAI endpoint, streaming (SSE) so the view can follow as for a path."""
-    fields = {"model": "hasr", "response_format": "verbose_json", "stream": "true", "hasr_events": "true"}
+    opts = dict(options or {})
+    fields = {"model": str(opts.get("model") or "hasr"), "response_format": "verbose_json", "stream": "true",
+              "hasr_events": "true"}
     if language:
         fields["language"] = language
+    if opts.get("prompt"):
+        fields["prompt"] = str(opts["prompt"])
+    if opts.get("word_timestamps"):
+        fields["timestamp_granularities[]"] = "word"
+    endpoint = "/v1/audio/translations" if opts.get("task") == "translate" else "/v1/audio/transcriptions"
     body, ctype = multipart(fields, "file", filename, data)
-    resp = client.request("POST", "/v1/audio/transcriptions", body, {"Content-Type": ctype}, timeout=None)
+    resp = client.request("POST", endpoint, body, {"Content-Type": ctype}, timeout=None)
     if resp.content_type == "application/json":  # no streaming there: verbose_json at once
         doc = resp.json()
         result = doc.get("hasr") if isinstance(doc.get("hasr"), dict) else {
@@ -136,7 +144,7 @@ def run(client: Client, source: str, language: str | None, view: View, max_uploa
         data = _read_all(sys.stdin.buffer, max_upload_mb)
         if not data:
             raise UsageError("stdin is empty: no audio to transcribe")
-        return by_upload(client, data, "stdin", language, view)
+        return by_upload(client, data, "stdin", language, view, options)
     try:
         return by_path(client, source, language, view, options)
     except DaemonError as e:
@@ -146,4 +154,4 @@ def run(client: Client, source: str, language: str | None, view: View, max_uploa
     if os.path.getsize(source) > max_upload_mb * 1024 * 1024:
         raise UsageError(f"{source}: hasrd may not read it and it is too large to upload")
     with open(source, "rb") as f:
-        return by_upload(client, f.read(), os.path.basename(source), language, view)
+        return by_upload(client, f.read(), os.path.basename(source), language, view, options)

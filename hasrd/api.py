@@ -384,6 +384,7 @@ async def transcribe(request: Request) -> Response:
     options = body.get("options") or {}
     if not isinstance(language, str) or not isinstance(options, dict):
         raise errors.BadRequest("language must be a string and options an object")
+    check_model(str(options.get("model") or body.get("model") or ""))
     check_language(language)
     check_path_access(d, request)
     await check_path(path)

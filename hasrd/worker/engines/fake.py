@@ -128,6 +128,7 @@ class FakeEngine:
         result = v2c.result("fake", language, code, out, n)
         result["draft"] = script
         result["final"] = "".join(p["text"] for p in out.per_sentence)  # the script decides its own spacing
+        result["options"] = {k: v for k, v in options.items() if k != "fake"}  # what reached the worker (tests)
         return plain_result(result)
 
     def _shout(self, when: str) -> None:

@@ -1,0 +1,106 @@
+"""hasrctl's transcription options and input handling (issue 12), through real daemons: the fake engine echoes
+the options that reached its worker, the whisper engine shows their effect."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Iterator
+
+import pytest
+from speech import DATA, model_dir
+
+from tests.cliutil import cli_env, hasrctl, show
+from tests.daemon import Hasrd, write_wav
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[str]:
+    d = tempfile.mkdtemp(prefix="h", dir="/tmp")
+    os.chmod(d, 0o700)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def fake_env(base: str) -> Iterator[dict[str, str]]:
+    d = Hasrd(os.path.join(base, "f.sock"))
+    yield cli_env(base, HASR_SOCKET=d.sock)
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def whisper_env(base: str) -> Iterator[dict[str, str]]:
+    d = Hasrd(os.path.join(base, "w.sock"), env={"HASR_ENGINE": "whisper", "HASR_FW_MODEL": model_dir(),
+                                                   "HASR_FW_DEVICE": "cpu"})
+    yield cli_env(base, HASR_SOCKET=d.sock)
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def wav(base: str) -> str:
+    return write_wav(os.path.join(base, "a.wav"), 2.0)
+
+
+def test_prompt_word_timestamps_and_model_reach_the_engine(fake_env: dict[str, str], wav: str) -> None:
+    res = hasrctl("transcribe", "-f", "verbose_json", "--prompt", "Zhang San, Li Si", "--word-timestamps",
+                  "--model", "whisper-1", wav, env=fake_env)
+    assert res.returncode == 0, show(res)
+    seen = json.loads(res.stdout)["hasr"]["options"]
+    assert seen == {"prompt": "Zhang San, Li Si", "word_timestamps": True, "model": "whisper-1"}
+
+
+def test_an_unknown_model_is_refused_with_exit_2(fake_env: dict[str, str], wav: str) -> None:
+    res = hasrctl("transcribe", "--model", "davinci", wav, env=fake_env)
+    assert res.returncode == 2 and "model_not_found" in res.stderr and "davinci" in res.stderr, show(res)
+
+
+def test_translate_asks_for_the_translate_task_and_an_engine_that_cannot_says_so(fake_env: dict[str, str],
+                                                                                 wav: str) -> None:
+    res = hasrctl("transcribe", "--translate", wav, env=fake_env)
+    assert res.returncode == 2 and "unsupported" in res.stderr and "--engine whisper" in res.stderr, show(res)
+
+
+def test_translate_gives_english_and_word_timestamps_give_words_with_the_whisper_engine(
+        whisper_env: dict[str, str]) -> None:
+    res = hasrctl("transcribe", "--translate", "-q", str(DATA / "zh_nihao_shijie.flac"), env=whisper_env)
+    assert res.returncode == 0 and res.stdout.strip(), show(res)
+    assert all(ord(ch) < 0x2E80 for ch in res.stdout), res.stdout  # English, not Chinese
+    res = hasrctl("transcribe", "-f", "verbose_json", "--word-timestamps", "-l", "en",
+                  str(DATA / "en_quick_brown_fox.flac"), env=whisper_env)
+    doc = json.loads(res.stdout)
+    assert [w["word"].lower().strip(".") for w in doc["words"]][:3] == ["the", "quick", "brown"], show(res)
+    with open(DATA / "en_quick_brown_fox.flac", "rb") as f:  # the same through stdin (an upload)
+        res = hasrctl("transcribe", "-f", "verbose_json", "--word-timestamps", "-l", "en", "-", env=whisper_env,
+                      stdin=f.read())
+    assert json.loads(res.stdout)["words"], show(res)
+
+
+def test_output_directories_are_created_when_missing(fake_env: dict[str, str], wav: str, base: str) -> None:
+    work = tempfile.mkdtemp(dir=base)
+    res = hasrctl("transcribe", "-f", "srt", "-o", os.path.join(work, "subs") + "/", wav, env=fake_env)
+    assert res.returncode == 0 and os.path.isfile(os.path.join(work, "subs", "a.srt")), show(res)
+    other = write_wav(os.path.join(work, "b.wav"), 1.0)
+    res = hasrctl("transcribe", "-o", os.path.join(work, "many", "deep"), wav, other, env=fake_env)
+    assert res.returncode == 0, show(res)
+    assert sorted(os.listdir(os.path.join(work, "many", "deep"))) == ["a.txt", "b.txt"]
+
+
+def test_every_input_is_checked_before_the_first_transcription_starts(fake_env: dict[str, str], wav: str,
+                                                                      base: str) -> None:
+    work = tempfile.mkdtemp(dir=base)
+    other = write_wav(os.path.join(work, "b.wav"), 1.0)
+    res = hasrctl("transcribe", "-o", work + "/out/", wav, os.path.join(work, "typo.wav"), other, env=fake_env)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 1, show(res)
+    assert "typo.wav" in lines[0] and "no such file" in lines[0]  # said first, before any file was done
+    assert sum(": ok," in ln for ln in lines) == 2  # the good ones were still transcribed
+    assert sorted(os.listdir(os.path.join(work, "out"))) == ["a.txt", "b.txt"]
+
+
+def test_file_names_complete_in_the_shell(base: str, wav: str) -> None:
+    env = cli_env(base, _HASRCTL_COMPLETE="bash_complete", COMP_WORDS="hasrctl transcribe a.", COMP_CWORD="2")
+    res = hasrctl(env=env, cwd=base)
+    assert res.stdout.splitlines()[:1] == ["file,a."], show(res)  # bash completes it as a file name
