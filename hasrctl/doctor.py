@@ -245,7 +245,7 @@ def daemon_checks(socket_opt: str | None) -> list[Check]:
             out.append(Check("warn", f"{path} exists but does not answer: {e.message}",
                              "a stale socket: hasrctl starts a daemon on demand, or `hasrctl setup`"))
     if not answered:
-        out.append(Check("warn", "no hasrd is running", "fine: `hasrctl transcribe` starts one; `hasrctl setup` "
+        out.append(Check("ok", "no hasrd is running", "fine: `hasrctl transcribe` starts one; `hasrctl setup` "
                                                          "makes systemd start it on demand"))
     if discovery.user_manager_running():
         state = {u: discovery.systemctl("is-active", u, timeout=10).stdout.strip()
@@ -259,6 +259,32 @@ def daemon_checks(socket_opt: str | None) -> list[Check]:
         out.append(Check("warn", "no systemd user manager: hasrd runs only when hasrctl starts it",
                          "log in with a systemd session (loginctl enable-linger $USER) for socket activation"))
     return out
+
+
+GPU_ONLY = ("torch ", "vllm ", "r2t2 ", "libcudart", "libcublas", "libcudnn", "the worker sees no CUDA",
+            "faster-whisper large-v3 is not", "the R2T2 weights were not found")
+
+
+def plainly(checks: list[Check], settings: config.Settings) -> list[Check]:
+    """Say first what will run here; on a machine without an NVIDIA driver, where engine auto (or whisper) runs
+    faster-whisper on the CPU by design, fold the GPU stack's missing pieces into one line instead of a
+    dozen warnings: they do not matter unless a GPU engine was asked for."""
+    no_gpu = any(c.what.startswith("no NVIDIA driver") for c in checks)
+    broken = any(c.state == "fail" for c in checks)
+    if no_gpu and settings.engine in ("auto", "whisper"):
+        folded = [c for c in checks if c.state == "warn" and c.what.startswith(GPU_ONLY)]
+        checks = [c for c in checks if c not in folded and not c.what.startswith("no NVIDIA driver")]
+        model = settings.fw_model or "the embedded whisper base"
+        checks.insert(0, Check("fail" if broken else "ok",
+                               f"this machine runs: faster-whisper on the CPU with {model} (no NVIDIA GPU; "
+                               f"that is fine: the GPU stack is optional{', and ' + str(len(folded)) + ' of its parts are not installed' if folded else ''})"
+                               + ("; but see the failures below" if broken else "")))
+        return checks
+    engine = settings.engine
+    checks.insert(0, Check("fail" if broken else "ok", f"this machine runs: engine {engine}"
+                           + (" (the hybrid when its GPU stack is complete, else faster-whisper: see the warnings)"
+                              if engine == "auto" else "") + ("; but see the failures below" if broken else "")))
+    return checks
 
 
 def effective_settings() -> list[tuple[str, str, str]]:
@@ -288,6 +314,8 @@ def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
     else:
         checks = [Check("ok", f"configuration: {config.config_file()} "
                               f"{'read' if config.config_file().is_file() else '(none; defaults)'}")]
+        checks += [Check("warn", line, "remove or rename it (hasrd ignores it)") for line in
+                   config.unknown_env(os.environ)]
     python = settings.worker_python or sys.executable
     checks += gpu_checks(settings)
     env, unsafe = worker_probe_env()
@@ -299,13 +327,14 @@ def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
         checks.append(worker_start_check(python, env))
     checks += model_checks(p, settings)
     checks += daemon_checks(socket_)
+    checks = plainly(checks, settings)
     rows = effective_settings() if not any("configuration:" in c.what and c.state == "fail" for c in checks) else []
     if as_json:
         click.echo(json.dumps({"checks": [asdict(c) for c in checks],
                                "settings": [{"name": n, "value": v, "source": s} for n, v, s in rows]},
                               ensure_ascii=False, indent=2))
     else:
-        tty = sys.stdout.isatty()
+        tty = sys.stdout.isatty() and not os.environ.get("NO_COLOR")  # https://no-color.org
         for c in checks:
             mark = click.style(MARK[c.state], fg=COLOR[c.state]) if tty else MARK[c.state]
             click.echo(f"{mark}  {c.what}")

@@ -29,6 +29,11 @@ def columns(stream: TextIO) -> int:
         return 80
 
 
+def no_color() -> bool:
+    """https://no-color.org: NO_COLOR set to anything but "" turns colour and dimming off."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
 def is_tty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -281,7 +286,7 @@ class LiveView(View):
         else:  # the text shrank to a prefix of what was drawn
             pos = at
         if tail[max(0, p - len(text)):]:
-            out += DIM + tail[max(0, p - len(text)):] + RESET
+            out += (tail[max(0, p - len(text)):] if no_color() else DIM + tail[max(0, p - len(text)):] + RESET)
         self.stream.write(out)
         self.stream.flush()
         self.drawn_text, self.drawn_tail, self.drawn_pos = text, tail, pos

@@ -131,6 +131,42 @@ class ConfigError(ValueError):
     """A setting has a value of the wrong type."""
 
 
+RETIRED = {"rtf_budget": "stall_sec", "budget_min_sec": "stall_sec", "budget_margin_sec": "stall_sec"}
+"""Settings that are gone, and what replaced them (jobs stop only when they stop making progress)."""
+
+
+def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:
+    """ "; did you mean X?" for a mistyped setting, or what replaced a retired one."""
+    import difflib
+
+    if key in RETIRED:
+        return f": it is no longer used; see {env_name(RETIRED[key]) if as_env else RETIRED[key]}"
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    if not close:
+        return " (`hasrctl doctor` lists every setting)"
+    return f"; did you mean {env_name(close[0]) if as_env else repr(close[0])}?"
+
+
+# HASR_* variables that are not settings: the command line's option defaults and the test knobs.
+NOT_SETTINGS = ("HASR_FAKE_", "HASR_TEST_", "HASR_EVAL_", "HASR_DOCTOR_", "HASR_TRAY_", "HASR_SETUP_", "HASR_STATUS_",
+                "HASR_AUTOSTART", "HASR_BESIDE", "HASR_FORCE", "HASR_FORMAT", "HASR_OUTPUT", "HASR_PROGRESS",
+                "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR")
+
+
+def unknown_env(env: Mapping[str, str]) -> list[str]:
+    """One line for each HASR_* variable that is no setting (a typo, or a retired one), with the closest name.
+    Not an error (the environment is shared with hasrctl and the tests' knobs): hasrd logs these, doctor warns."""
+    known = {f.name: f.type for f in fields(Settings)}
+    out = []
+    for name in sorted(env):
+        if not name.startswith("HASR_") or name.startswith(NOT_SETTINGS):
+            continue
+        key = name[5:].lower()
+        if key not in known:
+            out.append(f"{name} is not a setting{suggest(key, known, as_env=True)}")
+    return out
+
+
 def config_file() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "hasr" / "config.toml"
@@ -156,9 +192,11 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     known = {f.name: f.type for f in fields(Settings)}
-    for key, raw in read_toml(toml_path or config_file()).items():
-        if key in known:
-            values[key] = _coerce(known[key], raw, key)
+    path = toml_path or config_file()
+    for key, raw in read_toml(path).items():
+        if key not in known:
+            raise ConfigError(f"{path}: unknown setting {key!r}{suggest(key, known)}")
+        values[key] = _coerce(known[key], raw, key)
     for name, kind in known.items():
         raw = env.get(env_name(name))
         if raw is not None and raw != "":

@@ -545,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO, stream=sys.stderr,
                         format="%(name)s: %(levelname)s %(message)s" if os.environ.get("INVOCATION_ID")
                         else "%(asctime)s %(name)s: %(levelname)s %(message)s")
+    for line in config.unknown_env(os.environ):
+        log.warning("%s", line)
     try:
         sockets = sd.listen_fds()
     except sd.SocketActivationError as e:

@@ -43,3 +43,19 @@ def test_every_setting_is_described() -> None:
     assert all(s.help for s in described)
     assert {"idle_ttl_sec", "idle_exit_sec", "max_queue", "worker_python", "gpu", "need_vram_mb"} <= \
         {s.name for s in described}
+
+
+def test_an_unknown_config_key_is_refused_with_the_closest_known_name(tmp_path: Path) -> None:
+    p = tmp_path / "config.toml"
+    p.write_text("idle_ttl = 5\n")
+    with pytest.raises(config.ConfigError, match=r"unknown setting 'idle_ttl'; did you mean 'idle_ttl_sec'\?"):
+        config.load(env={}, toml_path=p)
+    p.write_text("rtf_budget = 2\n")
+    with pytest.raises(config.ConfigError, match=r"'rtf_budget': it is no longer used; see stall_sec"):
+        config.load(env={}, toml_path=p)
+
+
+def test_unknown_hasr_variables_are_named_with_the_closest_setting_and_knobs_are_not() -> None:
+    lines = config.unknown_env({"HASR_IDLE_TTL": "5", "HASR_FAKE_RTF": "1", "HASR_FORMAT": "srt",
+                                "HASR_ENGINE": "fake", "PATH": "/bin"})
+    assert lines == ["HASR_IDLE_TTL is not a setting; did you mean HASR_IDLE_TTL_SEC?"]
