@@ -3,7 +3,7 @@
 The client must not import the server or GPU stacks; this measures what a person waits for, process start
 included. Runs a fake-engine hasrd on a temporary socket, then ``hasrctl status`` N times.
 
-    python benchmarks/cli.py [--runs 30]
+    python benchmarks/cli.py [--runs 20]
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def timed(cmd: list[str], env: dict[str, str], runs: int) -> list[float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--runs", type=int, default=20)
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="h", dir="/tmp")
     sock = os.path.join(base, "s.sock")

@@ -19,6 +19,7 @@ from hasrd import __version__
 EPILOG = """\b
 Exit codes: 0 ok, 1 transcription (or the command) failed, 2 bad usage or input, 3 daemon unreachable.
 Every option takes a default from the HASR_* variable shown in its help; HASR_DEBUG=1 shows tracebacks.
+
 \b
 Shell completion (add to your shell's rc file):
   bash: eval "$(_HASRCTL_COMPLETE=bash_source hasrctl)"

@@ -13,7 +13,7 @@ import click
 
 from hasrctl import output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, CliError, Client, Unreachable
-from hasrctl.common import Daemon, daemon_options, say, settings
+from hasrctl.common import Daemon, daemon_options, say, settings, socket_option
 from hasrd.formats import FORMATS, render
 
 
@@ -71,10 +71,10 @@ def _language(result: dict[str, Any]) -> str:
               help="Progress line on stderr [default: when stderr is a terminal].")
 @click.option("-q", "--quiet", is_flag=True, envvar="HASR_QUIET", show_envvar=True,
               help="No progress and no per-file summary lines (errors still show).")
-@click.option("--prompt", metavar="TEXT", help="Text that guides faster-whisper: names, spelling, style "
+@click.option("--prompt", metavar="TEXT", envvar="HASR_PROMPT", show_envvar=True, help="Text that guides faster-whisper: names, spelling, style "
               "(its initial prompt; R2T2's draft ignores it).")
-@click.option("--word-timestamps", is_flag=True, help="Time every word: json and verbose_json carry `words`.")
-@click.option("--translate", is_flag=True, help="English text from any language (whisper's translate task; the "
+@click.option("--word-timestamps", is_flag=True, envvar="HASR_WORD_TIMESTAMPS", show_envvar=True, help="Time every word: json and verbose_json carry `words`.")
+@click.option("--translate", is_flag=True, envvar="HASR_TRANSLATE", show_envvar=True, help="English text from any language (whisper's translate task; the "
               "whisper and hybrid engines).")
 @click.option("--model", metavar="ID", envvar="HASR_MODEL", show_envvar=True,
               help="An id of `curl .../v1/models`: hasr (the default), or an OpenAI id such as whisper-1.")
@@ -249,7 +249,7 @@ def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
               help="Print /api/ps as JSON (plus the socket).")
 @click.option("--watch", is_flag=True, envvar="HASR_STATUS_WATCH", show_envvar=True,
               help="Follow state changes (one line each; with --json the raw events) until Ctrl-C.")
-@daemon_options
+@socket_option
 def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
     """Show the daemon's state: worker, engine and models, load time, VRAM, queue, time until unload.
 
@@ -314,7 +314,7 @@ def load(keep_alive: float | None, daemon: Daemon) -> int:
 
 
 @click.command()
-@daemon_options
+@socket_option
 def unload(daemon: Daemon) -> int:
     """Stop the worker after the running job, so all its VRAM comes back (clears a fatal state too)."""
     try:
@@ -330,7 +330,7 @@ def unload(daemon: Daemon) -> int:
 @click.command()
 @click.option("--wait", type=float, default=30.0, show_default=True, metavar="SEC", envvar="HASR_STOP_WAIT_SEC",
               show_envvar=True, help="How long to wait for it to exit.")
-@daemon_options
+@socket_option
 def stop(wait: float, daemon: Daemon) -> int:
     """Stop the daemon (systemd's service when it manages hasrd; its socket stays and restarts it on demand)."""
     from hasrctl import discovery

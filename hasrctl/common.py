@@ -59,3 +59,16 @@ def daemon_options(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(*args, daemon=Daemon(socket_, autostart, autostart_timeout), **kw)
 
     return wrapper
+
+
+def socket_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--socket alone, for the commands that never start a daemon (status, unload, stop): offering
+    --autostart there would promise what they do not do."""
+
+    @click.option("--socket", "socket_", metavar="PATH", envvar="HASR_SOCKET", show_envvar=True,
+                  help="Daemon socket [default: $XDG_RUNTIME_DIR/hasr/hasrd.sock, then /run/hasr/hasrd.sock].")
+    @functools.wraps(func)
+    def wrapper(*args: Any, socket_: str | None, **kw: Any) -> Any:
+        return func(*args, daemon=Daemon(socket_, False, 0.0), **kw)
+
+    return wrapper

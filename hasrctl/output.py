@@ -67,7 +67,7 @@ def plan(inputs: list[str], fmt: str, output: str | None, beside: bool) -> list[
         output = None
     if output:
         p = Path(os.path.expanduser(output))
-        if p.is_dir() or output.endswith(os.sep) or (len(inputs) > 1 and not p.exists()):
+        if p.is_dir() or output.endswith(os.sep) or (len(inputs) > 1 and not p.exists() and not p.suffix):
             out_dir = p  # "-o subs/", or "-o subs" for several inputs: the directory is made when missing
             if not p.is_dir():
                 try:
@@ -75,7 +75,7 @@ def plan(inputs: list[str], fmt: str, output: str | None, beside: bool) -> list[
                 except OSError as e:
                     raise UsageError(f"-o {output}: cannot create the directory: {e.strerror or e}") from None
         elif len(inputs) > 1:
-            raise UsageError(f"-o {output}: several inputs need a directory, and {output} is a file")
+            raise UsageError(f"-o {output}: several inputs need a directory (end it with / to make one)")
         else:
             out_file = p
     if inputs.count(STDIN) > 1:

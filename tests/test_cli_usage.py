@@ -358,3 +358,18 @@ def test_language_help_says_what_each_engine_does_without_it(env: dict[str, str]
     text = " ".join(hasrctl("transcribe", "--help", env=env).stdout.split())
     assert "[default: detect]" not in text
     assert "the engine detects it" in text and "R2T2 detects its own" in text and "how sure" in text
+
+
+def test_help_has_no_stray_control_characters_and_offers_autostart_only_where_it_is_honoured() -> None:
+    import subprocess
+    import sys
+
+    def helptext(*cmd: str) -> str:
+        return subprocess.run([sys.executable, "-m", "hasrctl", *cmd, "--help"], capture_output=True,
+                              text=True, timeout=60).stdout
+
+    assert "\b" not in helptext()
+    for cmd in ("transcribe", "load"):
+        assert "--autostart" in helptext(cmd)
+    for cmd in ("status", "unload", "stop"):  # they never start a daemon
+        assert "--autostart" not in helptext(cmd) and "--socket" in helptext(cmd)
