@@ -112,7 +112,7 @@ def check_access(d: Daemon, request: Request, *, control: bool = False, names: b
         raise errors.Forbidden(f"uid {uid} may not load, unload or stop this daemon: only its owner (uid {d.uid}) "
                                f"and root may")
     raise errors.Forbidden(f"uid {uid} may not use this daemon (it belongs to uid {d.uid}"
-                           + (f"; members of HASR_SHARED_GROUP may" if d.shared_gid is not None else "") + ")")
+                           + ("; members of HASR_SHARED_GROUP may" if d.shared_gid is not None else "") + ")")
 
 
 def check_path_access(d: Daemon, request: Request) -> None:

@@ -131,6 +131,8 @@ class ConfigError(ValueError):
     """A setting has a value of the wrong type."""
 
 
+TABLES = ("tray",)  # config.toml tables that belong to other hasr programs
+
 RETIRED = {"rtf_budget": "stall_sec", "budget_min_sec": "stall_sec", "budget_margin_sec": "stall_sec"}
 """Settings that are gone, and what replaced them (jobs stop only when they stop making progress)."""
 
@@ -194,6 +196,8 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
     known = {f.name: f.type for f in fields(Settings)}
     path = toml_path or config_file()
     for key, raw in read_toml(path).items():
+        if key in TABLES and isinstance(raw, dict):
+            continue  # another program's settings ([tray]: hasr-tray reads them)
         if key not in known:
             raise ConfigError(f"{path}: unknown setting {key!r}{suggest(key, known)}")
         values[key] = _coerce(known[key], raw, key)

@@ -492,9 +492,16 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     server.stop_max_sec = settings.stop_max_sec
     server.working = protocol.working
     server.last_work = protocol.last_work
+    if EARLY_SIGNALS:  # a stop asked for before uvicorn took the signals over: the same path, now
+        asyncio.get_running_loop().call_soon(server.request_exit, f"signal {EARLY_SIGNALS[0]} during start-up")
     try:
         await server.serve(sockets=sockets)
     finally:
+        # uvicorn gave the signals back to their defaults: a SIGTERM now (systemd, a second `hasrctl stop`)
+        # would kill us half-way through stopping the worker; we are stopping already, so a first one is noted
+        # and a second one forces the worker down.
+        loop = asyncio.get_running_loop()
+        hold_signals(lambda name: loop.call_soon_threadsafe(sup.kill_now) if len(EARLY_SIGNALS) > 1 else None)
         for t in tasks:
             t.cancel()
         notifier.stopping("unloading")
@@ -534,7 +541,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+EARLY_SIGNALS: list[str] = []  # SIGTERM / SIGINT received while uvicorn did not hold the handlers
+
+
+def hold_signals(then: Callable[[str], object] = lambda name: None) -> None:
+    """Note SIGTERM and SIGINT instead of dying of them (start-up before uvicorn's handlers, and the stop after
+    them): either way the daemon is on its way out, through its own exit path, with exit status 0."""
+
+    def note(sig: int, frame: Any) -> None:
+        name = signal.Signals(sig).name
+        EARLY_SIGNALS.append(name)
+        log.info("%s while starting or stopping: the exit path is already under way", name)
+        then(name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, note)
+
+
 def main(argv: list[str] | None = None) -> int:
+    hold_signals()
     args = parse_args(argv)
     try:
         settings = config.load(socket=args.socket, engine=args.engine, idle_ttl_sec=args.ttl,
@@ -559,7 +584,11 @@ def main(argv: list[str] | None = None) -> int:
         sockets = [bind_socket(path)]
         owned_path = path
     idle_exit = args.idle_exit if args.idle_exit is not None else (settings.idle_exit_sec if activated else None)
-    return asyncio.run(serve(settings, sockets, activated=activated, idle_exit=idle_exit, owned_path=owned_path))
+    code = asyncio.run(serve(settings, sockets, activated=activated, idle_exit=idle_exit, owned_path=owned_path))
+    # Python's finalization gives the signals back to their defaults: a SIGTERM arriving in those last
+    # milliseconds (a stop racing an idle exit) would turn a clean exit into death by signal. Stopped already.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    return code
 
 
 if __name__ == "__main__":

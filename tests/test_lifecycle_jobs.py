@@ -10,7 +10,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import numpy as np
@@ -31,6 +31,14 @@ OLD_BUDGET = {"HASR_BUDGET_MIN_SEC": "1", "HASR_BUDGET_MARGIN_SEC": "0", "HASR_R
 def post_transcribe(sock: str, wav: str, options: dict[str, Any] | None = None, timeout: float = 60) -> httpx.Response:
     with httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://hasr", timeout=timeout) as c:
         return c.post("/transcribe", json={"audio_path": wav, "options": options or {}})
+
+
+def noise_flac(directory: str, seconds: int) -> str:
+    """A long FLAC (an hour decodes in seconds here: longer than the short TTLs and timeouts these tests use)."""
+    path = os.path.join(directory, "long.flac")
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", f"anoisesrc=d={seconds}:r=16000:a=0.1",
+                    "-ac", "1", path], check=True, timeout=120)
+    return path
 
 
 @pytest.fixture
@@ -102,9 +110,7 @@ def test_a_job_that_fails_after_some_sentences_were_final_hands_them_to_the_clie
 
 
 def test_the_ttl_cannot_unload_the_worker_while_a_request_for_it_is_being_decoded(short_tmp: str) -> None:
-    big = os.path.join(short_tmp, "long.flac")  # ~3 s to decode here: several TTLs
-    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "anoisesrc=d=3600:r=16000:a=0.1",
-                    "-ac", "1", big], check=True, timeout=120)
+    big = noise_flac(short_tmp, 3600)  # ~3 s to decode here: several TTLs
     d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_IDLE_TTL_SEC": "0.3", "HASR_MAX_AUDIO_SEC": "7200"})
     try:
         with d.client() as c:
@@ -128,9 +134,7 @@ def test_the_ttl_cannot_unload_the_worker_while_a_request_for_it_is_being_decode
 
 
 def test_a_request_behind_long_decodes_gets_its_file_not_found_at_once(short_tmp: str) -> None:
-    big = os.path.join(short_tmp, "long.flac")
-    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "anoisesrc=d=3600:r=16000:a=0.1",
-                    "-ac", "1", big], check=True, timeout=120)
+    big = noise_flac(short_tmp, 3600)
     d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_MAX_AUDIO_SEC": "7200"})
     try:
         threads = [threading.Thread(target=post_transcribe, args=(d.sock, big), kwargs={"timeout": 300})
@@ -150,9 +154,7 @@ def test_a_request_behind_long_decodes_gets_its_file_not_found_at_once(short_tmp
 
 
 def test_uploads_waiting_to_decode_count_against_the_queue_bound(short_tmp: str) -> None:
-    big = os.path.join(short_tmp, "long.flac")
-    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "anoisesrc=d=1800:r=16000:a=0.1",
-                    "-ac", "1", big], check=True, timeout=120)
+    big = noise_flac(short_tmp, 1800)
     d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_MAX_QUEUE": "1"})
     try:
         threads = [threading.Thread(target=post_transcribe, args=(d.sock, big), kwargs={"timeout": 300})
@@ -325,12 +327,6 @@ def test_close_cancels_every_background_task_the_supervisor_started() -> None:
                     and (t.get_name().startswith("hasr-"))]
         assert not leftover
     run(main())
-
-
-@pytest.fixture
-def no_xdg(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    yield
 
 
 def test_hasrctl_keeps_the_sentences_a_crashed_job_made_final_beside_its_output(short_tmp: str, wav10: str) -> None:

@@ -295,8 +295,8 @@ class WhisperEngine:
                                          "no_speech_prob": round(float(s.no_speech_prob), 4),
                                          "compression_ratio": round(float(s.compression_ratio), 4),
                                          "temperature": float(s.temperature or 0.0),
-                                         "seek": int(round(offset * 100)) + int(s.seek or 0),
-                                         "tokens": [int(t) for t in (s.tokens or [])]}
+                                         "seek": int(round(offset * 100)) + int(getattr(s, "seek", 0) or 0),
+                                         "tokens": [int(t) for t in (getattr(s, "tokens", None) or [])]}
                 if s.words:
                     entry["words"] = [{"word": clean_text(str(w.word), strip=False),
                                        "start": round(offset + float(w.start), 3),
