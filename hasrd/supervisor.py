@@ -600,9 +600,6 @@ class Supervisor:
             if w is not None:
                 w.kill("the daemon was stopped before the work finished")
 
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
-
     async def close(self) -> None:
         """Daemon exit: refuse new work, finish what was admitted, stop the worker, end our tasks."""
         self.closing = True
