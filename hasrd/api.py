@@ -2,7 +2,7 @@
 
 Every error is ``{"error": {"code", "message", "type", "param"}}`` with its status; 503 carries Retry-After. Audio is
 validated and decoded here, before the worker is touched: bad input never wakes the GPU. A request's order:
-JSON (at most MAX_JSON_BYTES, MAX_JSON_DEPTH deep) and fields checked, a named file checked, then admitted
+JSON (intake.py: at most MAX_JSON_BYTES, MAX_JSON_DEPTH deep) and fields checked, a named file checked, then admitted
 (counted by the supervisor, so neither the TTL nor the idle exit acts under it), then decoded in a thread (at
 most DECODES_AT_ONCE at a time), then transcribed. The client going away cancels whatever step it is in, for
 plain and streamed responses alike, and the admission is released exactly once.
@@ -11,16 +11,14 @@ plain and streamed responses alike, and the admission is released exactly once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import grp
 import json
 import logging
 import os
 import pwd
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable
 
 import anyio
 from starlette.applications import Starlette
@@ -30,15 +28,16 @@ from starlette.responses import JSONResponse as _StarletteJSON
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from hasrd import __version__, errors, formats
+from hasrd import __version__, errors
 from hasrd import protocol as proto
 from hasrd.config import Settings
 from hasrd.events import Broadcaster
+from hasrd.intake import LeasedStream, check_path, decode, read_json, until_disconnected
 from hasrd.pcm import PcmBuffer
-from hasrd.supervisor import KeepAlive, Lease, Supervisor
+from hasrd.lifecycle import KeepAlive
+from hasrd.supervisor import Lease, Supervisor
 
 log = logging.getLogger("hasrd.api")
-T = TypeVar("T")
 DECODES_AT_ONCE = 2
 
 
@@ -123,134 +122,6 @@ def check_path_access(d: Daemon, request: Request) -> None:
     if uid not in (d.uid, 0):
         raise errors.Forbidden("this daemon runs as another user and would read the file with its rights: "
                                "upload the audio instead of naming a path (the `file` field)")
-
-
-async def check_path(path: str) -> None:
-    """A named file's checks (absolute, exists, regular, readable, non-empty) before the request waits for
-    anything: a typo is answered at once, not after the decodes ahead of it."""
-    from hasrd import audio
-
-    await asyncio.to_thread(audio.check_path, path)
-
-
-async def decode(d: Daemon, source: Any, name: str) -> tuple[PcmBuffer, dict[str, Any]]:
-    """Decode to a memfd in a thread, at most DECODES_AT_ONCE at a time (a burst of long files cannot pin all
-    memory and cores); map every failure to a typed 4xx. Cancelling stops the decode at its next packet."""
-    from hasrd import audio
-
-    async with d.decode_slots:
-        stop = threading.Event()
-
-        def work() -> tuple[PcmBuffer, dict[str, Any]]:
-            fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name,
-                                             stop=stop.is_set)
-            buf = PcmBuffer(fd)
-            buf.frames = info.frames
-            return buf, info.to_json()
-
-        fut = asyncio.get_running_loop().run_in_executor(None, work)
-        fut.add_done_callback(_close_if_abandoned)
-        try:
-            return await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            stop.set()  # the thread stops at its next packet; the done callback closes what it made
-            fut.abandoned = True  # type: ignore[attr-defined]
-            raise
-
-
-def _close_if_abandoned(fut: asyncio.Future[tuple[PcmBuffer, dict[str, Any]]]) -> None:
-    if getattr(fut, "abandoned", False) and not fut.cancelled() and fut.exception() is None:
-        fut.result()[0].close()
-    elif not fut.cancelled():
-        fut.exception()  # retrieved: the awaiting request got it, or left
-
-
-async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Run ``work`` while watching the connection: the client going away (the OpenAI SDK's default
-    non-streaming call, Ctrl-C on curl) cancels it at once, which cancels the job in the worker and frees its
-    place in the queue. The body must have been read: what the server delivers next is the disconnect."""
-    task: asyncio.Future[T] = asyncio.ensure_future(work)
-    watcher: asyncio.Future[Any] = asyncio.ensure_future(_disconnect(request))
-    try:
-        await asyncio.wait([task, watcher], return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            return task.result()
-        raise errors.Cancelled("the client went away; the transcription was cancelled")
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
-                with contextlib.suppress(BaseException):
-                    await task
-
-
-async def _disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-class LeasedStream(StreamingResponse):
-    """A streamed job's response: its admission and PCM are released when the response ends, however it
-    ends, even if the stream never started (the client left before the first byte)."""
-
-    def __init__(self, content: AsyncIterator[bytes], lease: Lease, pcm: PcmBuffer, **kw: Any) -> None:
-        super().__init__(content, **kw)
-        self.lease, self.pcm = lease, pcm
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                with contextlib.suppress(BaseException):
-                    await self.body_iterator.aclose()  # type: ignore[attr-defined]
-            self.pcm.close()
-            self.lease.release()
-
-
-MAX_JSON_BYTES = 1 << 20
-MAX_JSON_DEPTH = 16
-
-
-async def read_json(request: Request, example: str) -> Any:
-    """The body as JSON: 413 past MAX_JSON_BYTES (counted while reading, never read whole first), 400 when it
-    is not JSON or nests deeper than MAX_JSON_DEPTH."""
-    length = request.headers.get("content-length", "")
-    too_big = errors.TooLarge(f"the JSON body is over the {MAX_JSON_BYTES // 1024} KiB limit")
-    if length.isdigit() and int(length) > MAX_JSON_BYTES:
-        raise too_big
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_JSON_BYTES:
-            raise too_big
-    if not raw.strip():
-        return None
-    try:
-        obj = json.loads(bytes(raw))
-    except RecursionError:
-        raise errors.BadRequest(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels") from None
-    except (ValueError, UnicodeDecodeError):
-        raise errors.BadRequest(f"the body must be JSON like {example}") from None
-    if json_depth(obj) > MAX_JSON_DEPTH:
-        raise errors.BadRequest(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
-    return obj
-
-
-def json_depth(obj: Any) -> int:
-    """How deeply lists and objects nest (a scalar is 0), without recursion."""
-    deepest, todo = 0, [(obj, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list):
-            deepest = max(deepest, depth)
-            todo.extend((x, depth + 1) for x in item if isinstance(x, (dict, list)))
-    return deepest
 
 
 def dumps(obj: Any) -> bytes:
@@ -384,6 +255,8 @@ async def transcribe(request: Request) -> Response:
     options = body.get("options") or {}
     if not isinstance(language, str) or not isinstance(options, dict):
         raise errors.BadRequest("language must be a string and options an object")
+    from hasrd.openai_api import check_model
+
     check_model(str(options.get("model") or body.get("model") or ""))
     check_language(language)
     check_path_access(d, request)
@@ -410,189 +283,6 @@ async def admitted(d: Daemon, request: Request, source: Any, job: dict[str, Any]
     finally:
         if not handed_on:
             lease.release()
-
-
-# ---- OpenAI-compatible --------------------------------------------------------------------------------------
-
-
-MODEL_IDS = ("hasr", "whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
-"""What ``model`` may name: hasr's engine under its own id and the ids OpenAI clients send by default (aliases
-of it: one daemon runs one engine). Anything else is OpenAI's 404 ``model_not_found``."""
-STARTED = int(time.time())
-
-
-def check_model(model: str) -> str:
-    if model and model not in MODEL_IDS:
-        raise errors.ModelNotFound(f"The model `{model}` does not exist: this hasr serves {', '.join(MODEL_IDS)}",
-                                   param="model")
-    return model or "hasr"
-
-
-def form_options(form: Any, task: str) -> dict[str, Any]:
-    """The engine options of an OpenAI form: prompt, temperature, word timestamps, logprobs, the task."""
-    options: dict[str, Any] = {"task": task}
-    if form.get("prompt"):
-        options["prompt"] = str(form.get("prompt"))
-    raw = form.get("temperature")
-    if raw not in (None, ""):
-        try:
-            t = float(str(raw))
-        except ValueError:
-            t = -1.0
-        if not 0.0 <= t <= 1.0:
-            raise errors.BadRequest(f"temperature must be a number from 0 to 1, not {raw!r}", param="temperature")
-        if t:
-            options["temperature"] = t
-    grains = [str(v) for v in form.getlist("timestamp_granularities[]")]
-    include = [str(v) for v in form.getlist("include[]")]
-    if "word" in grains or "logprobs" in include:  # word probabilities are the logprobs faster-whisper has
-        options["word_timestamps"] = True
-    return options
-
-
-async def openai_transcriptions(request: Request) -> Response:
-    return await openai_audio(request, "transcribe")
-
-
-async def openai_translations(request: Request) -> Response:
-    """whisper's translate task: any language in, English text out (the whisper and hybrid engines)."""
-    return await openai_audio(request, "translate")
-
-
-async def openai_audio(request: Request, task: str) -> Response:
-    d: Daemon = request.app.state.daemon
-    check_access(d, request)
-    limit = int(d.settings.max_upload_mb * 1024 * 1024)
-    length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > limit + 65536:
-        raise errors.TooLarge(f"the upload is {_mb(int(length))}; the limit is "
-                              f"{_mb(limit)} (HASR_MAX_UPLOAD_MB)", param="file")
-    ctype = request.headers.get("content-type", "")
-    if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
-        raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
-    form = await read_form(request, limit)
-    check_model(str(form.get("model") or ""))
-    fmt = str(form.get("response_format") or "json")
-    try:
-        formats.check(fmt)
-    except errors.HasrError as e:
-        e.param = "response_format"
-        raise
-    try:
-        language = check_language(str(form.get("language") or d.settings.language))
-    except errors.HasrError as e:
-        e.param = "language"
-        raise
-    stream = str(form.get("stream") or "").lower() in ("true", "1", "yes")
-    hasr_events = str(form.get("hasr_events") or "").lower() in ("true", "1", "yes")
-    options = form_options(form, task)
-    include_logprobs = "logprobs" in [str(v) for v in form.getlist("include[]")]
-    upload = form.get("file")
-    path = form.get("path")
-    if upload is not None and not isinstance(upload, str):
-        f = upload.file
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(0)
-        if size > limit:
-            raise errors.TooLarge(f"the upload is {_mb(size)}; the limit is {_mb(limit)} (HASR_MAX_UPLOAD_MB)")
-        name = shown(upload.filename or "upload")
-        source: Any = f
-        audio_path = None
-    elif isinstance(path, str) and path:
-        check_path_access(d, request)
-        await check_path(path)
-        name = shown(os.path.basename(path))
-        source = audio_path = path
-    else:
-        raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required",
-                                  param="file")
-    job: dict[str, Any] = dict(name=name, audio_path=audio_path, language=language, options=options)
-    try:
-        return await admitted(d, request, source, job, SseRenderer(hasr_events) if stream else None,
-                              "text/event-stream",
-                              lambda result: Response(formats.render(result, fmt, include_logprobs),
-                                                      media_type=formats.content_type(fmt)))
-    finally:
-        await form.close()
-
-
-async def read_form(request: Request, limit: int) -> Any:
-    """Parse the form while counting bytes: a chunked upload over the limit stops at the limit, not after
-    it has been spooled to disk whole."""
-    from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
-
-    async def limited() -> AsyncGenerator[bytes, None]:
-        seen = 0
-        async for chunk in request.stream():
-            seen += len(chunk)
-            if seen > limit + 65536:
-                raise errors.TooLarge(f"the upload is over the {_mb(limit)} limit (HASR_MAX_UPLOAD_MB)")
-            yield chunk
-
-    try:
-        if request.headers.get("content-type", "").startswith("multipart/form-data"):
-            return await MultiPartParser(request.headers, limited(), max_files=1, max_fields=32).parse()
-        return await FormParser(request.headers, limited()).parse()
-    except MultiPartException as e:
-        raise errors.BadRequest(f"malformed form: {e.message}") from None
-
-
-def _mb(n: float) -> str:
-    mb = n / 2**20
-    return f"{mb:.1f} MB" if mb < 10 else f"{mb:.0f} MB"
-
-
-class SseRenderer:
-    """Job events as OpenAI's transcription stream: ``transcript.text.delta`` per final sentence (the deltas
-    concatenate exactly to ``transcript.text.done``'s text, see formats.DeltaJoiner), then the done event with
-    ``usage`` (and hasr's whole result under ``hasr``), then ``[DONE]``. hasr's own events (``hasr.queued``,
-    ``hasr.loading``, ``hasr.draft``, ``hasr.progress``) only when the form asked for them (``hasr_events=true``,
-    as hasrctl does): the OpenAI SDK parses every event of a stream as one of its three types, so an event it
-    does not know would reach its caller as an empty segment."""
-
-    def __init__(self, hasr_events: bool) -> None:
-        self.hasr_events = hasr_events
-        self.joiner = formats.DeltaJoiner()
-
-    def __call__(self, ev: dict[str, Any]) -> bytes | None:
-        kind = ev.get("event")
-        if kind == "sentence":
-            delta = self.joiner.add(str(ev.get("text") or ""))
-            return _sse({"type": "transcript.text.delta", "delta": delta, "hasr": ev}) if delta else None
-        if kind == "done":
-            result = ev["result"]
-            rest, text = self.joiner.done(str(result.get("final") or ""))
-            head = _sse({"type": "transcript.text.delta", "delta": rest}) if rest else b""
-            done = {"type": "transcript.text.done", "text": text, "usage": formats.usage(result), "hasr": result}
-            return head + _sse(done) + b"data: [DONE]\n\n"
-        if kind == "error":
-            return _sse({"type": "error", "error": ev["error"]}) + b"data: [DONE]\n\n"
-        if not self.hasr_events:
-            return None
-        if kind == "draft":
-            return _sse({"type": "hasr.draft", "text": ev["text"], "segment": ev.get("segment", 0)})
-        if kind == "progress":
-            return _sse({"type": "hasr.progress", "done_s": ev["done_s"], "total_s": ev["total_s"]})
-        if kind in ("queued", "loading"):
-            return _sse({"type": f"hasr.{kind}", **{k: v for k, v in ev.items() if k != "event"}})
-        return None
-
-
-def _sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + dumps(data) + b"\n\n"
-
-
-def _model(model_id: str) -> dict[str, Any]:
-    return {"id": model_id, "object": "model", "created": STARTED, "owned_by": "hasr"}
-
-
-async def models(request: Request) -> Response:
-    return JSONResponse({"object": "list", "data": [_model(m) for m in MODEL_IDS]})
-
-
-async def model(request: Request) -> Response:
-    return JSONResponse(_model(check_model(str(request.path_params["model_id"]))))
 
 
 # ---- lifecycle ----------------------------------------------------------------------------------------------
@@ -704,13 +394,15 @@ async def internal_error(request: Request, exc: Exception) -> Response:
 
 
 def make_app(d: Daemon) -> Starlette:
+    from hasrd import openai_api  # it builds on this module (imported by server.py at start)
+
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/transcribe", transcribe, methods=["POST"]),
-        Route("/v1/audio/transcriptions", openai_transcriptions, methods=["POST"]),
-        Route("/v1/audio/translations", openai_translations, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/models/{model_id:path}", model, methods=["GET"]),
+        Route("/v1/audio/transcriptions", openai_api.openai_transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", openai_api.openai_translations, methods=["POST"]),
+        Route("/v1/models", openai_api.models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", openai_api.model, methods=["GET"]),
         Route("/api/ps", ps, methods=["GET"]),
         Route("/api/load", load, methods=["POST"]),
         Route("/api/unload", unload, methods=["POST"]),

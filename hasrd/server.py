@@ -14,239 +14,28 @@ import argparse
 import asyncio
 import contextlib
 import grp
-import json
 import logging
 import os
-import resource
 import signal
 import socket
 import stat
-import struct
 import sys
 import time
 from typing import Any, Callable
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hasrd import __version__, config, policy
 from hasrd import systemd as sd
+from hasrd import openai_api  # noqa: F401  (make_app's OpenAI routes, imported with the rest at start)
 from hasrd.api import Daemon, make_app
+from hasrd.connections import PeerProtocol, RateLimited, raise_nofile
 from hasrd.events import Broadcaster
 from hasrd.supervisor import State, Supervisor
 from hasrd.workerproc import make_spawn
 
 log = logging.getLogger("hasrd")
 
-DRAIN_WAIT_SEC = 2.0  # how long an accepted connection with no request yet may take to send one at exit
-OBSERVE = frozenset({"/health", "/api/ps", "/api/version", "/api/events"})  # GETs that only observe
-
-
-class PeerProtocol(H11Protocol):
-    """uvicorn's h11 protocol plus SO_PEERCRED, a connection cap, read timeouts and a gentler exit.
-
-    - SO_PEERCRED: ``scope["client"]`` is ``("peer:PID:GID", UID)`` on the Unix socket.
-    - The cap (:meth:`configure`): past ``max_connections`` open connections, a new one closes the oldest
-      connection that is not in a request (a flood of idle connections cannot lock /health out, nor use up
-      the daemon's file descriptors); when every connection is in a request, the new one gets a 503.
-    - Read timeouts: a request's headers must arrive within ``read_timeout`` seconds of the connection (or of
-      the previous response), and its body may not stall longer than that; else 408 and close. Such a
-      connection would otherwise hold the daemon's idle exit for ever.
-    - Observation: a connection whose requests were all GETs of OBSERVE (/health, /api/ps, /api/version,
-      /api/events) neither holds the daemon's idle exit nor restarts its clock (:meth:`working`,
-      :meth:`last_work`); a tray polling /health must not keep a socket-activated daemon alive.
-    - At exit, a connection accepted just before whose request has not arrived yet gets DRAIN_WAIT_SEC to send
-      it instead of being closed: the client already connected, so closing it would lose its request.
-    """
-
-    max_connections = 1024
-    read_timeout = 30.0
-    on_activity: Callable[[], None] = staticmethod(lambda: None)
-    _open: dict[PeerProtocol, None] = {}
-    _shed = [0, 0.0]  # connections closed by the cap since the last log line, and when that was
-    _got_data = False
-    _draining = False
-    _evicted = False
-    _refusing = False
-    _worked = False  # carried a request that is not observation
-    _observed = False  # carried an observation request
-    _cycle_seen: Any = None
-    _work_ended = [0.0]  # when the last working connection closed (time.monotonic())
-
-    @classmethod
-    def configure(cls, max_connections: int, read_timeout: float,
-                  on_activity: Callable[[], None] = lambda: None) -> type[PeerProtocol]:
-        """A subclass with its own limits and connection registry (one per server)."""
-        return type("HasrProtocol", (cls,), {"max_connections": max_connections, "read_timeout": read_timeout,
-                                             "on_activity": staticmethod(on_activity), "_open": {},
-                                             "_shed": [0, 0.0], "_work_ended": [0.0]})
-
-    @classmethod
-    def working(cls) -> int:
-        """Open connections that hold the daemon up: any but those that have only observed."""
-        return sum(1 for c in cls._open if c._worked or not c._observed)
-
-    @classmethod
-    def last_work(cls) -> float:
-        return cls._work_ended[0]
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family == socket.AF_UNIX:
-            try:
-                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-                pid, uid, gid = struct.unpack("3i", creds)
-                self.client = (f"peer:{pid}:{gid}", uid)
-            except OSError:
-                pass
-        self._last_data = self._waiting_since = self.loop.time()
-        self._open[self] = None
-        self._read_timer: asyncio.TimerHandle | None = self.loop.call_later(self.read_timeout, self._check_read)
-        if len(self._open) > self.max_connections:
-            victim = next((c for c in self._open if c is not self and c._between_requests()), None)
-            if victim is not None:
-                victim._drop()
-            else:  # answered once its request is in: closing on unread data would reset it unanswered
-                self._refusing = True
-                self._open.pop(self, None)
-                self.loop.call_later(1.0, self._refuse)
-        self.on_activity()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self._open.pop(self, None)
-        if self._worked:
-            self._work_ended[0] = time.monotonic()
-        if self._read_timer is not None:
-            self._read_timer.cancel()
-        self.on_activity()
-
-    def data_received(self, data: bytes) -> None:
-        if self._refusing:
-            self._refuse()
-            return
-        self._got_data = True
-        self._last_data = self.loop.time()
-        super().data_received(data)
-        if self.cycle is not None and self.cycle is not self._cycle_seen:  # a new request
-            self._cycle_seen = self.cycle
-            scope = self.cycle.scope
-            if scope.get("method") == "GET" and scope.get("path") in OBSERVE:
-                self._observed = True
-            elif not self._worked:
-                self._worked = True
-                self.on_activity()
-        if self._draining and self.cycle is not None:
-            self.cycle.keep_alive = False
-
-    def on_response_complete(self) -> None:
-        self._waiting_since = self.loop.time()
-        super().on_response_complete()
-
-    def _refuse(self) -> None:
-        if not self.transport.is_closing():
-            self._drop(b"503 Service Unavailable", f"too many connections ({self.max_connections}, "
-                                                   f"HASR_MAX_CONNECTIONS), every one in a request; try again")
-
-    def _between_requests(self) -> bool:
-        return not self._evicted and (self.cycle is None or self.cycle.response_complete)
-
-    def _check_read(self) -> None:
-        """The read timeouts, on one timer per connection that is moved to the next deadline."""
-        self._read_timer = None
-        if self.transport.is_closing():
-            return
-        now = self.loop.time()
-        if self._between_requests():
-            deadline = max(self._waiting_since, 0.0) + self.read_timeout
-            what = "its request's headers did not arrive"
-        elif self.cycle is not None and self.cycle.more_body and not self.cycle.response_started:
-            deadline = self._last_data + self.read_timeout
-            what = "its request's body stalled"
-        else:  # the app is answering: its own business
-            deadline = now + self.read_timeout
-            what = ""
-        if now < deadline:
-            self._read_timer = self.loop.call_later(deadline - now, self._check_read)
-            return
-        log.debug("closing a connection: %s within %g s", what, self.read_timeout)
-        self._drop(b"408 Request Timeout", f"{what} within {self.read_timeout:g} s (HASR_READ_TIMEOUT_SEC)")
-
-    def _drop(self, status: bytes = b"", message: str = "") -> None:
-        """Close this connection, with a last JSON error response when ``status`` is given (nothing was sent
-        on it since its last response, so the client can read one)."""
-        self._evicted = True
-        self._open.pop(self, None)
-        if status:
-            body = json.dumps({"error": {"code": "too_many_connections" if status.startswith(b"503") else
-                                         "request_timeout", "message": message}}).encode()
-            head = (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                    + (b"retry-after: 5\r\n" if status.startswith(b"503") else b"")
-                    + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n")
-            with contextlib.suppress(Exception):
-                self.transport.write(head + body)
-        if status.startswith(b"503") or not status:
-            self._count_shed()
-        self.transport.close()
-
-    def _count_shed(self) -> None:
-        """One log line per 10 s at most while a flood is shed, never one per connection."""
-        shed = self._shed
-        shed[0] += 1
-        now = self.loop.time()
-        if now - shed[1] >= 10.0:
-            log.warning("connection cap (%d, HASR_MAX_CONNECTIONS) reached: %d connection(s) closed",
-                        self.max_connections, shed[0])
-            shed[0], shed[1] = 0, now
-
-    def shutdown(self) -> None:
-        if self.cycle is None and not self._got_data and not self._draining:
-            self._draining = True
-            asyncio.get_running_loop().call_later(DRAIN_WAIT_SEC, self._late_close)
-            return
-        super().shutdown()
-
-    def _late_close(self) -> None:
-        if self.cycle is None and not self.transport.is_closing():
-            self.transport.close()
-
-
-class RateLimited(logging.Filter):
-    """Collapse a repeated log message (asyncio's "socket.accept() out of system resource", logged with a
-    traceback at every accept while file descriptors are exhausted) to one line per ``interval`` seconds."""
-
-    def __init__(self, needle: str, interval: float = 60.0) -> None:
-        super().__init__()
-        self.needle, self.interval = needle, interval
-        self.last = -interval
-        self.dropped = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.needle not in str(record.msg):
-            return True
-        now = time.monotonic()
-        if now - self.last < self.interval:
-            self.dropped += 1
-            return False
-        self.last = now
-        record.msg = f"{record.msg} (no more file descriptors; {self.dropped} more like this not logged; " \
-                     f"raise LimitNOFILE or lower HASR_MAX_CONNECTIONS)"
-        record.exc_info = None
-        record.exc_text = None
-        self.dropped = 0
-        return True
-
-
-def raise_nofile(want: int = 65536) -> int:
-    """Raise the soft file-descriptor limit towards the hard one (the units set LimitNOFILE); return it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-    return int(soft)
 
 
 def check_socket_dir(parent: str) -> None:

@@ -1,6 +1,6 @@
 """The one owner of the worker's lifecycle. Nobody else reads-then-acts on the worker state.
 
-States, what happens in each, and the only transitions allowed (:data:`TRANSITIONS`; any other raises
+States, what happens in each, and the only transitions allowed (``lifecycle.TRANSITIONS``; any other raises
 :class:`IllegalTransition`):
 
     STOPPED   no worker. A request (or /api/load) starts one                       -> STARTING
@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine, Literal
+from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine
 
 from hasrd import errors, policy
 from hasrd.config import Settings
+from hasrd.lifecycle import SETTING, KeepAlive, Partial, State, check_transition
 from hasrd.pcm import PcmBuffer
 from hasrd.workerproc import EventSink, WorkerProcess
 
@@ -42,60 +41,6 @@ log = logging.getLogger("hasrd.supervisor")
 
 SpawnFn = Callable[[Callable[[str], None]], Awaitable[WorkerProcess]]
 """Starts a worker; may report phases (e.g. waiting for VRAM) through its argument."""
-
-
-class State(str, enum.Enum):
-    STOPPED = "stopped"
-    STARTING = "starting"
-    READY = "ready"
-    STOPPING = "stopping"
-    BACKOFF = "backoff"
-    FATAL = "fatal"
-
-
-TRANSITIONS: dict[State, frozenset[State]] = {
-    State.STOPPED: frozenset({State.STARTING}),
-    State.STARTING: frozenset({State.READY, State.BACKOFF, State.FATAL, State.STOPPED}),
-    State.READY: frozenset({State.STOPPING, State.STOPPED}),
-    State.STOPPING: frozenset({State.STOPPED}),
-    State.BACKOFF: frozenset({State.STARTING, State.STOPPED}),
-    State.FATAL: frozenset({State.STOPPED}),
-}
-
-
-class IllegalTransition(RuntimeError):
-    """A bug in the supervisor: a state change the table does not allow."""
-
-
-def check_transition(old: State, new: State) -> None:
-    if new != old and new not in TRANSITIONS[old]:
-        raise IllegalTransition(f"worker state {old.value} -> {new.value} is not allowed")
-
-
-@dataclass(frozen=True)
-class KeepAlive:
-    """How long an idle worker stays loaded: the setting (HASR_IDLE_TTL_SEC), N seconds, or forever.
-
-    Set by ``/api/load``; it belongs to the worker that is loaded, so it goes back to the setting when that
-    worker is stopped (not later: a keep-alive asked for while the worker was being stopped is for the next).
-    """
-
-    mode: Literal["setting", "seconds", "forever"] = "setting"
-    seconds: float = 0.0
-
-    @classmethod
-    def parse(cls, seconds: float | None) -> KeepAlive:
-        """None: the setting; < 0: forever; else that many seconds."""
-        if seconds is None:
-            return SETTING
-        return FOREVER if seconds < 0 else cls("seconds", float(seconds))
-
-    def ttl(self, setting: float) -> float | None:
-        return {"setting": setting, "seconds": self.seconds, "forever": None}[self.mode]
-
-
-SETTING = KeepAlive()
-FOREVER = KeepAlive("forever")
 
 
 class Lease:
@@ -610,32 +555,3 @@ class Supervisor:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-class Partial:
-    """The sentences a job made final, kept so that a failure can still hand them to the client."""
-
-    def __init__(self) -> None:
-        self.sentences: list[dict[str, Any]] = []
-        self.done_s = 0.0
-
-    def add(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("event")
-        if kind == "sentence":
-            self.sentences.append({k: ev.get(k) for k in ("index", "text", "engine", "start_s", "end_s")})
-        elif kind == "progress":
-            self.done_s = max(self.done_s, float(ev.get("done_s") or 0.0))
-
-    def attach(self, e: errors.HasrError, language: str) -> None:
-        if not self.sentences:
-            return
-        from hasrd.languages import UnknownLanguage, join_sentences, resolve
-
-        try:
-            code = resolve(language)[1] if language else ""
-        except UnknownLanguage:
-            code = ""
-        e.partial = {"text": join_sentences([str(s["text"]) for s in self.sentences], code),
-                     "sentences": self.sentences, "done_s": round(self.done_s, 3)}
-        e.message += (f" ({len(self.sentences)} sentence{'s' if len(self.sentences) != 1 else ''} up to "
-                      f"{self.done_s:.0f} s were final: kept in error.partial)")

@@ -18,8 +18,8 @@ import pytest
 
 from hasrd import config, errors
 from hasrd.pcm import PcmBuffer
-from hasrd.supervisor import (FOREVER, TRANSITIONS, IllegalTransition, KeepAlive, State, Supervisor,
-                              check_transition)
+from hasrd.lifecycle import FOREVER, TRANSITIONS, IllegalTransition, KeepAlive, State, check_transition
+from hasrd.supervisor import Supervisor
 from hasrd.workerproc import WorkerProcess, worker_env
 from tests.conftest import run, wait_until
 from tests.daemon import Hasrd, write_wav

@@ -1,0 +1,198 @@
+"""The OpenAI-compatible endpoints: /v1/audio/transcriptions, /v1/audio/translations, /v1/models[/{id}].
+
+Field by field as OpenAI's API reference has them (docs/API.md has the table); the job itself runs through
+the same admission, decoding and supervisor as /transcribe (``api.admitted``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, AsyncGenerator
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hasrd import errors, formats
+from hasrd.api import (Daemon, JSONResponse, admitted, check_access, check_language, check_path_access, dumps,
+                       shown)
+from hasrd.intake import check_path
+
+MODEL_IDS = ("hasr", "whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
+"""What ``model`` may name: hasr's engine under its own id and the ids OpenAI clients send by default (aliases
+of it: one daemon runs one engine). Anything else is OpenAI's 404 ``model_not_found``."""
+STARTED = int(time.time())
+
+
+def check_model(model: str) -> str:
+    if model and model not in MODEL_IDS:
+        raise errors.ModelNotFound(f"The model `{model}` does not exist: this hasr serves {', '.join(MODEL_IDS)}",
+                                   param="model")
+    return model or "hasr"
+
+
+def form_options(form: Any, task: str) -> dict[str, Any]:
+    """The engine options of an OpenAI form: prompt, temperature, word timestamps, logprobs, the task."""
+    options: dict[str, Any] = {"task": task}
+    if form.get("prompt"):
+        options["prompt"] = str(form.get("prompt"))
+    raw = form.get("temperature")
+    if raw not in (None, ""):
+        try:
+            t = float(str(raw))
+        except ValueError:
+            t = -1.0
+        if not 0.0 <= t <= 1.0:
+            raise errors.BadRequest(f"temperature must be a number from 0 to 1, not {raw!r}", param="temperature")
+        if t:
+            options["temperature"] = t
+    grains = [str(v) for v in form.getlist("timestamp_granularities[]")]
+    include = [str(v) for v in form.getlist("include[]")]
+    if "word" in grains or "logprobs" in include:  # word probabilities are the logprobs faster-whisper has
+        options["word_timestamps"] = True
+    return options
+
+
+async def openai_transcriptions(request: Request) -> Response:
+    return await openai_audio(request, "transcribe")
+
+
+async def openai_translations(request: Request) -> Response:
+    """whisper's translate task: any language in, English text out (the whisper and hybrid engines)."""
+    return await openai_audio(request, "translate")
+
+
+async def openai_audio(request: Request, task: str) -> Response:
+    d: Daemon = request.app.state.daemon
+    check_access(d, request)
+    limit = int(d.settings.max_upload_mb * 1024 * 1024)
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > limit + 65536:
+        raise errors.TooLarge(f"the upload is {_mb(int(length))}; the limit is "
+                              f"{_mb(limit)} (HASR_MAX_UPLOAD_MB)", param="file")
+    ctype = request.headers.get("content-type", "")
+    if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
+    form = await read_form(request, limit)
+    check_model(str(form.get("model") or ""))
+    fmt = str(form.get("response_format") or "json")
+    try:
+        formats.check(fmt)
+    except errors.HasrError as e:
+        e.param = "response_format"
+        raise
+    try:
+        language = check_language(str(form.get("language") or d.settings.language))
+    except errors.HasrError as e:
+        e.param = "language"
+        raise
+    stream = str(form.get("stream") or "").lower() in ("true", "1", "yes")
+    hasr_events = str(form.get("hasr_events") or "").lower() in ("true", "1", "yes")
+    options = form_options(form, task)
+    include_logprobs = "logprobs" in [str(v) for v in form.getlist("include[]")]
+    upload = form.get("file")
+    path = form.get("path")
+    if upload is not None and not isinstance(upload, str):
+        f = upload.file
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(0)
+        if size > limit:
+            raise errors.TooLarge(f"the upload is {_mb(size)}; the limit is {_mb(limit)} (HASR_MAX_UPLOAD_MB)")
+        name = shown(upload.filename or "upload")
+        source: Any = f
+        audio_path = None
+    elif isinstance(path, str) and path:
+        check_path_access(d, request)
+        await check_path(path)
+        name = shown(os.path.basename(path))
+        source = audio_path = path
+    else:
+        raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required",
+                                  param="file")
+    job: dict[str, Any] = dict(name=name, audio_path=audio_path, language=language, options=options)
+    try:
+        return await admitted(d, request, source, job, SseRenderer(hasr_events) if stream else None,
+                              "text/event-stream",
+                              lambda result: Response(formats.render(result, fmt, include_logprobs),
+                                                      media_type=formats.content_type(fmt)))
+    finally:
+        await form.close()
+
+
+async def read_form(request: Request, limit: int) -> Any:
+    """Parse the form while counting bytes: a chunked upload over the limit stops at the limit, not after
+    it has been spooled to disk whole."""
+    from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
+
+    async def limited() -> AsyncGenerator[bytes, None]:
+        seen = 0
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > limit + 65536:
+                raise errors.TooLarge(f"the upload is over the {_mb(limit)} limit (HASR_MAX_UPLOAD_MB)")
+            yield chunk
+
+    try:
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            return await MultiPartParser(request.headers, limited(), max_files=1, max_fields=32).parse()
+        return await FormParser(request.headers, limited()).parse()
+    except MultiPartException as e:
+        raise errors.BadRequest(f"malformed form: {e.message}") from None
+
+
+def _mb(n: float) -> str:
+    mb = n / 2**20
+    return f"{mb:.1f} MB" if mb < 10 else f"{mb:.0f} MB"
+
+
+class SseRenderer:
+    """Job events as OpenAI's transcription stream: ``transcript.text.delta`` per final sentence (the deltas
+    concatenate exactly to ``transcript.text.done``'s text, see formats.DeltaJoiner), then the done event with
+    ``usage`` (and hasr's whole result under ``hasr``), then ``[DONE]``. hasr's own events (``hasr.queued``,
+    ``hasr.loading``, ``hasr.draft``, ``hasr.progress``) only when the form asked for them (``hasr_events=true``,
+    as hasrctl does): the OpenAI SDK parses every event of a stream as one of its three types, so an event it
+    does not know would reach its caller as an empty segment."""
+
+    def __init__(self, hasr_events: bool) -> None:
+        self.hasr_events = hasr_events
+        self.joiner = formats.DeltaJoiner()
+
+    def __call__(self, ev: dict[str, Any]) -> bytes | None:
+        kind = ev.get("event")
+        if kind == "sentence":
+            delta = self.joiner.add(str(ev.get("text") or ""))
+            return _sse({"type": "transcript.text.delta", "delta": delta, "hasr": ev}) if delta else None
+        if kind == "done":
+            result = ev["result"]
+            rest, text = self.joiner.done(str(result.get("final") or ""))
+            head = _sse({"type": "transcript.text.delta", "delta": rest}) if rest else b""
+            done = {"type": "transcript.text.done", "text": text, "usage": formats.usage(result), "hasr": result}
+            return head + _sse(done) + b"data: [DONE]\n\n"
+        if kind == "error":
+            return _sse({"type": "error", "error": ev["error"]}) + b"data: [DONE]\n\n"
+        if not self.hasr_events:
+            return None
+        if kind == "draft":
+            return _sse({"type": "hasr.draft", "text": ev["text"], "segment": ev.get("segment", 0)})
+        if kind == "progress":
+            return _sse({"type": "hasr.progress", "done_s": ev["done_s"], "total_s": ev["total_s"]})
+        if kind in ("queued", "loading"):
+            return _sse({"type": f"hasr.{kind}", **{k: v for k, v in ev.items() if k != "event"}})
+        return None
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + dumps(data) + b"\n\n"
+
+
+def _model(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": STARTED, "owned_by": "hasr"}
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [_model(m) for m in MODEL_IDS]})
+
+
+async def model(request: Request) -> Response:
+    return JSONResponse(_model(check_model(str(request.path_params["model_id"]))))
