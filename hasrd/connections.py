@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import resource
 import socket
 import struct
@@ -31,7 +32,7 @@ class PeerProtocol(H11Protocol):
 
     - SO_PEERCRED: ``scope["client"]`` is ``("peer:PID:GID", UID)`` on the Unix socket.
     - The cap (:meth:`configure`): past ``max_connections`` open connections, a new one closes the oldest
-      connection that is not in a request (a flood of idle connections cannot lock /health out, nor use up
+      connection that is not in a request and has no request waiting unread (a flood of idle connections cannot lock /health out, nor use up
       the daemon's file descriptors); when every connection is in a request, the new one gets a 503.
     - Read timeouts: a request's headers must arrive within ``read_timeout`` seconds of the connection (or of
       the previous response), and its body may not stall longer than that; else 408 and close. Such a
@@ -88,7 +89,8 @@ class PeerProtocol(H11Protocol):
         self._open[self] = None
         self._read_timer: asyncio.TimerHandle | None = self.loop.call_later(self.read_timeout, self._check_read)
         if len(self._open) > self.max_connections:
-            victim = next((c for c in self._open if c is not self and c._between_requests()), None)
+            victim = next((c for c in self._open if c is not self and c._between_requests()
+                           and not c._request_waiting()), None)
             if victim is not None:
                 victim._drop()
             else:  # answered once its request is in: closing on unread data would reset it unanswered
@@ -127,6 +129,18 @@ class PeerProtocol(H11Protocol):
     def on_response_complete(self) -> None:
         self._waiting_since = self.loop.time()
         super().on_response_complete()
+
+    def _request_waiting(self) -> bool:
+        """Whether bytes the loop has not read yet wait on this connection: in a burst of accepts, a client
+        that connected first and sent its request at once is still "between requests" here."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            with socket.socket(fileno=os.dup(sock.fileno())) as peek:  # a second descriptor, to peek with
+                return bool(peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except OSError:  # nothing waiting (EAGAIN), or the connection is gone: either way no request
+            return False
 
     def _refuse(self) -> None:
         if not self.transport.is_closing():

@@ -257,8 +257,10 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     cap = max(16, min(settings.max_connections, nofile - 64))  # fds left for the worker, memfds and logs
     protocol = PeerProtocol.configure(cap, settings.read_timeout_sec, on_activity=poke.set)
     logging.getLogger("asyncio").addFilter(RateLimited("socket.accept() out of system resource"))
+    # backlog: asyncio listen()s again on the sockets it is given, with uvicorn's 2048 unless told otherwise;
+    # that would shrink our 4096 (and systemd's SOMAXCONN), and a burst of connects would fail with EAGAIN.
     cfg = uvicorn.Config(app, http=protocol, ws="none", lifespan="off", log_config=None, access_log=settings.debug,
-                         timeout_keep_alive=5, timeout_graceful_shutdown=None, server_header=False)
+                         timeout_keep_alive=5, timeout_graceful_shutdown=None, server_header=False, backlog=4096)
     server = HasrServer(cfg, notifier)
     daemon.request_stop = lambda: server.request_exit("stop requested over the API")
     tasks = []
