@@ -21,13 +21,23 @@ def run(coro: Awaitable[T], timeout: float = 120.0) -> T:
     return asyncio.run(wrapped())
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[str]:
-    """A short private directory (AF_UNIX paths stop at 107 bytes; pytest's tmp_path can be long)."""
+def _short_dir() -> Iterator[str]:
     d = tempfile.mkdtemp(prefix="h", dir="/tmp")
     os.chmod(d, 0o700)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[str]:
+    """A short private directory (AF_UNIX paths stop at 107 bytes; pytest's tmp_path can be long)."""
+    yield from _short_dir()
+
+
+@pytest.fixture(scope="module")
+def module_tmp() -> Iterator[str]:
+    """short_tmp for a whole module (a daemon shared by its tests)."""
+    yield from _short_dir()
 
 
 def need(ok: bool, reason: str) -> None:

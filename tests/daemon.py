@@ -81,3 +81,10 @@ class Hasrd:
                 self.proc.wait()
         self.logf.close()
         return self.proc.returncode
+
+
+def whisper_hasrd(sock: str) -> Hasrd:
+    """hasrd with the whisper engine on the CPU with the embedded model (real faster-whisper)."""
+    from speech import model_dir
+
+    return Hasrd(sock, env={"HASR_ENGINE": "whisper", "HASR_FW_MODEL": model_dir(), "HASR_FW_DEVICE": "cpu"})

@@ -27,11 +27,8 @@ FINAL = "今天天气很好。我们去公园散步"  # the fake engine's defaul
 
 
 @pytest.fixture(scope="module")
-def base() -> Iterator[str]:
-    d = tempfile.mkdtemp(prefix="h", dir="/tmp")
-    os.chmod(d, 0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+def base(module_tmp: str) -> str:
+    return module_tmp
 
 
 @pytest.fixture(scope="module")

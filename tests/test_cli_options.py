@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from typing import Iterator
 
 import pytest
-from speech import DATA, model_dir
+from speech import DATA
 
 from tests.cliutil import cli_env, hasrctl, show
-from tests.daemon import Hasrd, write_wav
+from tests.daemon import Hasrd, whisper_hasrd, write_wav
 
 
 @pytest.fixture(scope="module")
-def base() -> Iterator[str]:
-    d = tempfile.mkdtemp(prefix="h", dir="/tmp")
-    os.chmod(d, 0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+def base(module_tmp: str) -> str:
+    return module_tmp
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +29,7 @@ def fake_env(base: str) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def whisper_env(base: str) -> Iterator[dict[str, str]]:
-    d = Hasrd(os.path.join(base, "w.sock"), env={"HASR_ENGINE": "whisper", "HASR_FW_MODEL": model_dir(),
-                                                   "HASR_FW_DEVICE": "cpu"})
+    d = whisper_hasrd(os.path.join(base, "w.sock"))
     yield cli_env(base, HASR_SOCKET=d.sock)
     d.stop()
 

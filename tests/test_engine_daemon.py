@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import av
 import numpy as np
 import pytest
-from daemon import Hasrd
+from daemon import Hasrd, whisper_hasrd
 from speech import CLIPS, DATA, SR, error_rate, load, model_dir, norm_en, norm_zh
 from test_engine_hybrid import GAP, MAX_CER, NAMES, check, script_for
 
@@ -53,12 +53,8 @@ def encode(pcm: np.ndarray, path: Path, fmt: str, codec: str, rate: int, layout:
 
 
 @pytest.fixture(scope="module")
-def whisper_daemon() -> Iterator[Hasrd]:
-    import tempfile
-
-    d = tempfile.mkdtemp(prefix="h", dir="/tmp")
-    h = Hasrd(os.path.join(d, "s"), env={"HASR_ENGINE": "whisper", "HASR_FW_MODEL": model_dir(),
-                                         "HASR_FW_DEVICE": "cpu"})
+def whisper_daemon(module_tmp: str) -> Iterator[Hasrd]:
+    h = whisper_hasrd(os.path.join(module_tmp, "s"))
     yield h
     h.stop()
 

@@ -11,9 +11,9 @@ from typing import Any, Iterator
 import httpx
 import openai
 import pytest
-from speech import DATA, model_dir
+from speech import DATA
 
-from tests.daemon import Hasrd, write_wav
+from tests.daemon import Hasrd, whisper_hasrd, write_wav
 
 ENGLISH = "Is it three o'clock already? Remember the meeting! See you at four?"  # v2c ends sentences at ?!;, not .
 
@@ -32,10 +32,8 @@ def fake() -> Iterator[Hasrd]:
 
 
 @pytest.fixture(scope="module")
-def whisper() -> Iterator[Hasrd]:
-    d = tempfile.mkdtemp(prefix="h", dir="/tmp")
-    h = Hasrd(os.path.join(d, "s"), env={"HASR_ENGINE": "whisper", "HASR_FW_MODEL": model_dir(),
-                                         "HASR_FW_DEVICE": "cpu"})
+def whisper(module_tmp: str) -> Iterator[Hasrd]:
+    h = whisper_hasrd(os.path.join(module_tmp, "w"))
     yield h
     h.stop()
 
