@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as _StarletteJSON
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from hasrd import __version__, errors
 from hasrd import protocol as proto
@@ -394,7 +394,7 @@ async def internal_error(request: Request, exc: Exception) -> Response:
 
 
 def make_app(d: Daemon) -> Starlette:
-    from hasrd import openai_api  # it builds on this module (imported by server.py at start)
+    from hasrd import openai_api, realtime  # they build on this module (imported by server.py at start)
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -409,6 +409,7 @@ def make_app(d: Daemon) -> Starlette:
         Route("/api/stop", stop, methods=["POST"]),
         Route("/api/events", events, methods=["GET"]),
         Route("/api/version", version, methods=["GET"]),
+        WebSocketRoute("/v1/realtime", realtime.realtime),
     ]
     app = Starlette(routes=routes, exception_handlers={errors.HasrError: hasr_error, HTTPException: http_error,
                                                        ClientDisconnect: client_gone, Exception: internal_error})

@@ -60,6 +60,7 @@ class Settings:
     hello_timeout_sec: float = _s(30.0, "longest a worker may take from spawn to Hello")
     stall_sec: float = _s(120.0, "a job whose worker reports no progress for this long is killed (504 stalled)")
     max_job_sec: float = _s(0.0, "hard cap on one job's running time, however it progresses (0 = none)")
+    live_idle_sec: float = _s(120.0, "a live session that sends nothing (not even silence) this long is closed")
     max_queue: int = _s(16, "requests waiting behind the running one before '503 queue full'")
     max_concurrent: int = _s(1, "transcriptions run at once (the seed's single lock)")
     max_load_failures: int = _s(5, "consecutive failed loads before the fatal state")

@@ -19,12 +19,36 @@ import struct
 import time
 from typing import Any, Callable
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 log = logging.getLogger("hasrd")
 
 DRAIN_WAIT_SEC = 2.0  # how long an accepted connection with no request yet may take to send one at exit
 OBSERVE = frozenset({"/health", "/api/ps", "/api/version", "/api/events"})  # GETs that only observe
+
+
+def peer_of(transport: asyncio.BaseTransport) -> tuple[str, int] | None:
+    """``("peer:PID:GID", UID)`` of a Unix-socket peer (SO_PEERCRED); None over TCP."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family == socket.AF_UNIX:
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError:
+            return None
+        pid, uid, gid = struct.unpack("3i", creds)
+        return (f"peer:{pid}:{gid}", uid)
+    return None
+
+
+class PeerWebSocket(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol (the ``websockets`` library, sans-I/O) with the peer's credentials in
+    ``scope["client"]``, as :class:`PeerProtocol` gives them to HTTP requests."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.client = peer_of(transport) or self.client  # type: ignore[assignment]
 
 
 class PeerProtocol(H11Protocol):
@@ -77,14 +101,7 @@ class PeerProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family == socket.AF_UNIX:
-            try:
-                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-                pid, uid, gid = struct.unpack("3i", creds)
-                self.client = (f"peer:{pid}:{gid}", uid)
-            except OSError:
-                pass
+        self.client = peer_of(transport) or self.client
         self._last_data = self._waiting_since = self.loop.time()
         self._open[self] = None
         self._read_timer: asyncio.TimerHandle | None = self.loop.call_later(self.read_timeout, self._check_read)
@@ -125,6 +142,15 @@ class PeerProtocol(H11Protocol):
                 self.on_activity()
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        """A WebSocket (/v1/realtime) leaves the cap and the read timeouts: a live session is admitted and
+        bounded like a job (HASR_MAX_QUEUE) and has its own idle limit (HASR_LIVE_IDLE_SEC)."""
+        self._open.pop(self, None)
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        super().handle_websocket_upgrade(event)
 
     def on_response_complete(self) -> None:
         self._waiting_since = self.loop.time()

@@ -5,6 +5,11 @@ it imports anything heavy; PROTOCOL_VERSION is checked on both sides (the daemon
 PCM travels out of band: a memfd attached to the ``Transcribe`` frame with SCM_RIGHTS (``pcm="fd"``), or
 the path of a 0600 file in the daemon's private runtime directory.
 
+A live session (protocol 2) is ``LiveStart``, then ``LiveAudio`` frames (float32 16 kHz mono, in band: a few
+KB each), ``LiveCommit`` (end the current utterance now) and one ``LiveEnd``; the worker answers with the same
+``Draft`` / ``Sentence`` / ``Progress`` events as a file job (``segment`` = the utterance), ``Turn`` at each
+utterance's start, stop and completion, and a ``Result`` (or ``Failed``) after ``LiveEnd`` or ``Cancel``.
+
 This module is imported by the worker before ``Hello``: it must stay free of heavy imports.
 """
 
@@ -15,7 +20,7 @@ from typing import Any, Union
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 _LEN = struct.Struct(">I")
 
@@ -71,6 +76,19 @@ class Sentence(Msg):
     engine: str
     start_s: float
     end_s: float
+    segment: int = 0  # live: the utterance this sentence belongs to
+
+
+class Turn(Msg):
+    """Live only: utterance ``segment`` started (speech heard), stopped (its end: finals follow) or completed
+    (every final sentence of it is out; ``text`` is all of them joined)."""
+
+    id: int
+    segment: int
+    kind: str  # "started" | "stopped" | "completed"
+    start_s: float = 0.0
+    end_s: float = 0.0
+    text: str = ""
 
 
 class Result(Msg):
@@ -99,6 +117,25 @@ class Transcribe(Msg):
     options: dict[str, Any] = {}
 
 
+class LiveStart(Msg):
+    id: int
+    language: str = ""
+    options: dict[str, Any] = {}
+
+
+class LiveAudio(Msg):
+    id: int
+    pcm: bytes  # float32 little-endian, 16 kHz mono
+
+
+class LiveCommit(Msg):
+    id: int
+
+
+class LiveEnd(Msg):
+    id: int
+
+
 class Cancel(Msg):
     id: int
 
@@ -111,9 +148,9 @@ class Shutdown(Msg):
     pass
 
 
-WorkerMsg = Union[Hello, Loading, Ready, LoadFailed, Progress, Draft, Sentence, Result, Failed, Pong]
-DaemonMsg = Union[Transcribe, Cancel, Ping, Shutdown]
-EVENT_TYPES = (Progress, Draft, Sentence)
+WorkerMsg = Union[Hello, Loading, Ready, LoadFailed, Progress, Draft, Sentence, Turn, Result, Failed, Pong]
+DaemonMsg = Union[Transcribe, LiveStart, LiveAudio, LiveCommit, LiveEnd, Cancel, Ping, Shutdown]
+EVENT_TYPES = (Progress, Draft, Sentence, Turn)
 
 _encoder = msgspec.msgpack.Encoder()
 worker_decoder: msgspec.msgpack.Decoder[WorkerMsg] = msgspec.msgpack.Decoder(WorkerMsg)  # type: ignore[arg-type]

@@ -27,9 +27,9 @@ import uvicorn
 
 from hasrd import __version__, config, policy
 from hasrd import systemd as sd
-from hasrd import openai_api  # noqa: F401  (make_app's OpenAI routes, imported with the rest at start)
+from hasrd import openai_api, realtime  # noqa: F401  (make_app's OpenAI routes, imported with the rest at start)
 from hasrd.api import Daemon, make_app
-from hasrd.connections import PeerProtocol, RateLimited, raise_nofile
+from hasrd.connections import PeerProtocol, PeerWebSocket, RateLimited, raise_nofile
 from hasrd.events import Broadcaster
 from hasrd.supervisor import State, Supervisor
 from hasrd.workerproc import make_spawn
@@ -259,7 +259,7 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     logging.getLogger("asyncio").addFilter(RateLimited("socket.accept() out of system resource"))
     # backlog: asyncio listen()s again on the sockets it is given, with uvicorn's 2048 unless told otherwise;
     # that would shrink our 4096 (and systemd's SOMAXCONN), and a burst of connects would fail with EAGAIN.
-    cfg = uvicorn.Config(app, http=protocol, ws="none", lifespan="off", log_config=None, access_log=settings.debug,
+    cfg = uvicorn.Config(app, http=protocol, ws=PeerWebSocket, lifespan="off", log_config=None, access_log=settings.debug,
                          timeout_keep_alive=5, timeout_graceful_shutdown=None, server_header=False, backlog=4096)
     server = HasrServer(cfg, notifier)
     daemon.request_stop = lambda: server.request_exit("stop requested over the API")

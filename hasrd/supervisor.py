@@ -35,7 +35,7 @@ from hasrd import errors, policy
 from hasrd.config import Settings
 from hasrd.lifecycle import SETTING, KeepAlive, Partial, State, check_transition
 from hasrd.pcm import PcmBuffer
-from hasrd.workerproc import EventSink, WorkerProcess
+from hasrd.workerproc import EventSink, LiveSession, WorkerProcess
 
 log = logging.getLogger("hasrd.supervisor")
 
@@ -80,6 +80,7 @@ class Supervisor:
         self.in_flight = 0  # admitted requests not yet released (decoding, queued, loading or running)
         self.running = 0
         self.waiting: deque[asyncio.Future[None]] = deque()
+        self._live_waiting: set[asyncio.Future[None]] = set()  # live sessions in ``waiting`` (ahead of files)
         self.job: dict[str, Any] | None = None
         self.closing = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -322,13 +323,22 @@ class Supervisor:
             lease.release()
 
     @contextlib.asynccontextmanager
-    async def _slot(self, on_event: EventSink | None) -> AsyncIterator[None]:
-        """FIFO admission to one of ``max_concurrent`` running slots."""
+    async def _slot(self, on_event: EventSink | None, live: bool = False) -> AsyncIterator[None]:
+        """Admission to one of ``max_concurrent`` running slots: FIFO, except that live sessions go ahead of
+        waiting files (in their own FIFO order): a running job is never interrupted, files run between live
+        sessions."""
         if self.running >= self.s.max_concurrent or self.waiting or self._hold:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self.waiting.append(fut)
+            if live:
+                ahead = sum(1 for f in self.waiting if f in self._live_waiting)
+                self.waiting.insert(ahead, fut)
+                self._live_waiting.add(fut)
+                position = ahead + 1
+            else:
+                self.waiting.append(fut)
+                position = len(self.waiting)
             if on_event:
-                on_event({"event": "queued", "position": len(self.waiting)})
+                on_event({"event": "queued", "position": position})
             self._changed()
             try:
                 await fut
@@ -338,6 +348,8 @@ class Supervisor:
                 elif fut.done() and not fut.cancelled():
                     self._release_slot()  # we were handed the slot but are leaving
                 raise
+            finally:
+                self._live_waiting.discard(fut)
         else:
             self._take_slot()
         try:
@@ -429,6 +441,48 @@ class Supervisor:
         timings["work_s"] = round(t_end - t_start, 4)
         result["timings"] = timings
         return result
+
+    @contextlib.asynccontextmanager
+    async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
+                   on_event: EventSink | None = None, lease: Lease) -> AsyncIterator[LiveSession]:
+        """A live session on the worker, under ``lease`` (so no TTL unload and no idle exit while it runs).
+
+        Loads if needed, then takes the running slot ahead of queued files (see :meth:`_slot`); the worker
+        serves only this session until it ends. Leaving the block without :meth:`LiveSession.end` (the client
+        went away, an error) cancels the session; the worker stays loaded unless it ignores the cancel.
+        """
+        assert not lease.released, "live() on a released lease"
+        await self._await_load(on_event)
+        async with self._slot(on_event, live=True):
+            worker = await self._await_load(on_event)
+            self.job = {"name": "live session", "live": True, "done_s": 0.0, "total_s": 0.0, "progress": 0.0}
+            self._changed()
+
+            def relay(ev: dict[str, Any]) -> None:
+                if ev.get("event") == "progress" and self.job is not None:
+                    self.job.update(done_s=ev["done_s"], total_s=ev["total_s"])
+                if on_event:
+                    on_event(ev)
+
+            session = await worker.live(language=language, options=options, on_event=relay)
+            try:
+                yield session
+            finally:
+                if not session.done.done() and not worker.dead.is_set():
+                    # Until the worker has stopped this session the slot stays ours; further cancellations
+                    # (the client left mid-way) are absorbed, as for files.
+                    cleanup = asyncio.ensure_future(session.cancel())
+                    while not cleanup.done():
+                        try:
+                            await asyncio.shield(cleanup)
+                        except asyncio.CancelledError:
+                            continue
+                session.close()
+                self.job = None
+                self.last_used = self.clock()
+                if worker.dead.is_set():
+                    await self._worker_failed(worker)
+                self._changed()
 
     async def _await_load(self, on_event: EventSink | None) -> WorkerProcess:
         """ensure_ready(), telling this request about every loading phase while it waits."""

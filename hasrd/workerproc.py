@@ -195,7 +195,7 @@ class WorkerProcess:
         self._mark_dead(self._describe_death(reason))
 
     def _dispatch(self, msg: p.WorkerMsg) -> None:
-        if isinstance(msg, (p.Progress, p.Draft, p.Sentence)):
+        if isinstance(msg, (p.Progress, p.Draft, p.Sentence, p.Turn)):
             pend = self.pending.get(msg.id)
             if pend:
                 pend.last_seen = time.monotonic()
@@ -411,6 +411,20 @@ class WorkerProcess:
             self.kill(f"it ignored Cancel for {self.cancel_grace:.0f} s and was killed")
             await self.dead.wait()  # the slot is handed on only once the next job cannot land on this one
 
+    async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
+                   on_event: EventSink | None = None) -> LiveSession:
+        """Start a live session on this worker (it serves nothing else until the session ends)."""
+        req_id = next(self.ids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        pend = Pending(fut, on_event, last_seen=time.monotonic())
+        self.pending[req_id] = pend
+        try:
+            await self._send(p.LiveStart(id=req_id, language=language, options=dict(options or {})))
+        except BaseException:
+            self.pending.pop(req_id, None)
+            raise
+        return LiveSession(self, req_id, pend)
+
     async def ping(self, timeout: float = 2.0) -> bool:
         nonce = next(self.ids)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -461,6 +475,70 @@ class WorkerProcess:
         self.signal_group(signal.SIGKILL)  # leftovers in the group (vLLM helpers)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         return self.proc.returncode
+
+
+class LiveSession:
+    """The daemon's side of one live session: audio in, events out through the worker's ``on_event``.
+
+    ``done`` resolves with the result after :meth:`end`, or fails (the engine refused, the worker died, a
+    stall: audio was sent and the worker reported nothing on it for ``stall_sec``).
+    """
+
+    def __init__(self, worker: WorkerProcess, req_id: int, pend: Pending) -> None:
+        self.worker = worker
+        self.id = req_id
+        self.pend = pend
+        self.done = pend.future
+        self.sent_at = 0.0  # when audio was last sent that the worker has not reported on yet
+        self.ended = False
+
+    async def audio(self, pcm_f32: bytes) -> None:
+        if self.done.done():
+            return
+        if not self.sent_at or self.pend.last_seen >= self.sent_at:
+            self.sent_at = time.monotonic()
+        await self.worker._send(p.LiveAudio(id=self.id, pcm=pcm_f32))
+
+    async def commit(self) -> None:
+        if not self.done.done():
+            await self.worker._send(p.LiveCommit(id=self.id))
+
+    def stalled(self, stall_sec: float) -> bool:
+        """Audio waits and the worker has been silent on it for ``stall_sec``: it is stuck in a call."""
+        return (stall_sec > 0 and not self.done.done() and self.sent_at > self.pend.last_seen
+                and time.monotonic() - self.pend.last_seen > stall_sec)
+
+    def kill_stalled(self, stall_sec: float) -> None:
+        self.worker.kill(f"it reported nothing on live audio for {stall_sec:g} s (HASR_STALL_SEC) and was killed")
+        if not self.done.done():
+            self.done.set_exception(errors.Stalled(
+                f"the worker reported nothing on the live audio for {stall_sec:g} s (HASR_STALL_SEC) and was "
+                f"killed"))
+
+    async def end(self, stall_sec: float = 0.0) -> dict[str, Any]:
+        """Finish: the last utterance is closed and every final sentence comes out; then the result."""
+        if not self.ended and not self.done.done():
+            self.ended = True
+            self.sent_at = time.monotonic()
+            await self.worker._send(p.LiveEnd(id=self.id))
+        while not self.done.done():
+            await asyncio.wait([self.done], timeout=1.0)
+            if self.stalled(stall_sec):
+                self.kill_stalled(stall_sec)
+        return self.done.result()
+
+    async def cancel(self) -> None:
+        """The client left: stop the session and wait until the worker is free (or killed for ignoring it)."""
+        try:
+            if not self.done.done():
+                await self.worker._cancel_and_wait(self.id, self.done)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.worker.pending.pop(self.id, None)
+        if self.done.done() and not self.done.cancelled():
+            self.done.exception()  # retrieved
 
 
 def oom_kills(cgroup_root: str = "/sys/fs/cgroup") -> int | None:
@@ -563,13 +641,16 @@ async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
         loop.remove_writer(sock.fileno())
 
 
-def _event_dict(msg: p.Progress | p.Draft | p.Sentence) -> dict[str, Any]:
+def _event_dict(msg: p.Progress | p.Draft | p.Sentence | p.Turn) -> dict[str, Any]:
+    if isinstance(msg, p.Turn):
+        return {"event": "turn", "segment": msg.segment, "kind": msg.kind, "start_s": msg.start_s,
+                "end_s": msg.end_s, "text": msg.text}
     if isinstance(msg, p.Progress):
         return {"event": "progress", "done_s": msg.done_s, "total_s": msg.total_s}
     if isinstance(msg, p.Draft):
         return {"event": "draft", "text": msg.text, "segment": msg.segment}
     return {"event": "sentence", "index": msg.index, "text": msg.text, "engine": msg.engine,
-            "start_s": msg.start_s, "end_s": msg.end_s}
+            "start_s": msg.start_s, "end_s": msg.end_s, "segment": msg.segment}
 
 
 def make_spawn(engine: str, *, python: str = "", gpu_spec: str = "", need_vram_mb: int = 0,

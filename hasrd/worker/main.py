@@ -122,8 +122,13 @@ class SocketEmitter:
     def draft(self, text: str, segment: int = 0) -> None:
         self.ch.send(p.Draft(id=self.id, text=text, segment=segment))
 
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
-        self.ch.send(p.Sentence(id=self.id, index=index, text=text, engine=engine, start_s=start_s, end_s=end_s))
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float,
+                 segment: int = 0) -> None:
+        self.ch.send(p.Sentence(id=self.id, index=index, text=text, engine=engine, start_s=start_s, end_s=end_s,
+                                segment=segment))
+
+    def turn(self, segment: int, kind: str, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None:
+        self.ch.send(p.Turn(id=self.id, segment=segment, kind=kind, start_s=start_s, end_s=end_s, text=text))
 
 
 def read_pcm(ch: Channel, req: p.Transcribe) -> Any:
@@ -170,6 +175,84 @@ def serve_one(ch: Channel, engine: Any, req: p.Transcribe) -> None:
         ch.cancelled.discard(req.id)
 
 
+def fail_of(req_id: int, e: BaseException) -> p.Failed:
+    """A request's failure as the message the daemon gets (one bad request never ends the worker)."""
+    from hasrd.worker.engines import EngineError
+
+    if isinstance(e, EngineError):
+        return p.Failed(id=req_id, code=e.code, message=e.message)
+    if isinstance(e, MemoryError):
+        return p.Failed(id=req_id, code="out_of_memory", message="the worker ran out of memory")
+    code = "out_of_memory" if "out of memory" in str(e).lower() else "runtime_failure"
+    return p.Failed(id=req_id, code=code, message=f"{type(e).__name__}: {e}")
+
+
+def serve_live(ch: Channel, engine: Any, req: p.LiveStart, later: list[Any]) -> None:
+    """One live session: audio is fed as it arrives; everything queued behind a slow step is fed as one piece.
+
+    Messages for anything else (the daemon runs one thing at a time, but a Ping-free race is possible) are
+    kept in ``later`` and served after the session.
+    """
+    import numpy as np
+
+    emit = SocketEmitter(ch, req.id)
+
+    def cancelled() -> bool:
+        return req.id in ch.cancelled or ch.shutdown.is_set()
+
+    session: Any = None
+    try:
+        live = getattr(engine, "live", None)
+        if live is None:
+            from hasrd.worker.engines import EngineError
+
+            raise EngineError("unsupported", f"the {getattr(engine, 'name', '?')} engine has no live mode")
+        session = live(req.language, dict(req.options), emit, cancelled)
+        held: list[Any] = []  # taken from the inbox while coalescing audio, handled next in order
+        while True:
+            try:
+                msg = held.pop(0) if held else ch.inbox.get(timeout=0.1)
+            except queue.Empty:
+                if cancelled():
+                    session._check()
+                session.poll()
+                continue
+            if isinstance(msg, p.Shutdown):
+                later.append(msg)
+                session._check()  # shutdown is set: the session ends cancelled
+                continue
+            if getattr(msg, "id", None) != req.id:
+                later.append(msg)
+                continue
+            if isinstance(msg, p.LiveAudio):
+                parts = [msg.pcm]
+                while not held:  # coalesce: audio that waited while we decoded is one step, not a queue of them
+                    try:
+                        nxt = ch.inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(nxt, p.LiveAudio) and nxt.id == req.id:
+                        parts.append(nxt.pcm)
+                    else:
+                        held.append(nxt)
+                session.feed(np.frombuffer(b"".join(parts), dtype="<f4").astype(np.float32))
+            elif isinstance(msg, p.LiveCommit):
+                session.commit()
+            elif isinstance(msg, p.LiveEnd):
+                ch.send(p.Result(id=req.id, result=session.finish()))
+                return
+            else:
+                later.append(msg)
+    except BaseException as e:
+        if session is not None:
+            session.abort()
+        if not isinstance(e, Exception) and not isinstance(e, MemoryError):
+            raise
+        ch.send(fail_of(req.id, e))
+    finally:
+        ch.cancelled.discard(req.id)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hasrd.worker", description="hasr GPU worker (started by hasrd)")
     ap.add_argument("--engine", default="auto")
@@ -211,12 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     identity.setdefault("hasr_version", __version__)
     ch.send(p.Ready(load_s=round(time.monotonic() - t0, 4), identity=identity))
 
+    later: list[Any] = []
     while True:
-        msg = ch.inbox.get()
+        msg = later.pop(0) if later else ch.inbox.get()
         if isinstance(msg, p.Shutdown):
             break
         if isinstance(msg, p.Transcribe):
             serve_one(ch, engine, msg)
+        elif isinstance(msg, p.LiveStart):
+            serve_live(ch, engine, msg, later)
+        elif isinstance(msg, (p.LiveAudio, p.LiveCommit, p.LiveEnd)):
+            pass  # a session that already failed or was cancelled: its remaining frames mean nothing
     try:
         engine.close()
     finally:

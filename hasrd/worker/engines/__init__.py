@@ -75,6 +75,10 @@ class Engine(Protocol):
         """Transcribe 16 kHz mono float32 PCM; check ``cancelled()`` between steps."""
         ...
 
+    def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
+        """A live session (``hasrd.worker.live.LiveBase``): fed audio as it arrives, finished at the end."""
+        ...
+
     def close(self) -> None: ...
 
 

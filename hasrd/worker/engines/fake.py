@@ -131,6 +131,36 @@ class FakeEngine:
         result["options"] = {k: v for k, v in options.items() if k != "fake"}  # what reached the worker (tests)
         return plain_result(result)
 
+    def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
+        """The scripted draft over a live stream: the script is revealed over ``script_s`` seconds of speech
+        (options ``fake.script_s``, default 3), through the real live v2c loop with an empty final stage."""
+        from hasrd.worker.live_draft import DraftLive
+
+        opts = dict(options.get("fake") or {})
+        if opts.get("fail"):
+            raise EngineError(str(opts["fail"]), f"the fake engine was told to fail with {opts['fail']}")
+        script = str(opts.get("script") or self.script)
+        rtf = float(opts.get("rtf", self.rtf))
+        crash_mid = bool(opts.get("crash", self.crash_mid))
+        hang = bool(opts.get("hang", self.hang))
+
+        def on_chunk(i: int, total: int) -> None:
+            if hang:
+                while True:
+                    time.sleep(3600)
+            if crash_mid and i >= 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if rtf:
+                time.sleep(v2c.CHUNK_SEC * rtf)
+
+        try:
+            name, code = resolve(language)
+        except UnknownLanguage:
+            name, code = "", ""
+        draft = ScriptedDraft(script, int(float(opts.get("script_s") or 3.0) * SR), on_chunk)
+        return DraftLive(draft, name or None, lambda audio: "", "inline", emit, cancelled, options,
+                         engine="fake", code=code)
+
     def _shout(self, when: str) -> None:
         if self.stderr_bytes > 0:
             import sys

@@ -105,6 +105,33 @@ class HybridEngine:
 
         return run_v2c(RESULT_ENGINE, draft, windows, self.settings, pcm, language, emit, cancelled)
 
+    def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
+        """R2T2's draft per utterance with faster-whisper on a thread for truncated sentences (live_draft.py);
+        faster-whisper alone (live_whisper.py) for translation and languages R2T2 does not know."""
+        from hasrd.worker.engines.r2t2 import draft_language
+        from hasrd.worker.live_draft import DraftLive
+
+        name, _code = language_of(language or self.settings.language)
+        if options.get("task") == "translate" or (name and not r2t2_knows(name)):
+            alone = WhisperEngine(self.settings, self.fw_spec, self.fw_device, self.compute_type)
+            alone.model = self.fw
+            return alone.live(language, options, emit, cancelled)
+        draft = self.draft
+        if self.scripted:
+            from hasrd.worker.scripted import ScriptedDraft
+
+            fake = options.get("fake") or {}
+            draft = ScriptedDraft(str(fake.get("script") or self.script), int(float(fake.get("script_s") or 3) * 16000))
+        dname, code = draft_language(language, self.settings)
+        session: Any = None
+
+        def transcribe_window(audio: np.ndarray) -> str:
+            return window_fn(self.fw, whisper_code(self.fw, session.code if session else code))(audio)
+
+        session = DraftLive(draft, dname or None, transcribe_window, "thread", emit, cancelled, options,
+                            engine=RESULT_ENGINE, code=code)
+        return session
+
     def whisper_alone(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
                       cancelled: Callable[[], bool], note: str) -> dict[str, Any]:
         """The whisper engine's whole-file transcription with the loaded faster-whisper, and why in ``note``."""

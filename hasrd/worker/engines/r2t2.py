@@ -256,5 +256,14 @@ class R2T2Engine:
         refuse_translation(options, "the r2t2 engine (R2T2 only transcribes)")
         return run_v2c("r2t2", self.draft, None, self.settings, pcm, language, emit, cancelled)
 
+    def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
+        """The draft alone per utterance: truncated sentences are cut at ``|`` (live_draft.py)."""
+        from hasrd.worker.live_draft import DraftLive
+
+        refuse_translation(options, "the r2t2 engine (R2T2 only transcribes)")
+        name, code = draft_language(language, self.settings)
+        return DraftLive(self.draft, name or None, None, "inline", emit, cancelled, options, engine="r2t2",
+                         code=code)
+
     def close(self) -> None:
         self.draft = None

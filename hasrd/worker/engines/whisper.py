@@ -329,6 +329,14 @@ class WhisperEngine:
             "timings": {"draft_s": 0.0, "final_s": round(elapsed, 4), "fw_s": round(elapsed, 4)},
         })
 
+    def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
+        """faster-whisper with local agreement over a growing buffer (live_whisper.py)."""
+        from hasrd.worker.live_whisper import WhisperLive
+
+        _name, code = language_of(language or self.settings.language)
+        return WhisperLive(self.model, whisper_code(self.model, code), task_of(options), prompt_of(options), emit,
+                           cancelled, options)
+
     @property
     def batch(self) -> int:
         return max(0, int(self.settings.whisper_batch))

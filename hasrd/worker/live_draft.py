@@ -1,0 +1,182 @@
+"""Live transcription with a streaming draft (R2T2, or the fake engine's scripted one) and v2c's final stage.
+
+Per utterance (live.py cuts them) a fresh draft state, as R2T2's own streaming server does at each VAD end:
+``init_streaming_state`` with v2c's parameters, 160 ms chunks to ``streaming_transcribe`` as they arrive, and
+``finish_streaming_transcribe`` when the utterance ends (its last chunk kept buffered so that the finish really
+decodes it). Windows are decided exactly as for files (v2c.py, sentences.Windows: on committed text only) and
+shifted onto the session's chunk grid; the one :class:`~hasrd.worker.v2c.FinalStage` of the session settles
+them, faster-whisper on a thread (``mode="thread"``) so the draft never waits for it. Sentences go out in order
+across utterances, and ``Turn completed`` once every window of an utterance is out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+from hasrd.worker import v2c
+from hasrd.worker.engines import EngineError
+from hasrd.worker.live import SR, LiveBase, LiveEmitter
+from hasrd.worker.sentences import CHUNK, CHUNK_SEC, PAD, Window, Windows
+
+WindowFn = Callable[[np.ndarray], str]
+
+
+class _Sentences:
+    """FinalStage's emitter: each sentence is recorded by the session under the utterance its window opened in."""
+
+    def __init__(self, live: DraftLive) -> None:
+        self.live = live
+
+    def progress(self, done_s: float, total_s: float) -> None:
+        pass
+
+    def draft(self, text: str, segment: int = 0) -> None:
+        pass
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+        seg = max((t["segment"] for t in self.live.turns if t["start_s"] <= start_s + 1e-6), default=0)
+        self.live._say(seg, text, engine, start_s, end_s)
+
+
+class DraftLive(LiveBase):
+    def __init__(self, model: Any, language: str | None, window_fn: WindowFn | None, mode: str,
+                 emit: LiveEmitter, cancelled: Callable[[], bool], options: dict[str, Any],
+                 engine: str = "hybrid-asr-v2c", code: str = "") -> None:
+        super().__init__(emit, cancelled, options)
+        self.model = model
+        self.language = language or None
+        self.code = code
+        self.engine = engine
+        self.stage = v2c.FinalStage(self.audio, window_fn, mode, _Sentences(self), cancelled)  # type: ignore[arg-type]
+        self.take: Callable[[], list[str]] | None = getattr(model, "take_generations", None)
+        self.state: Any = None
+        self.ws = Windows()
+        self.chunk0 = 0
+        self.fed = 0  # absolute position of the next sample the draft gets
+        self.shown = ""
+        self.last_window: dict[int, int] = {}  # utterance -> index of its last window (-1: none)
+        self.unannounced: list[int] = []  # closed utterances not yet announced as completed, in order
+        self.drafts: list[str] = []
+        self.detected = ""
+
+    def language_code(self) -> str:
+        return self.code
+
+    def _align(self, start: int) -> int:
+        return start // CHUNK * CHUNK  # the session's chunk grid: windows keep global chunk indices
+
+    def _opened(self, seg: int, start: int) -> None:
+        try:
+            self.state = self.model.init_streaming_state(context="", language=self.language, unfixed_chunk_num=0,
+                                                         unfixed_token_num=1, chunk_size_sec=CHUNK_SEC)
+        except ValueError as e:
+            raise EngineError("invalid_audio", f"the draft model does not take language {self.language!r}: {e}"
+                              ) from None
+        if self.take is not None:
+            self.take()
+        self.ws = Windows()
+        self.chunk0 = start // CHUNK
+        self.fed = start
+        self.shown = ""
+
+    def _bar(self) -> bool:
+        return any("|" in g for g in self.take()) if self.take is not None else False
+
+    def _step(self, chunk: np.ndarray) -> None:
+        i = (self.fed - self.chunk0 * CHUNK) // CHUNK
+        _, fixed = self.model.streaming_transcribe(chunk, self.state, max_new_tokens=v2c.MAX_NEW_TOKENS)
+        self.fed += len(chunk)
+        text = str(self.state.text)
+        committed = text if text == self.shown and text else str(fixed or "")
+        self._show(text)
+        self.ws.observe(text, self._bar())
+        self._language()
+        w = self.ws.commit(committed, i)
+        if w is not None:
+            self._submit(w)
+
+    def _show(self, text: str) -> None:
+        if text != self.shown:
+            self.shown = text
+            assert self.open is not None or self.turns
+            self.emit.draft(self.ws.open_text(text), self.turns[-1]["segment"])
+
+    def _language(self) -> None:
+        name = str(getattr(self.state, "language", "") or "")
+        if name and not self.code and name != self.detected:
+            from hasrd.languages import UnknownLanguage, resolve
+
+            self.detected = name
+            with contextlib.suppress(UnknownLanguage):
+                _name, self.code = resolve(name)
+
+    def _submit(self, w: Window) -> None:
+        c0 = self.chunk0
+        self.stage.submit(dataclasses.replace(w, start_chunk=w.start_chunk + c0, end_chunk=w.end_chunk + c0,
+                                              open_chunk=w.open_chunk + c0))
+
+    def _advance(self, upto: int) -> None:
+        if self.state is None:
+            return
+        while self.fed + CHUNK <= upto:
+            self._check()
+            self._step(self.audio[self.fed:self.fed + CHUNK])
+
+    def _closed(self, seg: int, end: int) -> None:
+        rest = self.audio[self.fed:min(self.audio.end, max(end, self.fed + 1))]
+        if len(rest) >= CHUNK:
+            rest = rest[:CHUNK - 1]  # stays buffered: the finish decodes it
+        last = (self.fed - self.chunk0 * CHUNK + len(rest) - 1) // CHUNK
+        if len(rest):
+            self.model.streaming_transcribe(rest, self.state, max_new_tokens=v2c.MAX_NEW_TOKENS)
+            self.fed += len(rest)
+        with contextlib.redirect_stdout(sys.stderr):  # R2T2 prints the final text; stdout is not ours
+            self.model.finish_streaming_transcribe(self.state, max_new_tokens=v2c.FINISH_MAX_NEW_TOKENS)
+        full = str(self.state.text)
+        self.ws.observe(full, self._bar())
+        self._language()
+        self._show(full)
+        w = self.ws.finish(full, max(0, last))
+        if w is not None:
+            self._submit(w)
+        self.drafts.append(full)
+        self.last_window[seg] = len(self.stage.windows) - 1
+        self.unannounced.append(seg)
+        self.state = None
+        self.emit.draft("", seg)
+        self._poll()
+
+    def _poll(self) -> None:
+        self.stage.check()
+        with self.stage.lock:
+            out = self.stage.next_emit
+        while self.unannounced and self.last_window[self.unannounced[0]] < out:
+            self._completed(self.unannounced.pop(0))
+
+    def _drain(self) -> None:
+        self.stage.close()
+
+    def abort(self) -> None:
+        self.stage.abort()
+
+    def _keep_from(self) -> int:
+        keep = super()._keep_from()
+        with self.stage.lock:
+            k = self.stage.next_emit
+            if k < len(self.stage.windows):  # a window faster-whisper has not settled yet
+                keep = min(keep, self.stage.windows[k].start_chunk * CHUNK - PAD)
+        return max(0, keep)
+
+    def _done_to(self) -> int:
+        return self.fed if self.open is not None else self.audio.end
+
+    def result(self) -> dict[str, Any]:
+        out = super().result()
+        out.update(engine=self.engine, language_code=self.code, draft=" ".join(self.drafts),
+                   fw_calls=self.stage.fw_calls)
+        return out

@@ -1,0 +1,158 @@
+"""Live transcription with faster-whisper alone (the CPU path): a growing buffer and local agreement.
+
+Inside an utterance (live.py cuts them), every ``step_s`` of new audio the unfinalised part of it is decoded
+again (greedy, word timestamps). Words on which two successive decodes agree are *stable*; once a stable word
+ends a sentence (``. ? ! 。 ？ ！ …``), everything up to it is final: emitted as a sentence and cut from the
+buffer, so the buffer stays short. The rest is the draft (``hasr.draft``), replaced by each decode. At the
+utterance's end (a pause, ``silence_ms``) the last decode already covers the speech (the pause is longer than
+a step): its words are the final sentences at once, without another decode; otherwise (or with
+``final_beam=N``, for beam search's accuracy at a decode's cost) what is left is decoded once more. Every
+decode is at temperature 0: the same audio gives the same text. A buffer that grows past ``BUFFER_S`` without
+a sentence end (a run-on) is finalised at its stable words, or, when no two decodes agree, at what lies more
+than ``TAIL_S`` before its end. So the same ``Draft`` / ``Sentence`` / ``Turn`` events flow as with R2T2.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from hasrd.worker.engines import EngineError
+from hasrd.worker.live import SR, LiveBase, LiveEmitter
+
+SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
+BUFFER_S = 20.0
+TAIL_S = 3.0
+FINAL_PAD = int(0.2 * SR)
+
+
+@dataclass
+class Word:
+    text: str  # with its leading space, as whisper writes it
+    start: int  # absolute samples
+    end: int
+
+    @property
+    def key(self) -> str:
+        return re.sub(r"[^\w']+", "", self.text.lower())
+
+
+def agreed(prev: list[Word], cur: list[Word]) -> int:
+    """How many leading words two decodes agree on (case and punctuation aside)."""
+    n = 0
+    for a, b in zip(prev, cur):
+        if a.key != b.key or not a.key:
+            break
+        n += 1
+    return n
+
+
+def sentence_cut(words: list[Word], stable: int) -> int:
+    """The number of words up to the last stable word that ends a sentence (0: none)."""
+    for i in range(stable - 1, -1, -1):
+        if SENTENCE_END.search(words[i].text.strip()):
+            return i + 1
+    return 0
+
+
+def join(words: list[Word]) -> str:
+    return "".join(w.text for w in words).strip()
+
+
+class WhisperLive(LiveBase):
+    def __init__(self, model: Any, code: str | None, task: str, prompt: str | None, emit: LiveEmitter,
+                 cancelled: Callable[[], bool], options: dict[str, Any]) -> None:
+        super().__init__(emit, cancelled, options)
+        self.model = model
+        self.code = code  # None: detected by the first decode, then kept for the session
+        self.task = task
+        self.prompt = prompt
+        try:
+            self.step = int(float(options.get("step_s") or 0.5) * SR)
+            self.final_beam = int(options.get("final_beam") or 0)
+        except (TypeError, ValueError):
+            raise EngineError("invalid_audio", "step_s and final_beam must be numbers") from None
+        if not 0.1 * SR <= self.step <= 10 * SR or not 0 <= self.final_beam <= 10:
+            raise EngineError("invalid_audio", "step_s must be 0.1-10 and final_beam 0-10")
+        self.buf_start = 0
+        self.decoded_to = 0
+        self.prev: list[Word] = []
+        self.decodes = 0
+        self.language = ""
+
+    def language_code(self) -> str:
+        return self.code or ""
+
+    def _context(self) -> str | None:
+        """The user's prompt and the last final text: whisper continues it instead of starting afresh."""
+        said = " ".join(s["text"] for s in self.sentences[-3:])[-200:]
+        both = " ".join(x for x in (self.prompt or "", said) if x).strip()
+        return both or None
+
+    def _decode(self, a: int, b: int, beam: int = 1) -> list[Word]:
+        from hasrd.worker.engines.whisper import token_cap
+
+        audio = self.audio[a:b]
+        if len(audio) < SR // 10:
+            return []
+        segments, info = self.model.transcribe(
+            audio, language=self.code, task=self.task, beam_size=max(1, beam), temperature=0.0, vad_filter=False,
+            max_new_tokens=token_cap(len(audio) / SR),
+            word_timestamps=True, condition_on_previous_text=False, initial_prompt=self._context(),
+            without_timestamps=False)
+        words: list[Word] = []
+        from hasrd.worker.engines.whisper import clean_text
+
+        for s in segments:
+            for w in s.words or []:
+                text = clean_text(str(w.word), strip=False)
+                if text.strip():
+                    words.append(Word(text, a + int(float(w.start) * SR), a + int(float(w.end) * SR)))
+        self.decodes += 1
+        if self.code is None and getattr(info, "language", None):
+            self.code = str(info.language)
+        return words
+
+    def _opened(self, seg: int, start: int) -> None:
+        self.buf_start = self.decoded_to = start
+        self.prev = []
+
+    def _advance(self, upto: int) -> None:
+        if self.open is None or upto - self.decoded_to < self.step:
+            return
+        self._check()
+        words = self._decode(self.buf_start, upto)
+        self.decoded_to = upto
+        stable = agreed(self.prev, words)
+        cut = sentence_cut(words, stable)
+        if not cut and upto - self.buf_start > BUFFER_S * SR:  # a run-on: bound the buffer anyway
+            cut = stable or sum(1 for w in words if w.end < upto - TAIL_S * SR)
+        if cut:
+            done, words = words[:cut], words[cut:]
+            self._say(self.open, join(done), "fw", done[0].start / SR, done[-1].end / SR)
+            self.buf_start = done[-1].end
+        self.prev = words
+        self.emit.draft(join(words), self.open)
+
+    def _closed(self, seg: int, end: int) -> None:
+        words = self.prev
+        if self.final_beam or self.decoded_to < end or not words:
+            words = self._decode(self.buf_start, min(self.audio.end, end + FINAL_PAD), self.final_beam)
+        while words:  # one sentence per end mark; what follows the last mark is a sentence too
+            cut = sentence_cut(words, len(words)) or len(words)
+            done, words = words[:cut], words[cut:]
+            self._say(seg, join(done), "fw", done[0].start / SR, done[-1].end / SR)
+        self.prev = []
+        self.emit.draft("", seg)
+        self._completed(seg)
+
+    def _done_to(self) -> int:
+        return self.decoded_to if self.open is not None else self.audio.end
+
+    def result(self) -> dict[str, Any]:
+        out = super().result()
+        out.update(engine="whisper", language_code=self.code or "", decodes=self.decodes)
+        return out
