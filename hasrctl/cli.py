@@ -34,7 +34,8 @@ class LazyGroup(click.Group):
     COMMANDS = {"transcribe": "hasrctl.commands:transcribe", "status": "hasrctl.commands:status",
                 "load": "hasrctl.commands:load", "unload": "hasrctl.commands:unload",
                 "stop": "hasrctl.commands:stop", "doctor": "hasrctl.doctor:doctor",
-                "setup": "hasrctl.install:setup", "eval": "hasrctl.evalcmd:eval_command"}
+                "setup": "hasrctl.install:setup", "eval": "hasrctl.evalcmd:eval_command",
+                "listen": "hasrctl.live:listen", "dictate": "hasrctl.live:dictate"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.COMMANDS)
@@ -59,6 +60,8 @@ def cli() -> None:
       hasrctl transcribe -f srt -o subs/ *.mp3       # subs/NAME.srt for each file
       arecord -f S16_LE -d 5 | hasrctl transcribe -  # audio from stdin
       hasrctl transcribe --stream talk.flac          # live draft, replaced by final sentences
+      hasrctl listen                                 # the microphone, live
+      hasrctl dictate --toggle                       # type what you say (bind it to a shortcut)
       hasrctl status --watch                         # follow the daemon's state
       hasrctl doctor                                 # what is missing, and how to fix it
     """

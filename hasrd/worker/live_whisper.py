@@ -132,19 +132,25 @@ class WhisperLive(LiveBase):
             cut = stable or sum(1 for w in words if w.end < upto - TAIL_S * SR)
         if cut:
             done, words = words[:cut], words[cut:]
-            self._say(self.open, join(done), "fw", done[0].start / SR, done[-1].end / SR)
+            self._say_sentences(self.open, done)
             self.buf_start = done[-1].end
         self.prev = words
         self.emit.draft(join(words), self.open)
+
+    def _say_sentences(self, seg: int, words: list[Word]) -> None:
+        """One sentence per end mark; what follows the last mark is a sentence too."""
+        start = 0
+        for i, w in enumerate(words):
+            if SENTENCE_END.search(w.text.strip()) or i == len(words) - 1:
+                done = words[start:i + 1]
+                self._say(seg, join(done), "fw", done[0].start / SR, done[-1].end / SR)
+                start = i + 1
 
     def _closed(self, seg: int, end: int) -> None:
         words = self.prev
         if self.final_beam or self.decoded_to < end or not words:
             words = self._decode(self.buf_start, min(self.audio.end, end + FINAL_PAD), self.final_beam)
-        while words:  # one sentence per end mark; what follows the last mark is a sentence too
-            cut = sentence_cut(words, len(words)) or len(words)
-            done, words = words[:cut], words[cut:]
-            self._say(seg, join(done), "fw", done[0].start / SR, done[-1].end / SR)
+        self._say_sentences(seg, words)
         self.prev = []
         self.emit.draft("", seg)
         self._completed(seg)

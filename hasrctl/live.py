@@ -1,0 +1,358 @@
+"""``hasrctl listen`` and ``hasrctl dictate``: live audio to the daemon's /v1/realtime, final sentences back.
+
+Audio comes from the microphone (PortAudio through sounddevice; on a desktop that is PipeWire or PulseAudio
+via ALSA's default device) or from anything FFmpeg opens (a file, a URL, ``-`` for stdin), decoded with PyAV
+and sent as OpenAI's PCM16 at 24 kHz in 160 ms pieces, at real-time pace with ``--realtime``. Final sentences
+go to stdout (and ``--output``); on a terminal the unstable draft is shown after them, dimmed. Ctrl-C (or the
+end of the input) closes the last utterance and waits for its final text (``hasr.finish``).
+
+``dictate`` types each final sentence into the focused window: xdotool on X11, wtype or ydotool on Wayland.
+``dictate --toggle`` (bind it to a desktop shortcut) starts dictation, or ends the running one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import click
+
+from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
+from hasrctl.common import daemon_options, say
+
+RATE = 24000
+PIECE = RATE * 16 // 100  # 160 ms
+
+
+# ---- audio sources ------------------------------------------------------------------------------------------
+
+
+def _to_pcm16(resampler: Any, frame: Any) -> bytes:
+    return b"".join(bytes(memoryview(f.planes[0]).cast("B")[:f.samples * 2]) for f in resampler.resample(frame))
+
+
+def ffmpeg_source(url: str, realtime: bool, stop: threading.Event) -> Iterator[bytes]:
+    """PCM16 24 kHz mono from anything FFmpeg opens, in 160 ms pieces (paced to the clock with ``realtime``)."""
+    import av
+
+    try:
+        container = av.open(sys.stdin.buffer if url == "-" else url, "r")
+    except (av.FFmpegError, OSError) as e:
+        raise UsageError(f"cannot open {url}: {e}") from None
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+    t0 = time.monotonic()
+    sent = 0
+    buf = b""
+    with container:
+        if not container.streams.audio:
+            raise UsageError(f"{url} has no audio stream")
+        frames = container.decode(audio=0)
+        while not stop.is_set():
+            try:
+                frame = next(frames)
+            except StopIteration:
+                buf += _to_pcm16(resampler, None)
+                break
+            except av.FFmpegError as e:
+                raise CliError(f"decoding {url} failed: {e}", EXIT_FAILED) from None
+            buf += _to_pcm16(resampler, frame)
+            while len(buf) >= PIECE * 2:
+                piece, buf = buf[:PIECE * 2], buf[PIECE * 2:]
+                if realtime:
+                    ahead = t0 + sent / RATE - time.monotonic()
+                    if ahead > 0:
+                        time.sleep(ahead)
+                sent += PIECE
+                yield piece
+    if buf and not stop.is_set():
+        yield buf
+
+
+def microphone_source(device: str | None, stop: threading.Event) -> Iterator[bytes]:
+    """PCM16 24 kHz mono from the microphone (PortAudio's default input, or ``device``), until ``stop``."""
+    try:
+        import sounddevice as sd
+    except (ImportError, OSError) as e:
+        raise CliError(f"the microphone needs PortAudio and sounddevice ({e}); install libportaudio2 and "
+                       f"`pip install sounddevice`, or give a file or URL", EXIT_FAILED) from None
+    import av
+
+    dev: Any = int(device) if device and device.isdigit() else device
+    try:
+        info = sd.query_devices(dev, "input")
+    except (ValueError, sd.PortAudioError) as e:
+        raise UsageError(f"no microphone {device or '(default)'}: {e}; `python -m sounddevice` lists them") from None
+    rate = int(info["default_samplerate"])
+    q: queue.Queue[bytes] = queue.Queue()
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+
+    def callback(indata: Any, frames: int, _time: Any, _status: Any) -> None:
+        q.put(bytes(indata))
+
+    stream = sd.RawInputStream(samplerate=rate, channels=1, dtype="int16", device=dev,
+                               blocksize=rate * 16 // 100, callback=callback)
+    with stream:
+        while not stop.is_set():
+            try:
+                data = q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            frame = av.AudioFrame(format="s16", layout="mono", samples=len(data) // 2)
+            frame.planes[0].update(data + bytes(frame.planes[0].buffer_size - len(data)))
+            frame.sample_rate = rate
+            out = _to_pcm16(resampler, frame)
+            if out:
+                yield out
+
+
+# ---- the session ----------------------------------------------------------------------------------------------
+
+
+class Session:
+    """One /v1/realtime connection: a reader thread for the daemon's events, audio sent from the caller's."""
+
+    def __init__(self, path: str, language: str, prompt: str, silence_ms: int,
+                 on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None]) -> None:
+        from websockets.sync.client import unix_connect
+
+        try:
+            self.ws = unix_connect(path, "ws://hasr/v1/realtime?intent=transcription", max_size=None,
+                                   open_timeout=30)
+        except OSError as e:
+            raise CliError(f"hasrd does not answer on {path}: {e}", 3) from None
+        self.on_sentence, self.on_draft = on_sentence, on_draft
+        self.result: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.done = threading.Event()
+        session: dict[str, Any] = {"input_audio_format": "pcm16", "turn_detection": {
+            "type": "server_vad", "silence_duration_ms": silence_ms}}
+        session["input_audio_transcription"] = {"model": "hasr", "language": language or None, "prompt": prompt}
+        self.ws.send(json.dumps({"type": "transcription_session.update", "session": session}))
+        self.thread = threading.Thread(target=self._read, name="hasr-listen", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            for raw in self.ws:
+                ev = json.loads(raw)
+                kind = ev.get("type")
+                if kind == "hasr.sentence":
+                    self.on_sentence(ev)
+                elif kind == "hasr.draft":
+                    self.on_draft(ev.get("text", ""), int(str(ev.get("item_id", "_0")).rsplit("_", 1)[-1]))
+                elif kind == "hasr.done":
+                    self.result = ev.get("result") or {}
+                elif kind == "hasr.loading":
+                    say(f"loading: {ev.get('phase')}")
+                elif kind == "hasr.queued":
+                    say(f"waiting for the worker (position {ev.get('position')})")
+                elif kind == "error":
+                    err = ev.get("error") or {}
+                    self.error = f"{err.get('message')} ({err.get('code')})"
+                    say(self.error)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.done.set()
+
+    def send(self, pcm16: bytes) -> bool:
+        if self.done.is_set():
+            return False
+        try:
+            self.ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm16).decode()}))
+        except Exception:  # the daemon closed (its reader reports why)
+            return False
+        return True
+
+    def finish(self, timeout: float = 600.0) -> dict[str, Any] | None:
+        try:
+            self.ws.send(json.dumps({"type": "hasr.finish"}))
+        except Exception:
+            pass
+        self.done.wait(timeout)
+        self.ws.close()
+        return self.result
+
+
+def run(path: str, source: Iterator[bytes], stop: threading.Event, language: str, prompt: str, silence_ms: int,
+        on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None]) -> dict[str, Any]:
+    s = Session(path, language, prompt, silence_ms, on_sentence, on_draft)
+    try:
+        for piece in source:
+            if not s.send(piece):
+                break
+    except KeyboardInterrupt:
+        pass
+    stop.set()
+    result = s.finish()
+    if result is None:
+        raise CliError(s.error or "the live session ended without a result", EXIT_FAILED)
+    return result
+
+
+def interruptible(stop: threading.Event) -> None:
+    """SIGINT and SIGTERM end the input; the session still gets its last final sentences."""
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def live_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for opt in reversed([
+        click.option("-l", "--language", default="", envvar="HASR_LANGUAGE", show_envvar=True, metavar="LANG",
+                     help="Spoken language (code or name); detected when not given."),
+        click.option("--prompt", default="", envvar="HASR_PROMPT", metavar="TEXT",
+                     help="Words to expect (names, jargon)."),
+        click.option("--silence-ms", type=click.IntRange(100, 10000), default=500, show_default=True,
+                     help="A pause this long ends an utterance (its final text follows)."),
+        click.option("--device", metavar="NAME|INDEX", default=None,
+                     help="Microphone (PortAudio's name or index; `python -m sounddevice` lists them)."),
+    ]):
+        func = opt(func)
+    return func
+
+
+@click.command(epilog="""\b
+Examples:
+  hasrctl listen                               # the microphone, until Ctrl-C
+  hasrctl listen talk.flac --realtime          # a file played at real-time pace
+  hasrctl listen https://radio/stream -o log.txt
+  hasrctl listen -f srt -o talk.srt talk.mp3""")
+@click.argument("source", required=False, metavar="[FILE|URL|-]")
+@click.option("--realtime", is_flag=True, help="Send a file or URL at real-time pace (as if it were live).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Also write the final transcript there (in --format) at the end.")
+@click.option("-f", "--format", "fmt", type=click.Choice(["text", "json", "srt", "vtt"]), default="text",
+              show_default=True, help="Format of --output (stdout always gets one line per sentence).")
+@live_options
+@daemon_options
+def listen(source: str | None, realtime: bool, output: str | None, fmt: str, language: str, prompt: str,
+           silence_ms: int, device: str | None, daemon: Any) -> int:
+    """Transcribe live audio: the microphone, or a file or URL.
+
+    Final sentences are printed as they are settled; on a terminal the draft of what is being said is shown
+    after them, dimmed, and replaced. Ctrl-C stops listening and prints what was still being said.
+    """
+    from hasrctl.terminal import LiveView, is_tty
+
+    stop = threading.Event()
+    interruptible(stop)
+    src = microphone_source(device, stop) if source is None else ffmpeg_source(source, realtime, stop)
+    tty = is_tty(sys.stdout)
+    view = LiveView(sys.stdout, language or None) if tty else None
+    lock = threading.Lock()
+
+    def on_sentence(ev: dict[str, Any]) -> None:
+        with lock:
+            if view is not None:
+                view.sentence(int(ev.get("index", 0)), ev["text"])
+            else:
+                click.echo(ev["text"])
+                sys.stdout.flush()
+
+    def on_draft(text: str, segment: int) -> None:
+        if view is not None:
+            with lock:
+                view.draft(text, None)
+
+    result = run(daemon.client().path, src, stop, language, prompt, silence_ms, on_sentence, on_draft)
+    if view is not None:
+        view.finish(None)
+    if output:
+        from hasrd import formats
+
+        text = formats.render(result, fmt) if fmt != "text" else "\n".join(
+            s["text"] for s in result.get("per_sentence") or []) + "\n"
+        Path(output).write_text(text, encoding="utf-8")
+    return EXIT_OK
+
+
+# ---- dictation --------------------------------------------------------------------------------------------
+
+
+def typist(env: dict[str, str] | None = None) -> list[str]:
+    """The command that types text into the focused window, for this session (X11 or Wayland)."""
+    e = os.environ if env is None else env
+    wayland = bool(e.get("WAYLAND_DISPLAY"))
+    tools = (["wtype", "ydotool", "xdotool"] if wayland else ["xdotool", "wtype", "ydotool"])
+    for tool in tools:
+        if tool == "xdotool" and not e.get("DISPLAY") or tool == "wtype" and not wayland:
+            continue  # xdotool needs an X display (XWayland's reaches only X windows); wtype needs Wayland
+        if shutil.which(tool, path=e.get("PATH")):
+            return {"xdotool": ["xdotool", "type", "--clearmodifiers", "--delay", "0", "--"],
+                    "wtype": ["wtype", "--"], "ydotool": ["ydotool", "type", "--"]}[tool]
+    where = "Wayland (install wtype or ydotool)" if wayland else "X11 (install xdotool)"
+    raise CliError(f"nothing can type into windows here: on {where}", EXIT_FAILED)
+
+
+def pidfile() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/hasr-{os.getuid()}"
+    return Path(base) / "hasr" / "dictate.pid"
+
+
+def running_dictation() -> int | None:
+    try:
+        pid = int(pidfile().read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"dictate" in cmdline else None
+
+
+@click.command(epilog="""\b
+Examples:
+  hasrctl dictate                 # type what you say into the focused window, until Ctrl-C
+  hasrctl dictate --toggle        # for a desktop shortcut: start, or stop the running dictation""")
+@click.option("--toggle", is_flag=True, help="Stop the running dictation if there is one, else start one.")
+@live_options
+@daemon_options
+def dictate(toggle: bool, language: str, prompt: str, silence_ms: int, device: str | None, daemon: Any) -> int:
+    """Type what you say into the focused window, one final sentence at a time."""
+    pid = running_dictation()
+    if toggle and pid is not None:
+        os.kill(pid, signal.SIGINT)
+        say(f"dictation (pid {pid}) stopped")
+        return EXIT_OK
+    if pid is not None:
+        raise CliError(f"dictation is already running (pid {pid}); `hasrctl dictate --toggle` stops it", EXIT_FAILED)
+    command = typist()
+    path = pidfile()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(str(os.getpid()))
+    stop = threading.Event()
+    interruptible(stop)
+
+    def on_sentence(ev: dict[str, Any]) -> None:
+        text = ev["text"].strip()
+        if text:
+            subprocess.run([*command, text + " "], check=False)
+
+    try:
+        say("dictating: speak; Ctrl-C or `hasrctl dictate --toggle` stops")
+        run(daemon.client().path, microphone_source(device, stop), stop, language, prompt, silence_ms,
+            on_sentence, lambda text, seg: None)
+    finally:
+        with_pid = running_dictation()
+        if with_pid in (None, os.getpid()):
+            path.unlink(missing_ok=True)
+    return EXIT_OK
