@@ -127,7 +127,7 @@ class Session:
 
         try:
             self.ws = unix_connect(path, "ws://hasr/v1/realtime?intent=transcription", max_size=None,
-                                   open_timeout=30)
+                                   open_timeout=30).__enter__()  # closed by finish()
         except OSError as e:
             raise CliError(f"hasrd does not answer on {path}: {e}", 3) from None
         self.on_sentence, self.on_draft = on_sentence, on_draft
