@@ -306,7 +306,7 @@ class Live:
                 if kind == "idle":
                     await self.idle()
                     return
-            options = {"silence_ms": self.cfg.silence_ms}
+            options: dict[str, Any] = {"silence_ms": self.cfg.silence_ms}
             if self.cfg.prompt:
                 options["prompt"] = self.cfg.prompt
             async with sup.live(language=self.cfg.language, options=options, on_event=self.on_event,
@@ -314,8 +314,9 @@ class Live:
                 for chunk in pending:
                     await session.audio(chunk)
                 while True:
-                    getter = asyncio.ensure_future(self.next_input())
-                    await asyncio.wait([getter, session.done], return_when=asyncio.FIRST_COMPLETED)
+                    getter: asyncio.Future[Any] = asyncio.ensure_future(self.next_input())
+                    done: asyncio.Future[Any] = session.done
+                    await asyncio.wait([getter, done], return_when=asyncio.FIRST_COMPLETED)
                     if not getter.done():
                         getter.cancel()
                         session.done.result()  # the session failed: raises its error

@@ -1,0 +1,69 @@
+"""A real microphone path: PulseAudio's null sink whose monitor is the default input, a file played into it with
+paplay, and ``hasrctl listen`` (PortAudio through sounddevice, ALSA's pulse device) printing its sentences from
+the whisper engine on the CPU."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from conftest import need
+from daemon import whisper_hasrd
+from speech import CLIPS, error_rate
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def pulse(short_tmp: str) -> Iterator[dict[str, str]]:
+    need(bool(shutil.which("pulseaudio") and shutil.which("paplay") and shutil.which("pactl")),
+         "PulseAudio (pulseaudio, pulseaudio-utils) for the microphone test")
+    runtime = Path(short_tmp) / "xdg"
+    runtime.mkdir(mode=0o700)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), PULSE_RUNTIME_PATH=str(runtime / "pulse"),
+               HOME=str(Path(short_tmp)))
+    subprocess.run(["pulseaudio", "--daemonize=yes", "--exit-idle-time=-1", "-n", "--use-pid-file=yes",
+                    "--load=module-native-protocol-unix", "--load=module-null-sink sink_name=hasrmic"],
+                   env=env, check=True, capture_output=True)
+    try:
+        end = time.monotonic() + 10
+        while subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode and time.monotonic() < end:
+            time.sleep(0.1)
+        subprocess.run(["pactl", "set-default-source", "hasrmic.monitor"], env=env, check=True)
+        yield env
+    finally:
+        subprocess.run(["pulseaudio", "-k"], env=env, capture_output=True)
+
+
+def test_hasrctl_listen_prints_the_sentences_played_into_the_microphone(pulse: dict[str, str],
+                                                                         short_tmp: str) -> None:
+    need(subprocess.run([sys.executable, "-c", "import sounddevice"], capture_output=True).returncode == 0,
+         "sounddevice and libportaudio2 for the microphone")
+    h = whisper_hasrd(os.path.join(short_tmp, "s"))
+    try:
+        with h.client(120) as c:
+            assert c.post("/api/load").status_code == 200
+        listen = subprocess.Popen([sys.executable, "-m", "hasrctl", "listen", "--socket", h.sock, "-l", "en"],
+                                  env=pulse, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)  # the stream is open and recording silence
+        for name in ("en_quick_brown_fox", "en_hello_world"):
+            subprocess.run(["paplay", "--device=hasrmic", str(DATA / f"{name}.flac")], env=pulse, check=True)
+            time.sleep(1.0)  # a pause: the utterance ends
+        time.sleep(2.0)
+        listen.send_signal(signal.SIGINT)
+        out, err = listen.communicate(timeout=60)
+    finally:
+        h.stop()
+    assert listen.returncode == 0, err
+    lines = [x for x in out.splitlines() if x.strip()]
+    assert len(lines) >= 2, (out, err)
+    text = " ".join(lines)
+    ref = CLIPS["en_quick_brown_fox"][1] + " " + CLIPS["en_hello_world"][1]
+    assert error_rate("en", ref, text) <= 0.3, (text, err)
