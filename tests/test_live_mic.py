@@ -67,3 +67,39 @@ def test_hasrctl_listen_prints_the_sentences_played_into_the_microphone(pulse: d
     text = " ".join(lines)
     ref = CLIPS["en_quick_brown_fox"][1] + " " + CLIPS["en_hello_world"][1]
     assert error_rate("en", ref, text) <= 0.3, (text, err)
+
+
+def test_dictate_types_each_final_sentence_and_toggle_stops_it(pulse: dict[str, str], short_tmp: str) -> None:
+    """``hasrctl dictate`` with a recording stand-in for xdotool on PATH; ``dictate --toggle`` ends it."""
+    need(subprocess.run([sys.executable, "-c", "import sounddevice"], capture_output=True).returncode == 0,
+         "sounddevice and libportaudio2 for the microphone")
+    bindir = Path(short_tmp) / "bin"
+    bindir.mkdir()
+    typed = Path(short_tmp) / "typed.txt"
+    (bindir / "xdotool").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {typed}\n")
+    (bindir / "xdotool").chmod(0o755)
+    env = dict(pulse, PATH=f"{bindir}:{pulse['PATH']}", DISPLAY=":77")
+    env.pop("WAYLAND_DISPLAY", None)
+    h = whisper_hasrd(os.path.join(short_tmp, "s"))
+    try:
+        with h.client(120) as c:
+            assert c.post("/api/load").status_code == 200
+        dictate = subprocess.Popen([sys.executable, "-m", "hasrctl", "dictate", "--socket", h.sock, "-l", "en"],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)
+        again = subprocess.run([sys.executable, "-m", "hasrctl", "dictate", "--socket", h.sock], env=env,
+                               capture_output=True, text=True)
+        assert again.returncode == 1 and "already running" in again.stderr
+        subprocess.run(["paplay", "--device=hasrmic", str(DATA / "en_hello_world.flac")], env=pulse, check=True)
+        time.sleep(2.5)
+        toggle = subprocess.run([sys.executable, "-m", "hasrctl", "dictate", "--toggle"], env=env,
+                                capture_output=True, text=True)
+        assert toggle.returncode == 0 and "stopped" in toggle.stderr, toggle.stderr
+        _out, err = dictate.communicate(timeout=60)
+    finally:
+        h.stop()
+    assert dictate.returncode == 0, err
+    lines = typed.read_text().splitlines()
+    assert lines and all(x.startswith("type --clearmodifiers --delay 0 -- ") for x in lines), lines
+    text = " ".join(x.split(" -- ", 1)[1] for x in lines)
+    assert error_rate("en", CLIPS["en_hello_world"][1], text) <= 0.3, text

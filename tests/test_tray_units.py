@@ -17,7 +17,7 @@ from tray import icons, menu, output, settings  # noqa: E402
 from tray.app import choose_backend  # noqa: E402
 from tray.client import DaemonDown, DaemonError  # noqa: E402
 from tray.jobs import DONE, FAILED, Jobs, event_detail  # noqa: E402
-from tray.state import ASLEEP, BROKEN, DOWN, Link, from_health, is_quiet, view  # noqa: E402
+from tray.state import ASLEEP, BROKEN, DOWN, Link, from_health, is_quiet, listening, view  # noqa: E402
 from tray.watch import Watcher  # noqa: E402
 
 RESULT = {"final": "今天天气很好。", "duration_s": 2.0, "language": "Chinese",
@@ -97,8 +97,8 @@ def test_quiet_means_no_worker_and_nothing_waiting() -> None:
 def test_menu_has_the_status_line_and_every_action() -> None:
     items = menu.build(view(snap()), last_output=None)
     labels = [i.label if i else "---" for i in items]
-    assert labels == ["Idle (model not loaded)", "---", "Transcribe file…", "Open drop window", "Unload model",
-                      "Open last transcript", "---", "Quit"]
+    assert labels == ["Idle (model not loaded)", "---", "Transcribe file…", "Dictate", "Open drop window",
+                      "Unload model", "Open last transcript", "---", "Quit"]
     acts = menu.actions(items)
     assert not items[0].enabled  # type: ignore[union-attr]
     assert not acts[menu.UNLOAD].enabled and not acts[menu.OPEN_LAST].enabled
@@ -110,6 +110,15 @@ def test_unload_and_open_last_are_enabled_when_they_can_act() -> None:
     assert acts[menu.UNLOAD].enabled and acts[menu.OPEN_LAST].enabled
     assert acts[menu.TRANSCRIBE].label == "Transcribe file… (2 pending)"
     assert not menu.actions(menu.build(view(Link(DOWN))))[menu.UNLOAD].enabled
+
+
+def test_while_dictating_the_entry_stops_it_and_the_icon_listens() -> None:
+    v = view(snap(state="ready", health="ok"))
+    assert menu.actions(menu.build(v, dictating=True))[menu.DICTATE].label == "Stop dictating"
+    lv = listening(v)
+    assert lv.icon == "listening" and lv.health == "ok" and lv.model_loaded
+    assert lv.title == "hasr: listening (dictating); ready (model loaded)"
+    assert lv.line == "Listening (dictating) — ready (model loaded)"
 
 
 # --- output naming ----------------------------------------------------------------------------------------------

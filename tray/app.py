@@ -56,10 +56,11 @@ class App:
         from tray import dropwin, icons, menu, notify, xicon
         from tray.client import Client
         from tray.jobs import Jobs
-        from tray.state import Link, view
+        from tray.dictation import Dictation
+        from tray.state import Link, listening, view
         from tray.watch import Watcher
 
-        self._icons, self._menu, self._view_of = icons, menu, view
+        self._icons, self._menu, self._view_of, self._listening = icons, menu, view, listening
         self.settings = settings
         self.notify: Callable[..., Any] = notify.send
         self._ui: queue.Queue[Callable[[], None]] = queue.Queue()
@@ -78,6 +79,10 @@ class App:
         self.jobs = Jobs(self.client, lambda: (self.fmt.get(), settings.language),
                          lambda job: self.ui(lambda: self._job_changed(job)), self.notify, settings.autostart)
         self.items = menu.build(self.view)
+        self._info: Any = Link("down", "connecting")
+        self.dictation = Dictation(self._daemon_path, lambda finals, draft: self.ui(
+            lambda: self.window.set_live(finals, draft)), lambda err: self.ui(lambda: self._dictation_ended(err)),
+            language=settings.language)
 
         icon_class = xicon.icon_class(pystray.Icon) if self.backend == "xorg" else pystray.Icon
         self.icon = icon_class("hasr", self._images[self.view.icon], self.view.title, menu=self._pystray_menu())
@@ -150,9 +155,12 @@ class App:
 
     # --- state -----------------------------------------------------------------------------------------------
     def _publish(self, info: Any) -> None:
+        self._info = info
         v = self._view_of(info)
+        if self.dictation.active:
+            v = self._listening(v)
         self.items = self._menu.build(v, last_output=str(self.jobs.last_output or "") or None,
-                                      jobs_pending=self.jobs.pending())
+                                      jobs_pending=self.jobs.pending(), dictating=self.dictation.active)
         self.window.set_view(v, self.items)
         if v == self.view:
             return
@@ -180,7 +188,7 @@ class App:
 
     def _publish_menu_only(self) -> None:
         self.items = self._menu.build(self.view, last_output=str(self.jobs.last_output or "") or None,
-                                      jobs_pending=self.jobs.pending())
+                                      jobs_pending=self.jobs.pending(), dictating=self.dictation.active)
         self.window.set_view(self.view, self.items)
 
     # --- actions (Tk thread) ----------------------------------------------------------------------------------
@@ -192,6 +200,13 @@ class App:
         m = self._menu
         if key == m.TRANSCRIBE:
             self.window.choose_files()
+        elif key == m.DICTATE:
+            if self.dictation.active:
+                self.dictation.stop()
+            else:
+                self.dictation.start()
+                self.window.set_live("", "")
+                self._publish(self._info)
         elif key == m.DROPWIN:
             self.window.show()
         elif key == m.UNLOAD:
@@ -200,6 +215,22 @@ class App:
             self._open_last()
         elif key == m.QUIT:
             self.quit()
+
+    def _daemon_path(self) -> str:
+        """The socket a dictation connects to, starting the daemon first when allowed (like file jobs)."""
+        try:
+            self.client.health()
+        except Exception:
+            if self.settings.autostart:
+                from tray.client import start_daemon
+
+                start_daemon(self.client.path)
+        return str(self.client.path)
+
+    def _dictation_ended(self, error: str | None) -> None:
+        if error:
+            self.notify("hasr dictation stopped", error, error=True)
+        self._publish(self._info)
 
     def _unload(self) -> None:
         try:
@@ -219,6 +250,7 @@ class App:
 
     def quit(self) -> None:
         log.info("quitting")
+        self.dictation.stop()
         self.watcher.stop()
         self.jobs.close()
         threading.Thread(target=self.icon.stop, daemon=True).start()

@@ -63,6 +63,10 @@ class DropWindow:
         self.zone = tk.Label(root, text=hint, relief="groove", borderwidth=2, height=3, fg="#555555")
         self.zone.pack(fill="x", padx=10, pady=4)
 
+        # what a running dictation hears: its final sentences, then the current draft (replaced as it changes)
+        self.live = tk.Label(root, text="", anchor="w", justify="left", wraplength=480, fg="#333333")
+        self.live.pack(fill="x", padx=10)
+
         self.rows_frame = ttk.Frame(root, padding=(10, 2))
         self.rows_frame.pack(fill="both", expand=True)
         self.rows_frame.columnconfigure(0, weight=1)
@@ -72,7 +76,8 @@ class DropWindow:
         bar = ttk.Frame(root, padding=(10, 4, 10, 8))
         bar.pack(fill="x", side="bottom")
         self.buttons: dict[str, ttk.Button] = {}
-        for key, label in ((menu.TRANSCRIBE, "Transcribe file…"), (menu.UNLOAD, "Unload model"),
+        for key, label in ((menu.TRANSCRIBE, "Transcribe file…"), (menu.DICTATE, "Dictate"),
+                           (menu.UNLOAD, "Unload model"),
                            (menu.OPEN_LAST, "Open last"), (menu.QUIT, "Quit")):
             b = ttk.Button(bar, text=label, command=self._command(key))
             b.pack(side="left", padx=(0, 4))
@@ -128,6 +133,13 @@ class DropWindow:
         for key, item in menu.actions(items).items():
             if key in self.buttons:
                 self.buttons[key].state(["!disabled"] if item.enabled else ["disabled"])
+                if key == menu.DICTATE:
+                    self.buttons[key].configure(text=item.label)
+
+    def set_live(self, finals: str, draft: str) -> None:
+        """The dictation's text: final sentences, then the draft after an ellipsis (empty: nothing heard)."""
+        text = (finals + (" … " + draft if draft else "")).strip()
+        self.live.configure(text=text[-400:])
 
     def set_job(self, job: Job) -> None:
         """Add or update the row of ``job`` (only the newest MAX_ROWS are kept)."""

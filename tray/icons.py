@@ -15,7 +15,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-STATES = ("idle", "loading", "ok", "busy", "error", "offline")
+STATES = ("idle", "loading", "ok", "busy", "error", "offline", "listening")
 
 COLORS: dict[str, tuple[int, int, int]] = {
     "idle": (138, 143, 152),     # grey: no model in memory (not a fault)
@@ -24,6 +24,7 @@ COLORS: dict[str, tuple[int, int, int]] = {
     "busy": (47, 125, 225),      # blue: transcribing
     "error": (217, 58, 58),      # red: loading failed
     "offline": (100, 106, 116),  # slate ring: daemon not running
+    "listening": (142, 68, 199),  # violet: dictating, the microphone is open
 }
 WHITE = (255, 255, 255, 255)
 PANEL = (48, 48, 48)  # background for backends without transparency: a dark panel
@@ -61,6 +62,12 @@ def draw(state: str, size: int = 64) -> Image.Image:
     elif state == "error":
         d.rounded_rectangle((28 * u, 14 * u, 36 * u, 40 * u), radius=4 * u, fill=WHITE)
         d.ellipse((28 * u, 44 * u, 36 * u, 52 * u), fill=WHITE)
+    elif state == "listening":
+        # a microphone: capsule, cradle and stand
+        d.rounded_rectangle((25 * u, 12 * u, 39 * u, 36 * u), radius=7 * u, fill=WHITE)
+        d.arc((19 * u, 20 * u, 45 * u, 44 * u), start=0, end=180, fill=WHITE, width=max(1, round(3 * u)))
+        d.rectangle((30.5 * u, 44 * u, 33.5 * u, 51 * u), fill=WHITE)
+        d.rectangle((24 * u, 50 * u, 40 * u, 53 * u), fill=WHITE)
     else:
         half_w = 2.5 * u
         for x, h in _BARS[state]:
@@ -93,6 +100,11 @@ def svg(state: str) -> str:
         elif state == "error":
             parts.append('<rect x="28" y="14" width="8" height="26" rx="4" fill="#fff"/>')
             parts.append('<circle cx="32" cy="48" r="4" fill="#fff"/>')
+        elif state == "listening":
+            parts.append('<rect x="25" y="12" width="14" height="24" rx="7" fill="#fff"/>')
+            parts.append('<path d="M20.5 32 A11.5 11.5 0 0 0 43.5 32" fill="none" stroke="#fff" stroke-width="3"/>')
+            parts.append('<rect x="30.5" y="44" width="3" height="7" fill="#fff"/>')
+            parts.append('<rect x="24" y="50" width="16" height="3" fill="#fff"/>')
         else:
             for x, h in _BARS[state]:
                 parts.append(f'<rect x="{x - 2.5}" y="{32 - h}" width="5" height="{2 * h}" rx="2.5" fill="#fff"/>')

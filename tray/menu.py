@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from tray.state import View
 
-STATUS, TRANSCRIBE, DROPWIN, UNLOAD, OPEN_LAST, QUIT = (
-    "status", "transcribe", "dropwin", "unload", "open_last", "quit")
-ACTIONS = (TRANSCRIBE, DROPWIN, UNLOAD, OPEN_LAST, QUIT)
+STATUS, TRANSCRIBE, DICTATE, DROPWIN, UNLOAD, OPEN_LAST, QUIT = (
+    "status", "transcribe", "dictate", "dropwin", "unload", "open_last", "quit")
+ACTIONS = (TRANSCRIBE, DICTATE, DROPWIN, UNLOAD, OPEN_LAST, QUIT)
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,17 @@ class Item:
     default: bool = False
 
 
-def build(v: View, *, last_output: str | None = None, jobs_pending: int = 0) -> list[Item | None]:
-    """The menu for view ``v``; ``last_output`` is the newest transcript written, if any."""
+def build(v: View, *, last_output: str | None = None, jobs_pending: int = 0,
+          dictating: bool = False) -> list[Item | None]:
+    """The menu for view ``v``; ``last_output`` is the newest transcript written, if any; ``dictating``: the
+    microphone is open (the entry stops it)."""
     transcribe = "Transcribe file…" if not jobs_pending else f"Transcribe file… ({jobs_pending} pending)"
     unloadable = v.health in ("loading", "ok", "busy", "error") or v.model_loaded
     return [
         Item(STATUS, v.line, enabled=False),
         None,
         Item(TRANSCRIBE, transcribe),
+        Item(DICTATE, "Stop dictating" if dictating else "Dictate"),
         Item(DROPWIN, "Open drop window", default=True),
         Item(UNLOAD, "Unload model", enabled=unloadable and v.health != "offline"),
         Item(OPEN_LAST, "Open last transcript", enabled=bool(last_output)),

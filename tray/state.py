@@ -108,6 +108,12 @@ def view(info: Mapping[str, Any] | Link) -> View:
     return View(health, f"hasr: {words}", words[:1].upper() + words[1:], health, loaded)
 
 
+def listening(v: View) -> View:
+    """``v`` while a dictation runs: the listening icon, the daemon's state still in the words."""
+    return View("listening", f"hasr: listening (dictating); {v.title.removeprefix('hasr: ')}",
+                f"Listening (dictating) — {v.line[:1].lower() + v.line[1:]}", v.health, v.model_loaded)
+
+
 def from_health(h: Mapping[str, Any]) -> dict[str, Any]:
     """A snapshot-shaped dict from ``GET /health`` (used while the tray polls instead of streaming)."""
     status = str(h.get("status") or "idle")

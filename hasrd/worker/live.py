@@ -88,7 +88,7 @@ class StreamingVad:
 
     Silero (faster-whisper's bundled ONNX model) scores each 512-sample window with the previous window's last
     64 samples as context, so scoring the new windows (plus the last one, for its context) gives the scores a
-    whole-file pass would. Without faster-whisper, or with ``kind="energy"``, a window is speech when its level
+    whole-file pass would, up to the rounding of ONNX's batch sizes (an end may move by one window). Without faster-whisper, or with ``kind="energy"``, a window is speech when its level
     is above -40 dBFS. Speech starts at the first speech window; it ends after ``silence_ms`` of windows below
     the lower threshold (hysteresis), at the first of them.
     """
