@@ -126,7 +126,7 @@ class Session:
         from websockets.sync.client import unix_connect
 
         try:
-            self.ws = unix_connect(path, "ws://hasr/v1/realtime?intent=transcription", max_size=None,
+            self.ws = unix_connect(path, "ws://hasr/v1/realtime?intent=transcription&hasr_events=true", max_size=None,
                                    open_timeout=30).__enter__()  # closed by finish()
         except OSError as e:
             raise CliError(f"hasrd does not answer on {path}: {e}", 3) from None

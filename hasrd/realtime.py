@@ -1,6 +1,7 @@
 """``/v1/realtime?intent=transcription``: live audio over a WebSocket, OpenAI's Realtime transcription protocol.
 
-Client events: ``transcription_session.update`` (beta shape: ``input_audio_format``,
+Client events (``?intent=transcription`` alone selects the beta protocol's ``transcription_session.*``
+events; GA clients, which name a ``model``, get ``session.*``): ``transcription_session.update`` (beta shape: ``input_audio_format``,
 ``input_audio_transcription{model, language, prompt}``, ``turn_detection{silence_duration_ms}``) or
 ``session.update`` (GA shape: ``session.audio.input.{format, transcription, turn_detection}``),
 ``input_audio_buffer.append`` (base64 PCM16, 24 kHz mono little-endian, OpenAI's only PCM format),
@@ -15,7 +16,9 @@ sentence (deltas concatenate to the item's transcript) and ``.completed``; ``err
 ``error.message``, ``error.param``; the connection stays open unless the error ends the session). hasr's own:
 ``hasr.draft`` (the utterance's current unstable text), ``hasr.sentence`` (a final sentence with engine
 draft|fw and times), ``hasr.progress`` (audio received and processed, seconds), ``hasr.queued`` and
-``hasr.loading``. Deviation: a sentence can be final (and its delta sent) before its utterance has ended.
+``hasr.loading``, with the query parameter ``hasr_events=true`` (off by default: the OpenAI SDK parses every
+event as one of its own types). Deviation: a sentence can be final (and its delta sent) before its utterance
+has ended.
 
 Lifecycle: the session is admitted at connect (a lease: no TTL unload and no idle exit while it is open),
 loads the worker at the first audio, and takes the worker ahead of queued files (supervisor.live). A client
@@ -153,7 +156,11 @@ class Live:
         self.d = d
         self.ws = ws
         self.sid = f"sess_hasr_{next(_sessions)}"
-        self.cfg = Config(beta=ws.query_params.get("intent") == "transcription")
+        # the beta protocol (transcription_session.*): ?intent=transcription alone; GA clients (the SDK) name a model
+        q = ws.query_params
+        self.cfg = Config(beta=q.get("intent") == "transcription" and "model" not in q)
+        # hasr's own events only when asked for: the OpenAI SDK parses every event as one of its own types
+        self.hasr_events = ws.query_params.get("hasr_events", "").lower() in ("1", "true", "yes")
         self.inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.out: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.joiners: dict[int, formats.DeltaJoiner] = {}
@@ -220,9 +227,8 @@ class Live:
             except (binascii.Error, ValueError):
                 raise BadEvent("invalid_audio", "\"audio\" is not valid base64", "audio") from None
             await self.inbox.put(("audio", self.resample.convert(raw)))
-        elif kind == "input_audio_buffer.commit":
+        elif kind == "input_audio_buffer.commit":  # the open utterance ends: its committed event follows
             await self.inbox.put(("commit", None))
-            await self.send(_event("input_audio_buffer.committed", previous_item_id=None, item_id=None))
         elif kind == "input_audio_buffer.clear":
             await self.send(_event("input_audio_buffer.cleared"))
         elif kind == "hasr.finish":
@@ -271,7 +277,8 @@ class Live:
         elif kind == "loading":
             out.append(_event("hasr.loading", phase=ev.get("phase", ""), elapsed_s=ev.get("elapsed_s", 0.0)))
         for e in out:
-            self.out.put_nowait(e)
+            if self.hasr_events or not e["type"].startswith("hasr."):
+                self.out.put_nowait(e)
 
     async def next_input(self) -> tuple[str, Any]:
         """The next audio/commit/finish/gone, or ("idle", None) after HASR_LIVE_IDLE_SEC without any event."""

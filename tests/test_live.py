@@ -68,9 +68,48 @@ def test_drafts_arrive_while_audio_is_still_coming_and_each_utterance_completes(
                      if e["item_id"] == completed[0]["item_id"])
     assert deltas == completed[0]["transcript"] == "今天天气很好。我们去公园散步"
     assert result["final"] == "今天天气很好。我们去公园散步" and result["live"] is True
-    committed = [e for e in c.of("input_audio_buffer.committed") if e["item_id"]]
+    committed = c.of("input_audio_buffer.committed")
     assert [e["previous_item_id"] for e in committed] == [None, started[0]["item_id"]]
     assert c.close_code == 1000
+
+
+def test_the_openai_sdk_realtime_client_works_over_the_unix_socket(fake: Hasrd) -> None:
+    """openai's own Realtime client (GA session.update), connected through websockets' Unix-socket option: every
+    event it receives parses as its own type (hasr's events are off unless asked for)."""
+    import asyncio
+    import base64
+
+    import openai
+
+    async def session() -> list[object]:
+        client = openai.AsyncOpenAI(api_key="unused", base_url="http://hasr/v1", websocket_base_url="ws://hasr/v1")
+        got: list[object] = []
+        async with client.realtime.connect(model="gpt-4o-transcribe", extra_query={"intent": "transcription"},
+                                           websocket_connection_options={"unix": True, "path": fake.sock}) as conn:
+            await conn.session.update(session={"type": "transcription", "audio": {"input": {
+                "format": {"type": "audio/pcm", "rate": 24000},
+                "transcription": {"model": "gpt-4o-transcribe", "language": "zh"}}}})
+            pcm = pcm16_24k(speech("zh_jishu"))
+            for i in range(0, len(pcm), 7680):
+                await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + 7680]).decode())
+            await conn.input_audio_buffer.commit()
+            async for ev in conn:
+                got.append(ev)
+                if ev.type == "conversation.item.input_audio_transcription.completed":
+                    break
+        return got
+
+    events = asyncio.run(asyncio.wait_for(session(), 60))
+    from openai.types.realtime import (ConversationItemInputAudioTranscriptionCompletedEvent,
+                                       ConversationItemInputAudioTranscriptionDeltaEvent)
+
+    assert not [e for e in events if e.type.startswith("hasr.")]  # type: ignore[attr-defined]
+    assert all(type(e).__name__.replace("Event", "").lower() in e.type.replace(".", "").replace("_", "")  # type: ignore[attr-defined]
+               for e in events), [(e.type, type(e).__name__) for e in events]  # type: ignore[attr-defined]
+    deltas = [e for e in events if isinstance(e, ConversationItemInputAudioTranscriptionDeltaEvent)]
+    done = events[-1]
+    assert isinstance(done, ConversationItemInputAudioTranscriptionCompletedEvent)
+    assert "".join(d.delta for d in deltas) == done.transcript == "今天天气很好。我们去公园散步"
 
 
 def test_bad_client_events_get_error_events_and_the_session_goes_on(fake: Hasrd) -> None:
