@@ -81,6 +81,7 @@ class Supervisor:
         self.running = 0
         self.waiting: deque[asyncio.Future[None]] = deque()
         self._live_waiting: set[asyncio.Future[None]] = set()  # live sessions in ``waiting`` (ahead of files)
+        self._told: dict[asyncio.Future[None], tuple[EventSink, int]] = {}  # waiter -> its sink, position told
         self.job: dict[str, Any] | None = None
         self.closing = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -339,6 +340,8 @@ class Supervisor:
                 position = len(self.waiting)
             if on_event:
                 on_event({"event": "queued", "position": position})
+                self._told[fut] = (on_event, position)
+            self._tell_positions()  # a live session went ahead: the files behind it hear their new place
             self._changed()
             try:
                 await fut
@@ -350,12 +353,22 @@ class Supervisor:
                 raise
             finally:
                 self._live_waiting.discard(fut)
+                self._told.pop(fut, None)
+                self._tell_positions()
         else:
             self._take_slot()
         try:
             yield
         finally:
             self._release_slot()
+
+    def _tell_positions(self) -> None:
+        """Send a ``queued`` event to every waiter whose place in the queue changed since it was last told."""
+        for i, fut in enumerate(self.waiting):
+            told = self._told.get(fut)
+            if told is not None and told[1] != i + 1:
+                self._told[fut] = (told[0], i + 1)
+                told[0]({"event": "queued", "position": i + 1})
 
     def _take_slot(self) -> None:
         self.running += 1

@@ -450,3 +450,41 @@ def test_a_one_megabyte_stderr_line_neither_hangs_the_load_nor_the_shutdown(capl
     long = [r.getMessage() for r in caplog.records if "fake engine" in r.getMessage() and "xxxx" in r.getMessage()]
     assert len(long) == 2 and all("more bytes)" in m and len(m) < 3000 for m in long), [m[:80] for m in long]
     assert "fake engine load" in long[0] and "fake engine close" in long[1]
+
+
+def test_a_live_session_goes_ahead_of_waiting_files_and_they_hear_their_new_places() -> None:
+    """The policy (docs/API.md "Live transcription"): the running job is never interrupted; a live session
+    takes the worker next, ahead of files already waiting, which are told their new queue positions; files
+    run once the session ends."""
+    async def main() -> None:
+        sup, _ = make()
+        order: list[str] = []
+        heard: dict[str, list[int]] = {"b": [], "c": []}
+
+        async def file(name: str, secs: float) -> None:
+            def on_event(ev: dict[str, Any]) -> None:
+                if ev.get("event") == "queued" and name in heard:
+                    heard[name].append(ev["position"])
+            await transcribe(sup, secs, options={"fake": {"rtf": 1.0}}, on_event=on_event)
+            order.append(name)
+
+        running = asyncio.create_task(file("a", 0.6))
+        while not sup.running:
+            await asyncio.sleep(0.01)
+        waiting = [asyncio.create_task(file("b", 0.2)), asyncio.create_task(file("c", 0.2))]
+        while len(sup.waiting) < 2:
+            await asyncio.sleep(0.01)
+        lease = sup.admit()
+        live_heard: list[dict[str, Any]] = []
+        async with sup.live(language="zh", on_event=live_heard.append, lease=lease) as session:
+            order.append("live")
+            await session.audio(np.zeros(16000, np.float32).tobytes())
+            result = await session.end()
+        lease.release()
+        await asyncio.gather(running, *waiting)
+        assert order == ["a", "live", "b", "c"]
+        assert [e["position"] for e in live_heard if e.get("event") == "queued"] == [1]
+        assert heard["b"][:2] == [1, 2] and heard["c"][:2] == [2, 3]  # then they move up as the queue goes
+        assert result["live"] is True and sup.in_flight == 0
+        await sup.close()
+    run(main())
