@@ -46,7 +46,6 @@ from hasrd.openai_api import MODEL_IDS
 log = logging.getLogger("hasrd.realtime")
 
 IN_RATE = 24000
-MAX_PENDING_S = 300.0  # audio buffered while the worker loads
 _sessions = itertools.count(1)
 _events = itertools.count(1)
 

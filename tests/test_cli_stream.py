@@ -254,3 +254,19 @@ def test_a_labelled_segment_rebases_the_live_view_where_guessing_would_not() -> 
     view.draft("我们明天见。再见朋友们一起来吧", 1)
     assert view.base == 1 and view.segment == 1
     assert "我们明天见" in view._tail()
+
+
+def test_listen_shows_the_live_draft_dimmed_then_the_final_sentences(tmux: list[str], short_tmp: str) -> None:
+    """``hasrctl listen FILE --realtime`` in a terminal: a file played as if live through /v1/realtime."""
+    d = Hasrd(os.path.join(short_tmp, "s.sock"))
+    try:
+        env = cli_env(short_tmp, HASR_SOCKET=d.sock)
+        clip = str(REPO / "tests" / "data" / "zh_jishu.flac")
+        shots = _run_in_tmux(tmux, env, ["listen", "--realtime", "-l", "zh", clip], os.path.join(short_tmp, "done"))
+    finally:
+        assert d.stop() == 0
+    states = [_split(s) for s in shots]
+    assert open(os.path.join(short_tmp, "done")).read().strip() == "rc=0"
+    assert states[-1] == ("今天天气很好。我们去公园散步", ""), shots[-1]
+    first_final = next(i for i, (fin, _dr) in enumerate(states) if fin)
+    assert any(dr and not fin for fin, dr in states[:first_final]), "no dimmed draft before the first sentence"

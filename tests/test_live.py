@@ -289,3 +289,25 @@ def test_the_hybrid_engine_live_drafts_with_r2t2_and_re_transcribes_truncated_se
     assert [s["engine"] for s in sentences] == ["fw", "fw"]
     for name, s in zip(order, sentences):  # faster-whisper's text of each utterance's own audio
         assert error_rate("zh", CLIPS[name][1], s["text"]) <= 0.5, (name, s["text"])
+
+
+@pytest.mark.parametrize("knob, code", [("HASR_FAKE_HANG", "stalled"), ("HASR_FAKE_CRASH_MID", "worker_crashed")])
+def test_a_worker_that_hangs_or_dies_mid_session_ends_it_with_an_error_and_the_next_one_works(
+        tmp_path: Path, knob: str, code: str) -> None:
+    h = Hasrd(sock_in(tmp_path), env={knob: "1", "HASR_STALL_SEC": "2", "HASR_CANCEL_GRACE_SEC": "1"})
+    try:
+        c = LiveClient(h.sock)
+        c.update(language="zh")
+        feeder = threading.Thread(target=c.feed, args=(pcm16_24k(speech("en_quick_brown_fox")),), daemon=True)
+        feeder.start()
+        err = c.wait_for("error", timeout=30)["error"]
+        assert err["code"] == code, err
+        assert c.closed.wait(10)
+        c.close()
+        assert h.get("/health")["status"] in ("idle", "ok")
+        with h.client(60) as hc:  # the next request gets a fresh worker (the knob still applies to live only)
+            r = hc.post("/transcribe", json={"audio_path": write_wav(str(tmp_path / "a.wav")),
+                                             "options": {"fake": {"hang": False, "crash": False}}})
+        assert r.status_code == 200, r.text
+    finally:
+        h.stop()

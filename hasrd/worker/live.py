@@ -161,7 +161,7 @@ class LiveBase:
     (announce utterances whose finals are all out), ``_drain()`` (wait for every final) and ``_done_to()``.
     """
 
-    PRE_ROLL = int(0.3 * SR)  # audio kept before the VAD's start: the first syllable's onset
+    PRE_ROLL = int(0.4 * SR)  # audio kept before the VAD's start: the onset (as the file path's VAD pads 400 ms)
 
     def __init__(self, emit: LiveEmitter, cancelled: Callable[[], bool], options: dict[str, Any]) -> None:
         self.emit = emit

@@ -3,11 +3,17 @@
 Inside an utterance (live.py cuts them), every ``step_s`` of new audio the unfinalised part of it is decoded
 again (greedy, word timestamps). Words on which two successive decodes agree are *stable*; once a stable word
 ends a sentence (``. ? ! 。 ？ ！ …``), everything up to it is final: emitted as a sentence and cut from the
-buffer, so the buffer stays short. The rest is the draft (``hasr.draft``), replaced by each decode. At the
-utterance's end (a pause, ``silence_ms``) the last decode already covers the speech (the pause is longer than
-a step): its words are the final sentences at once, without another decode; otherwise (or with
-``final_beam=N``, for beam search's accuracy at a decode's cost) what is left is decoded once more. Every
-decode is at temperature 0: the same audio gives the same text. A buffer that grows past ``BUFFER_S`` without
+buffer, so the buffer stays short. The rest is the draft (``hasr.draft``), replaced by each decode.
+
+Pauses: once the speaker has been quiet for 160 ms, the utterance is decoded once more up to the speech's end
+(plus 0.2 s), with beam 5 as files are, and no further step runs while the quiet lasts. If the pause reaches
+``silence_ms`` (the utterance's end) that decode's words are its final sentences at once; if speech resumes,
+steps go on. On two CPU cores a decode takes most of a second: decoding at the pause, inside the silence the
+VAD must wait out anyway, is what keeps the final text and the next utterance's first words from queueing
+behind it (benchmarks/live.py: first words 2.6 -> 1.4 s, final text 2.1 -> 1.3 s, medians). An utterance
+closed without such a decode (``commit``, the hard reset, ``final_beam=N``) is decoded at its end. Whisper's
+no-speech rule drops a segment that is probably silence ("you" after the speech). Every decode is at
+temperature 0, without earlier text as a prompt (as files): the same audio gives the same text. A buffer that grows past ``BUFFER_S`` without
 a sentence end (a run-on) is finalised at its stable words, or, when no two decodes agree, at what lies more
 than ``TAIL_S`` before its end. So the same ``Draft`` / ``Sentence`` / ``Turn`` events flow as with R2T2.
 """
@@ -27,6 +33,8 @@ SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
 BUFFER_S = 20.0
 TAIL_S = 3.0
 FINAL_PAD = int(0.2 * SR)
+PAUSE_WINDOWS = 5  # 160 ms of quiet: a pause (see _advance)
+PAUSE_BEAM = 5
 
 
 @dataclass
@@ -87,10 +95,9 @@ class WhisperLive(LiveBase):
         return self.code or ""
 
     def _context(self) -> str | None:
-        """The user's prompt and the last final text: whisper continues it instead of starting afresh."""
-        said = " ".join(s["text"] for s in self.sentences[-3:])[-200:]
-        both = " ".join(x for x in (self.prompt or "", said) if x).strip()
-        return both or None
+        """The user's prompt only: like files (condition_on_previous_text=False), earlier text is not fed back,
+        where whisper would continue it ("But ..." before the next sentence) or repeat its errors."""
+        return self.prompt or None
 
     def _decode(self, a: int, b: int, beam: int = 1) -> list[Word]:
         from hasrd.worker.engines.whisper import token_cap
@@ -107,6 +114,8 @@ class WhisperLive(LiveBase):
         from hasrd.worker.engines.whisper import clean_text
 
         for s in segments:
+            if float(s.no_speech_prob) > 0.6 and float(s.avg_logprob) < -1.0:
+                continue  # whisper's no-speech rule: "you" from the silence after the speech
             for w in s.words or []:
                 text = clean_text(str(w.word), strip=False)
                 if text.strip():
@@ -123,9 +132,15 @@ class WhisperLive(LiveBase):
     def _advance(self, upto: int) -> None:
         if self.open is None or upto - self.decoded_to < self.step:
             return
+        pause = self.vad.speaking and self.vad.quiet >= PAUSE_WINDOWS
+        if pause and self.decoded_to >= self.vad.quiet_from:
+            return  # still the same pause, already decoded: nothing new to show
+        if pause:  # the speech stopped: decode up to its end now, so that if this is the utterance's end its
+            upto = self.vad.quiet_from + FINAL_PAD  # final text needs no decode of its own (see _closed)
         self._check()
-        words = self._decode(self.buf_start, upto)
-        self.decoded_to = upto
+        # at a pause the decode is likely the utterance's final text: beam search there, as for files
+        words = self._decode(self.buf_start, min(upto, self.audio.end), PAUSE_BEAM if pause else 1)
+        self.decoded_to = self.audio.end if pause else upto
         stable = agreed(self.prev, words)
         cut = sentence_cut(words, stable)
         if not cut and upto - self.buf_start > BUFFER_S * SR:  # a run-on: bound the buffer anyway
@@ -148,7 +163,7 @@ class WhisperLive(LiveBase):
 
     def _closed(self, seg: int, end: int) -> None:
         words = self.prev
-        if self.final_beam or self.decoded_to < end or not words:
+        if self.final_beam or self.decoded_to < end:  # no decode covers the speech yet
             words = self._decode(self.buf_start, min(self.audio.end, end + FINAL_PAD), self.final_beam)
         self._say_sentences(seg, words)
         self.prev = []
