@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 from conftest import need
-from daemon import whisper_hasrd
+from daemon import Hasrd, whisper_hasrd
 from speech import CLIPS, error_rate
 
 DATA = Path(__file__).parent / "data"
@@ -42,14 +42,20 @@ def pulse(short_tmp: str) -> Iterator[dict[str, str]]:
         subprocess.run(["pulseaudio", "-k"], env=env, capture_output=True)
 
 
-def test_hasrctl_listen_prints_the_sentences_played_into_the_microphone(pulse: dict[str, str],
-                                                                         short_tmp: str) -> None:
+def loaded_whisper(tmp: str) -> Hasrd:
+    """The whisper engine's daemon with its model loaded (the microphone records from the first second)."""
     need(subprocess.run([sys.executable, "-c", "import sounddevice"], capture_output=True).returncode == 0,
          "sounddevice and libportaudio2 for the microphone")
-    h = whisper_hasrd(os.path.join(short_tmp, "s"))
+    h = whisper_hasrd(os.path.join(tmp, "s"))
+    with h.client(120) as c:
+        assert c.post("/api/load").status_code == 200
+    return h
+
+
+def test_hasrctl_listen_prints_the_sentences_played_into_the_microphone(pulse: dict[str, str],
+                                                                         short_tmp: str) -> None:
+    h = loaded_whisper(short_tmp)
     try:
-        with h.client(120) as c:
-            assert c.post("/api/load").status_code == 200
         listen = subprocess.Popen([sys.executable, "-m", "hasrctl", "listen", "--socket", h.sock, "-l", "en"],
                                   env=pulse, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(2.0)  # the stream is open and recording silence
@@ -71,8 +77,6 @@ def test_hasrctl_listen_prints_the_sentences_played_into_the_microphone(pulse: d
 
 def test_dictate_types_each_final_sentence_and_toggle_stops_it(pulse: dict[str, str], short_tmp: str) -> None:
     """``hasrctl dictate`` with a recording stand-in for xdotool on PATH; ``dictate --toggle`` ends it."""
-    need(subprocess.run([sys.executable, "-c", "import sounddevice"], capture_output=True).returncode == 0,
-         "sounddevice and libportaudio2 for the microphone")
     bindir = Path(short_tmp) / "bin"
     bindir.mkdir()
     typed = Path(short_tmp) / "typed.txt"
@@ -80,10 +84,8 @@ def test_dictate_types_each_final_sentence_and_toggle_stops_it(pulse: dict[str, 
     (bindir / "xdotool").chmod(0o755)
     env = dict(pulse, PATH=f"{bindir}:{pulse['PATH']}", DISPLAY=":77")
     env.pop("WAYLAND_DISPLAY", None)
-    h = whisper_hasrd(os.path.join(short_tmp, "s"))
+    h = loaded_whisper(short_tmp)
     try:
-        with h.client(120) as c:
-            assert c.post("/api/load").status_code == 200
         dictate = subprocess.Popen([sys.executable, "-m", "hasrctl", "dictate", "--socket", h.sock, "-l", "en"],
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(2.0)
