@@ -122,7 +122,8 @@ class Session:
     """One /v1/realtime connection: a reader thread for the daemon's events, audio sent from the caller's."""
 
     def __init__(self, path: str, language: str, prompt: str, silence_ms: int,
-                 on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None]) -> None:
+                 on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None],
+                 on_status: Callable[[dict[str, Any]], None] | None = None) -> None:
         from websockets.sync.client import unix_connect
 
         try:
@@ -131,6 +132,7 @@ class Session:
         except OSError as e:
             raise CliError(f"hasrd does not answer on {path}: {e}", 3) from None
         self.on_sentence, self.on_draft = on_sentence, on_draft
+        self.on_status = on_status or Said().status
         self.result: dict[str, Any] | None = None
         self.error: str | None = None
         self.done = threading.Event()
@@ -154,10 +156,8 @@ class Session:
                     self.on_draft(ev.get("text", ""), int(str(ev.get("item_id", "_0")).rsplit("_", 1)[-1]))
                 elif kind == "hasr.done":
                     self.result = ev.get("result") or {}
-                elif kind == "hasr.loading":
-                    say(f"loading: {ev.get('phase')}")
-                elif kind == "hasr.queued":
-                    say(f"waiting for the worker (position {ev.get('position')})")
+                elif kind in ("hasr.loading", "hasr.queued"):
+                    self.on_status(ev)
                 elif kind == "error":
                     err = ev.get("error") or {}
                     self.error = f"{err.get('message')} ({err.get('code')})"
@@ -186,9 +186,24 @@ class Session:
         return self.result
 
 
+class Said:
+    """Loading and queue events as lines on stderr, each once (the daemon repeats a phase per listener)."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def status(self, ev: dict[str, Any]) -> None:
+        line = (f"loading: {ev.get('phase')}" if ev.get("type") == "hasr.loading"
+                else f"waiting for the worker (position {ev.get('position')})")
+        if line != self.last:
+            self.last = line
+            say(line)
+
+
 def run(path: str, source: Iterator[bytes], stop: threading.Event, language: str, prompt: str, silence_ms: int,
-        on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None]) -> dict[str, Any]:
-    s = Session(path, language, prompt, silence_ms, on_sentence, on_draft)
+        on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None],
+        on_status: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    s = Session(path, language, prompt, silence_ms, on_sentence, on_draft, on_status)
     try:
         for piece in source:
             if not s.send(piece):
@@ -249,17 +264,30 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
     Final sentences are printed as they are settled; on a terminal the draft of what is being said is shown
     after them, dimmed, and replaced. Ctrl-C stops listening and prints what was still being said.
     """
-    from hasrctl.terminal import LiveView, is_tty
+    from hasrctl.terminal import LiveView, ProgressBar, is_tty
 
     stop = threading.Event()
     interruptible(stop)
     src = microphone_source(device, stop) if source is None else ffmpeg_source(source, realtime, stop)
-    tty = is_tty(sys.stdout)
-    view = LiveView(sys.stdout, language or None) if tty else None
+    view = LiveView(sys.stdout, language or None) if is_tty(sys.stdout) else None
+    # loading and queueing on one redrawn stderr line, erased once there is text (a terminal), else lines
+    bar = ProgressBar(sys.stderr, "hasrctl:") if is_tty(sys.stderr) else None
     lock = threading.Lock()
+    finals = [0]
+
+    def status(ev: dict[str, Any]) -> None:
+        assert bar is not None
+        with lock:
+            if ev.get("type") == "hasr.loading":
+                bar.loading(str(ev.get("phase") or ""), ev.get("elapsed_s"))
+            else:
+                bar.queued(int(ev.get("position") or 0))
 
     def on_sentence(ev: dict[str, Any]) -> None:
         with lock:
+            if bar is not None:
+                bar.finish(None)
+            finals[0] += 1
             if view is not None:
                 view.sentence(int(ev.get("index", 0)), ev["text"])
             else:
@@ -267,11 +295,16 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
                 sys.stdout.flush()
 
     def on_draft(text: str, segment: int) -> None:
-        if view is not None:
-            with lock:
-                view.draft(text, None)
+        with lock:
+            if bar is not None:
+                bar.finish(None)
+            if view is not None:  # a live draft holds no final sentence: a new "segment" after each one
+                view.draft(text, finals[0])
 
-    result = run(daemon.client().path, src, stop, language, prompt, silence_ms, on_sentence, on_draft)
+    result = run(daemon.client().path, src, stop, language, prompt, silence_ms, on_sentence, on_draft,
+                 status if bar is not None else None)
+    if bar is not None:
+        bar.finish(None)
     if view is not None:
         view.finish(None)
     if output:

@@ -66,8 +66,11 @@ class LiveClient:
                 ahead = start + k * PIECE / RATE - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
-            self.send({"type": "input_audio_buffer.append",
-                       "audio": base64.b64encode(pcm24[i:i + PIECE * 2]).decode()})
+            try:
+                self.send({"type": "input_audio_buffer.append",
+                           "audio": base64.b64encode(pcm24[i:i + PIECE * 2]).decode()})
+            except ConnectionClosed:  # the daemon ended the session (its error event says why)
+                break
         return time.monotonic() - self.t0
 
     def of(self, kind: str) -> list[dict[str, Any]]:

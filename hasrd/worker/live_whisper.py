@@ -10,7 +10,7 @@ Pauses: once the speaker has been quiet for 160 ms, the utterance is decoded onc
 ``silence_ms`` (the utterance's end) that decode's words are its final sentences at once; if speech resumes,
 steps go on. On two CPU cores a decode takes most of a second: decoding at the pause, inside the silence the
 VAD must wait out anyway, is what keeps the final text and the next utterance's first words from queueing
-behind it (benchmarks/live.py: first words 2.6 -> 1.4 s, final text 2.1 -> 1.3 s, medians). An utterance
+behind it (benchmarks/live.py: both medians about halved, to 1.3 and 1.1 s). An utterance
 closed without such a decode (``commit``, the hard reset, ``final_beam=N``) is decoded at its end. Whisper's
 no-speech rule drops a segment that is probably silence ("you" after the speech). Every decode is at
 temperature 0, without earlier text as a prompt (as files): the same audio gives the same text. A buffer that grows past ``BUFFER_S`` without
