@@ -42,20 +42,29 @@ def _to_pcm16(resampler: Any, frame: Any) -> bytes:
 
 
 def ffmpeg_source(url: str, realtime: bool, stop: threading.Event) -> Iterator[bytes]:
-    """PCM16 24 kHz mono from anything FFmpeg opens, in 160 ms pieces (paced to the clock with ``realtime``)."""
+    """PCM16 24 kHz mono from anything FFmpeg opens, in 160 ms pieces (paced to the clock with ``realtime``).
+
+    The input is opened here, before any connection: a typo is a usage error, not a session."""
     import av
 
     try:
         container = av.open(sys.stdin.buffer if url == "-" else url, "r")
     except (av.FFmpegError, OSError) as e:
         raise UsageError(f"cannot open {url}: {e}") from None
+    if not container.streams.audio:
+        container.close()
+        raise UsageError(f"{url} has no audio stream")
+    return _pieces(container, url, realtime, stop)
+
+
+def _pieces(container: Any, url: str, realtime: bool, stop: threading.Event) -> Iterator[bytes]:
+    import av
+
     resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
     t0 = time.monotonic()
     sent = 0
     buf = b""
     with container:
-        if not container.streams.audio:
-            raise UsageError(f"{url} has no audio stream")
         frames = container.decode(audio=0)
         while not stop.is_set():
             try:
@@ -79,28 +88,36 @@ def ffmpeg_source(url: str, realtime: bool, stop: threading.Event) -> Iterator[b
 
 
 def microphone_source(device: str | None, stop: threading.Event) -> Iterator[bytes]:
-    """PCM16 24 kHz mono from the microphone (PortAudio's default input, or ``device``), until ``stop``."""
+    """PCM16 24 kHz mono from the microphone (PortAudio's default input, or ``device``), until ``stop``.
+
+    The device is looked up here, before any connection."""
     try:
         import sounddevice as sd
     except (ImportError, OSError) as e:
         raise CliError(f"the microphone needs PortAudio and sounddevice ({e}); install libportaudio2 and "
                        f"`pip install sounddevice`, or give a file or URL", EXIT_FAILED) from None
-    import av
-
     dev: Any = int(device) if device and device.isdigit() else device
     try:
         info = sd.query_devices(dev, "input")
     except (ValueError, sd.PortAudioError) as e:
         raise UsageError(f"no microphone {device or '(default)'}: {e}; `python -m sounddevice` lists them") from None
-    rate = int(info["default_samplerate"])
+    return _recorded(sd, dev, int(info["default_samplerate"]), stop)
+
+
+def _recorded(sd: Any, dev: Any, rate: int, stop: threading.Event) -> Iterator[bytes]:
+    import av
+
     q: queue.Queue[bytes] = queue.Queue()
     resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
 
     def callback(indata: Any, frames: int, _time: Any, _status: Any) -> None:
         q.put(bytes(indata))
 
-    stream = sd.RawInputStream(samplerate=rate, channels=1, dtype="int16", device=dev,
-                               blocksize=rate * 16 // 100, callback=callback)
+    try:
+        stream = sd.RawInputStream(samplerate=rate, channels=1, dtype="int16", device=dev,
+                                   blocksize=rate * 16 // 100, callback=callback)
+    except sd.PortAudioError as e:
+        raise CliError(f"the microphone could not be opened: {e}", EXIT_FAILED) from None
     with stream:
         while not stop.is_set():
             try:

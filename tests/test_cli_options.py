@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from typing import Iterator
 
@@ -99,3 +101,27 @@ def test_file_names_complete_in_the_shell(base: str, wav: str) -> None:
     env = cli_env(base, _HASRCTL_COMPLETE="bash_complete", COMP_WORDS="hasrctl transcribe a.", COMP_CWORD="2")
     res = hasrctl(env=env, cwd=base)
     assert res.stdout.splitlines()[:1] == ["file,a."], show(res)  # bash completes it as a file name
+
+
+# --- live input that cannot work is refused before any daemon is asked ----------------------------------------
+def test_listen_refuses_a_missing_or_non_audio_input_before_connecting(short_tmp: str) -> None:
+    env = cli_env(short_tmp, HASR_SOCKET=os.path.join(short_tmp, "nobody.sock"), HASR_AUTOSTART="0")
+    missing = hasrctl("listen", os.path.join(short_tmp, "nope.wav"), env=env)
+    assert missing.returncode == 2 and "cannot open" in missing.stderr and "nope.wav" in missing.stderr, show(missing)
+    text = os.path.join(short_tmp, "notes.txt")
+    with open(text, "w") as f:
+        f.write("not audio\n")
+    bad = hasrctl("listen", text, env=env)
+    assert bad.returncode == 2 and "notes.txt" in bad.stderr, show(bad)
+    assert "no hasrd answers" not in missing.stderr + bad.stderr  # the input was checked first
+
+
+def test_dictate_without_a_typing_tool_says_what_to_install(short_tmp: str) -> None:
+    empty = os.path.join(short_tmp, "bin")
+    os.mkdir(empty)
+    env = cli_env(short_tmp, HASR_SOCKET=os.path.join(short_tmp, "nobody.sock"), HASR_AUTOSTART="0",
+                  PATH=empty, DISPLAY=":9")
+    env.pop("WAYLAND_DISPLAY", None)
+    res = subprocess.run([sys.executable, "-m", "hasrctl", "dictate"], env=env, capture_output=True, text=True,
+                         timeout=60)  # PATH has no python: the interpreter is named
+    assert res.returncode == 1 and "install xdotool" in res.stderr, res.stderr
