@@ -264,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent(args.parent_pid)
     sys.stdout.flush()
     os.dup2(2, 1)  # vLLM and R2T2's finish_streaming_transcribe print to stdout; keep the channel clean
+    # ... and line by line: a worker killed by a signal must not take its last printed words with it (without
+    # PYTHONUNBUFFERED, print() to a pipe waits in a block buffer that SIGKILL discards)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
     os.set_inheritable(args.fd, False)  # vLLM's helpers and any os.system() must not hold the channel open
     sock = socket.socket(fileno=args.fd)
     ch = Channel(sock)
