@@ -79,6 +79,8 @@ def status_text(snap: dict[str, Any]) -> str:
         pct = int(round(100 * float(job.get("progress") or 0.0)))
         name = job.get("name") or "audio"
         text = f"transcribing {name} {pct}%"
+        if job.get("live"):  # no end to be a percentage of: how long it has listened
+            text = f"live session ({float(job.get('total_s') or 0.0):.0f} s of audio)"
         if snap.get("queue"):
             text += f" (+{snap['queue']} queued)"
         return text

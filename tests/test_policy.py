@@ -51,6 +51,9 @@ def test_status_lines_say_the_state_in_words() -> None:
         "loading models 12 s"
     assert policy.status_text({"state": "ready", "job": {"name": "会议.wav", "progress": 0.4}}) == \
         "transcribing 会议.wav 40%"
+    live = {"name": "live session", "live": True, "done_s": 41.0, "total_s": 42.2, "progress": 0.0}
+    assert policy.status_text({"state": "ready", "job": live, "queue": 1}) == \
+        "live session (42 s of audio) (+1 queued)"
     assert policy.status_text({"state": "starting", "phase": "loading fake models 0.4 s", "elapsed_s": 0.4}) == \
         "loading fake models 0.4 s"
     assert policy.status_text({"state": "stopping"}) == "unloading"

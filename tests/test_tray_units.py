@@ -112,6 +112,11 @@ def test_unload_and_open_last_are_enabled_when_they_can_act() -> None:
     assert not menu.actions(menu.build(view(Link(DOWN))))[menu.UNLOAD].enabled
 
 
+def test_a_live_session_is_shown_by_how_long_it_has_listened() -> None:
+    v = view(snap(state="ready", health="busy", job={"name": "live session", "live": True, "total_s": 61.7}))
+    assert v.line == "Live session (62 s of audio)"
+
+
 def test_while_dictating_the_entry_stops_it_and_the_icon_listens() -> None:
     v = view(snap(state="ready", health="ok"))
     assert menu.actions(menu.build(v, dictating=True))[menu.DICTATE].label == "Stop dictating"

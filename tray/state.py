@@ -52,6 +52,8 @@ def error_text(err: Any) -> str:
 def job_text(job: Mapping[str, Any]) -> str:
     """``transcribing 会议.wav 40%`` (the percentage only when progress is known)."""
     name = str(job.get("name") or "audio")
+    if job.get("live"):
+        return f"live session ({_num(job.get('total_s')) or 0.0:.0f} s of audio)"
     progress = _num(job.get("progress"))
     if progress is None:
         done, total = _num(job.get("done_s")), _num(job.get("total_s"))
