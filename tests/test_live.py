@@ -311,3 +311,17 @@ def test_a_worker_that_hangs_or_dies_mid_session_ends_it_with_an_error_and_the_n
         assert r.status_code == 200, r.text
     finally:
         h.stop()
+
+
+def test_stopping_the_daemon_ends_an_open_live_session_at_once(tmp_path: Path) -> None:
+    """A live session has no end of its own: a stop must not wait for it (HASR_STOP_MAX_SEC is an hour)."""
+    h = Hasrd(sock_in(tmp_path))
+    c = LiveClient(h.sock)
+    c.update(language="zh")
+    feeder = threading.Thread(target=c.feed, args=(pcm16_24k(np.zeros(20 * SR, np.float32)),), daemon=True)
+    feeder.start()
+    c.wait_for("hasr.progress", timeout=30)
+    t0 = time.monotonic()
+    assert h.stop() == 0
+    assert time.monotonic() - t0 < 10
+    assert c.closed.wait(5) and c.close_code == 1012  # "service restart": the client may reconnect
