@@ -73,7 +73,6 @@ class Dictation:
         error: str | None = None
         try:
             type_text = self.typist()
-            draft = [""]
 
             def on_sentence(ev: dict[str, Any]) -> None:
                 text = str(ev.get("text") or "").strip()
@@ -83,7 +82,6 @@ class Dictation:
                     self.on_text(" ".join(self.finals), "")
 
             def on_draft(text: str, _segment: int) -> None:
-                draft[0] = text
                 self.on_text(" ".join(self.finals), text)
 
             run(self.socket_path(), self.source(self.stop_event), self.stop_event, self.language, "", 500,

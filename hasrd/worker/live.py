@@ -16,6 +16,7 @@ stays bounded by one step.
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from typing import Any, Callable, Protocol
@@ -153,7 +154,7 @@ class StreamingVad:
         return events
 
 
-class LiveBase:
+class LiveBase(abc.ABC):
     """Utterance bookkeeping shared by the engines' live sessions; see the module docstring.
 
     Subclasses implement ``_opened(seg, start)``, ``_advance(upto)`` (decode what arrived inside the open
@@ -290,14 +291,17 @@ class LiveBase:
 
     # ---- the engine's part ------------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _opened(self, seg: int, start: int) -> None:
-        raise NotImplementedError
+        """Utterance ``seg`` begins at ``start`` (absolute samples, after ``_align``)."""
 
+    @abc.abstractmethod
     def _advance(self, upto: int) -> None:
-        raise NotImplementedError
+        """Audio up to ``upto`` has arrived inside the open utterance: decode what is due."""
 
+    @abc.abstractmethod
     def _closed(self, seg: int, end: int) -> None:
-        raise NotImplementedError
+        """Utterance ``seg`` ended at ``end``: emit its finals (then ``_completed``), or hand them to a thread."""
 
     def _poll(self) -> None:
         pass

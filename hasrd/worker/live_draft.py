@@ -20,7 +20,7 @@ import numpy as np
 
 from hasrd.worker import v2c
 from hasrd.worker.engines import EngineError
-from hasrd.worker.live import SR, LiveBase, LiveEmitter
+from hasrd.worker.live import LiveBase, LiveEmitter
 from hasrd.worker.sentences import CHUNK, CHUNK_SEC, PAD, Window, Windows
 
 WindowFn = Callable[[np.ndarray], str]
@@ -103,7 +103,6 @@ class DraftLive(LiveBase):
     def _show(self, text: str) -> None:
         if text != self.shown:
             self.shown = text
-            assert self.open is not None or self.turns
             self.emit.draft(self.ws.open_text(text), self.turns[-1]["segment"])
 
     def _language(self) -> None:

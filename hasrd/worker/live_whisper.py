@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 
 from hasrd.worker.engines import EngineError
+from hasrd.worker.engines.whisper import clean_text, token_cap
 from hasrd.worker.live import SR, LiveBase, LiveEmitter
 
 SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
@@ -100,8 +100,6 @@ class WhisperLive(LiveBase):
         return self.prompt or None
 
     def _decode(self, a: int, b: int, beam: int = 1) -> list[Word]:
-        from hasrd.worker.engines.whisper import token_cap
-
         audio = self.audio[a:b]
         if len(audio) < SR // 10:
             return []
@@ -111,8 +109,6 @@ class WhisperLive(LiveBase):
             word_timestamps=True, condition_on_previous_text=False, initial_prompt=self._context(),
             without_timestamps=False)
         words: list[Word] = []
-        from hasrd.worker.engines.whisper import clean_text
-
         for s in segments:
             if float(s.no_speech_prob) > 0.6 and float(s.avg_logprob) < -1.0:
                 continue  # whisper's no-speech rule: "you" from the silence after the speech

@@ -153,8 +153,6 @@ def read_pcm(ch: Channel, req: p.Transcribe) -> Any:
 
 
 def serve_one(ch: Channel, engine: Any, req: p.Transcribe) -> None:
-    from hasrd.worker.engines import EngineError
-
     try:
         pcm = read_pcm(ch, req)
     except (OSError, ValueError) as e:
@@ -164,13 +162,8 @@ def serve_one(ch: Channel, engine: Any, req: p.Transcribe) -> None:
         result = engine.transcribe(pcm, req.language, dict(req.options), SocketEmitter(ch, req.id),
                                    lambda: req.id in ch.cancelled or ch.shutdown.is_set())
         ch.send(p.Result(id=req.id, result=result))
-    except EngineError as e:
-        ch.send(p.Failed(id=req.id, code=e.code, message=e.message))
-    except MemoryError:
-        ch.send(p.Failed(id=req.id, code="out_of_memory", message="the worker ran out of memory"))
     except Exception as e:  # one bad request never ends the worker
-        code = "out_of_memory" if "out of memory" in str(e).lower() else "runtime_failure"
-        ch.send(p.Failed(id=req.id, code=code, message=f"{type(e).__name__}: {e}"))
+        ch.send(fail_of(req.id, e))
     finally:
         ch.cancelled.discard(req.id)
 
@@ -243,11 +236,9 @@ def serve_live(ch: Channel, engine: Any, req: p.LiveStart, later: list[Any]) -> 
                 return
             else:
                 later.append(msg)
-    except BaseException as e:
+    except Exception as e:
         if session is not None:
             session.abort()
-        if not isinstance(e, Exception) and not isinstance(e, MemoryError):
-            raise
         ch.send(fail_of(req.id, e))
     finally:
         ch.cancelled.discard(req.id)
