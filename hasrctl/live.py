@@ -38,7 +38,9 @@ PIECE = RATE * 16 // 100  # 160 ms
 
 
 def _to_pcm16(resampler: Any, frame: Any) -> bytes:
-    return b"".join(bytes(memoryview(f.planes[0]).cast("B")[:f.samples * 2]) for f in resampler.resample(frame))
+    from hasrd.audio import frames_bytes
+
+    return frames_bytes(resampler.resample(frame), 2)
 
 
 def ffmpeg_source(url: str, realtime: bool, stop: threading.Event) -> Iterator[bytes]:
@@ -107,6 +109,8 @@ def microphone_source(device: str | None, stop: threading.Event) -> Iterator[byt
 def _recorded(sd: Any, dev: Any, rate: int, stop: threading.Event) -> Iterator[bytes]:
     import av
 
+    from hasrd.audio import s16_mono_frame
+
     q: queue.Queue[bytes] = queue.Queue()
     resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
 
@@ -124,10 +128,7 @@ def _recorded(sd: Any, dev: Any, rate: int, stop: threading.Event) -> Iterator[b
                 data = q.get(timeout=0.2)
             except queue.Empty:
                 continue
-            frame = av.AudioFrame(format="s16", layout="mono", samples=len(data) // 2)
-            frame.planes[0].update(data + bytes(frame.planes[0].buffer_size - len(data)))
-            frame.sample_rate = rate
-            out = _to_pcm16(resampler, frame)
+            out = _to_pcm16(resampler, s16_mono_frame(data, rate))
             if out:
                 yield out
 

@@ -263,6 +263,20 @@ class _Grouper:
         return [self._fifo.read()]
 
 
+def s16_mono_frame(data: bytes, rate: int) -> av.AudioFrame:
+    """Interleaved PCM16 mono bytes as a frame to resample (live audio: the WebSocket's, the microphone's)."""
+    frame = av.AudioFrame(format="s16", layout="mono", samples=len(data) // 2)
+    plane = frame.planes[0]
+    plane.update(data + bytes(plane.buffer_size - len(data)))  # the plane is padded past the samples
+    frame.sample_rate = rate
+    return frame
+
+
+def frames_bytes(frames: list[av.AudioFrame], sample_bytes: int) -> bytes:
+    """The samples of packed mono frames (without their planes' padding)."""
+    return b"".join(bytes(memoryview(f.planes[0]).cast("B")[:f.samples * sample_bytes]) for f in frames)
+
+
 def _write_all(out: Writer, frame: av.AudioFrame) -> int:
     n = frame.samples
     # The plane is padded (aligned) past its samples: write only the samples.

@@ -41,6 +41,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hasrd import errors, formats
 from hasrd.api import Daemon, check_access
+from hasrd.audio import frames_bytes, s16_mono_frame
 from hasrd.openai_api import MODEL_IDS
 
 log = logging.getLogger("hasrd.realtime")
@@ -66,15 +67,9 @@ class Pcm16To16k:
         if len(data) % 2:
             raise BadEvent("invalid_audio", f"PCM16 audio is 2 bytes a sample; this chunk has {len(data)} bytes",
                            "audio")
-        n = len(data) // 2
-        if n == 0:
+        if not data:
             return b""
-        frame = av.AudioFrame(format="s16", layout="mono", samples=n)
-        plane = frame.planes[0]
-        plane.update(data + bytes(plane.buffer_size - len(data)))
-        frame.sample_rate = IN_RATE
-        return b"".join(bytes(memoryview(f.planes[0]).cast("B")[:f.samples * 4])
-                        for f in self.resampler.resample(frame))
+        return frames_bytes(self.resampler.resample(s16_mono_frame(data, IN_RATE)), 4)
 
 
 def _event(kind: str, **fields: Any) -> dict[str, Any]:
