@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import need
+from conftest import need, wait_until
 from daemon import Hasrd, whisper_hasrd
 from speech import CLIPS, error_rate
 
@@ -33,13 +33,20 @@ def pulse(short_tmp: str) -> Iterator[dict[str, str]]:
                     "--load=module-native-protocol-unix", "--load=module-null-sink sink_name=hasrmic"],
                    env=env, check=True, capture_output=True)
     try:
-        end = time.monotonic() + 10
-        while subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode and time.monotonic() < end:
-            time.sleep(0.1)
+        wait_until(lambda: subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode == 0,
+                   timeout=60)
         subprocess.run(["pactl", "set-default-source", "hasrmic.monitor"], env=env, check=True)
         yield env
     finally:
         subprocess.run(["pulseaudio", "-k"], env=env, capture_output=True)
+
+
+def recording(env: dict[str, str]) -> None:
+    """Wait until a client records from the null sink's monitor (hasrctl has opened the microphone)."""
+    def streams() -> bool:
+        out = subprocess.run(["pactl", "list", "short", "source-outputs"], env=env, capture_output=True, text=True)
+        return bool(out.stdout.strip())
+    assert wait_until(streams, timeout=60), "hasrctl never opened the microphone"
 
 
 def loaded_whisper(tmp: str) -> Hasrd:
@@ -58,7 +65,7 @@ def test_hasrctl_listen_prints_the_sentences_played_into_the_microphone(pulse: d
     try:
         listen = subprocess.Popen([sys.executable, "-m", "hasrctl", "listen", "--socket", h.sock, "-l", "en"],
                                   env=pulse, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(2.0)  # the stream is open and recording silence
+        recording(pulse)
         for name in ("en_quick_brown_fox", "en_hello_world"):
             subprocess.run(["paplay", "--device=hasrmic", str(DATA / f"{name}.flac")], env=pulse, check=True)
             time.sleep(1.0)  # a pause: the utterance ends
@@ -88,7 +95,7 @@ def test_dictate_types_each_final_sentence_and_toggle_stops_it(pulse: dict[str, 
     try:
         dictate = subprocess.Popen([sys.executable, "-m", "hasrctl", "dictate", "--socket", h.sock, "-l", "en"],
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(2.0)
+        recording(pulse)
         again = subprocess.run([sys.executable, "-m", "hasrctl", "dictate", "--socket", h.sock], env=env,
                                capture_output=True, text=True)
         assert again.returncode == 1 and "already running" in again.stderr
