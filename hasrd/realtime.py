@@ -323,14 +323,12 @@ class Live:
                         session.done.result()  # the session failed: raises its error
                         return
                     kind, value = getter.result()
-                    if session.stalled(self.d.settings.stall_sec):
-                        session.kill_stalled(self.d.settings.stall_sec)
                     if kind == "audio":
                         await session.audio(value)
                     elif kind == "commit":
                         await session.commit()
                     elif kind == "finish":
-                        result = await session.end(self.d.settings.stall_sec)
+                        result = await session.end()
                         await self.send(_event("hasr.done", result=result))
                         return
                     elif kind == "idle":

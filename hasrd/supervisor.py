@@ -35,7 +35,7 @@ from hasrd import errors, policy
 from hasrd.config import Settings
 from hasrd.lifecycle import SETTING, KeepAlive, Partial, State, check_transition
 from hasrd.pcm import PcmBuffer
-from hasrd.workerproc import EventSink, LiveSession, WorkerProcess
+from hasrd.workerproc import EventSink, LiveSession, WorkerProcess, run_to_end
 
 log = logging.getLogger("hasrd.supervisor")
 
@@ -477,19 +477,13 @@ class Supervisor:
                 if on_event:
                     on_event(ev)
 
-            session = await worker.live(language=language, options=options, on_event=relay)
+            session = await worker.live(language=language, options=options, on_event=relay,
+                                        stall_sec=self.s.stall_sec)
             try:
                 yield session
             finally:
                 if not session.done.done() and not worker.dead.is_set():
-                    # Until the worker has stopped this session the slot stays ours; further cancellations
-                    # (the client left mid-way) are absorbed, as for files.
-                    cleanup = asyncio.ensure_future(session.cancel())
-                    while not cleanup.done():
-                        try:
-                            await asyncio.shield(cleanup)
-                        except asyncio.CancelledError:
-                            continue
+                    await run_to_end(session.cancel())  # the slot stays ours until the worker has stopped it
                 session.close()
                 self.job = None
                 self.last_used = self.clock()

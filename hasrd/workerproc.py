@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from hasrd import errors, policy
 from hasrd import protocol as p
@@ -379,12 +379,7 @@ class WorkerProcess:
             # runs in its own task and further cancellations (anyio cancels a scope's every await) are
             # absorbed, so a healthy worker is never killed just because the client left.
             if not fut.done() and not self.dead.is_set():
-                cleanup = asyncio.ensure_future(self._cancel_and_wait(req_id, fut))
-                while not cleanup.done():
-                    try:
-                        await asyncio.shield(cleanup)
-                    except asyncio.CancelledError:
-                        continue
+                await run_to_end(self._cancel_and_wait(req_id, fut))
             raise
         finally:
             self.pending.pop(req_id, None)
@@ -412,8 +407,9 @@ class WorkerProcess:
             await self.dead.wait()  # the slot is handed on only once the next job cannot land on this one
 
     async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
-                   on_event: EventSink | None = None) -> LiveSession:
-        """Start a live session on this worker (it serves nothing else until the session ends)."""
+                   on_event: EventSink | None = None, stall_sec: float = 0.0) -> LiveSession:
+        """Start a live session on this worker (it serves nothing else until the session ends), under the
+        live stall watchdog (:class:`LiveSession`)."""
         req_id = next(self.ids)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         pend = Pending(fut, on_event, last_seen=time.monotonic())
@@ -423,7 +419,7 @@ class WorkerProcess:
         except BaseException:
             self.pending.pop(req_id, None)
             raise
-        return LiveSession(self, req_id, pend)
+        return LiveSession(self, req_id, pend, stall_sec)
 
     async def ping(self, timeout: float = 2.0) -> bool:
         nonce = next(self.ids)
@@ -477,55 +473,68 @@ class WorkerProcess:
         return self.proc.returncode
 
 
+async def run_to_end(aw: Awaitable[Any]) -> None:
+    """Await ``aw`` in a task of its own to the end, absorbing cancellations meanwhile: a cancel handshake with
+    the worker must finish (the slot is handed on only then) even while anyio cancels the caller's every await."""
+    task = asyncio.ensure_future(aw)
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue
+
+
 class LiveSession:
     """The daemon's side of one live session: audio in, events out through the worker's ``on_event``.
 
-    ``done`` resolves with the result after :meth:`end`, or fails (the engine refused, the worker died, a
-    stall: audio was sent and the worker reported nothing on it for ``stall_sec``).
+    ``done`` resolves with the result after :meth:`end`, or fails: the engine refused, the worker died, or it
+    stalled. The watchdog: audio (or the end) was sent, and the worker reported nothing on it for
+    ``stall_sec`` (HASR_STALL_SEC; 0: never) while it was due; silence from the client is no stall.
     """
 
-    def __init__(self, worker: WorkerProcess, req_id: int, pend: Pending) -> None:
+    def __init__(self, worker: WorkerProcess, req_id: int, pend: Pending, stall_sec: float = 0.0) -> None:
         self.worker = worker
         self.id = req_id
         self.pend = pend
         self.done = pend.future
+        self.stall_sec = stall_sec
         self.sent_at = 0.0  # when audio was last sent that the worker has not reported on yet
         self.ended = False
+        self._watch = asyncio.ensure_future(self._watchdog()) if stall_sec > 0 else None
 
     async def audio(self, pcm_f32: bytes) -> None:
         if self.done.done():
             return
-        if not self.sent_at or self.pend.last_seen >= self.sent_at:
-            self.sent_at = time.monotonic()
+        self._due()
         await self.worker._send(p.LiveAudio(id=self.id, pcm=pcm_f32))
 
     async def commit(self) -> None:
         if not self.done.done():
             await self.worker._send(p.LiveCommit(id=self.id))
 
-    def stalled(self, stall_sec: float) -> bool:
-        """Audio waits and the worker has been silent on it for ``stall_sec``: it is stuck in a call."""
-        return (stall_sec > 0 and not self.done.done() and self.sent_at > self.pend.last_seen
-                and time.monotonic() - self.pend.last_seen > stall_sec)
+    def _due(self) -> None:
+        """Something was sent that the worker must report on; the clock starts unless it already runs."""
+        if not self.sent_at or self.pend.last_seen >= self.sent_at:
+            self.sent_at = time.monotonic()
 
-    def kill_stalled(self, stall_sec: float) -> None:
-        self.worker.kill(f"it reported nothing on live audio for {stall_sec:g} s (HASR_STALL_SEC) and was killed")
-        if not self.done.done():
-            self.done.set_exception(errors.Stalled(
-                f"the worker reported nothing on the live audio for {stall_sec:g} s (HASR_STALL_SEC) and was "
-                f"killed"))
+    async def _watchdog(self) -> None:
+        while not self.done.done():
+            await asyncio.wait([self.done], timeout=min(1.0, self.stall_sec))
+            if (not self.done.done() and self.sent_at > self.pend.last_seen
+                    and time.monotonic() - self.pend.last_seen > self.stall_sec):
+                self.worker.kill(f"it reported nothing on live audio for {self.stall_sec:g} s (HASR_STALL_SEC) "
+                                 f"and was killed")
+                self.done.set_exception(errors.Stalled(
+                    f"the worker reported nothing on the live audio for {self.stall_sec:g} s (HASR_STALL_SEC) "
+                    f"and was killed; raise HASR_STALL_SEC if this machine is that slow"))
 
-    async def end(self, stall_sec: float = 0.0) -> dict[str, Any]:
+    async def end(self) -> dict[str, Any]:
         """Finish: the last utterance is closed and every final sentence comes out; then the result."""
         if not self.ended and not self.done.done():
             self.ended = True
-            self.sent_at = time.monotonic()
+            self._due()
             await self.worker._send(p.LiveEnd(id=self.id))
-        while not self.done.done():
-            await asyncio.wait([self.done], timeout=1.0)
-            if self.stalled(stall_sec):
-                self.kill_stalled(stall_sec)
-        return self.done.result()
+        return await asyncio.shield(self.done)
 
     async def cancel(self) -> None:
         """The client left: stop the session and wait until the worker is free (or killed for ignoring it)."""
@@ -536,6 +545,8 @@ class LiveSession:
             self.close()
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         self.worker.pending.pop(self.id, None)
         if self.done.done() and not self.done.cancelled():
             self.done.exception()  # retrieved
