@@ -294,11 +294,9 @@ class Live:
             await self.send(error_event(e.code, e.message, kind="server_error"))
             return
         try:
-            pending: list[bytes] = []
             while True:  # nothing runs until there is audio: the session's settings come first
-                kind, value = await self.next_input()
+                kind, first = await self.next_input()
                 if kind == "audio":
-                    pending.append(value)
                     break
                 if kind in ("gone", "finish"):
                     if kind == "finish":
@@ -312,8 +310,7 @@ class Live:
                 options["prompt"] = self.cfg.prompt
             async with sup.live(language=self.cfg.language, options=options, on_event=self.on_event,
                                 lease=lease) as session:
-                for chunk in pending:
-                    await session.audio(chunk)
+                await session.audio(first)  # what came while the worker loaded waits in the inbox
                 while True:
                     getter: asyncio.Future[Any] = asyncio.ensure_future(self.next_input())
                     done: asyncio.Future[Any] = session.done
