@@ -17,6 +17,7 @@ stays bounded by one step.
 from __future__ import annotations
 
 import abc
+import bisect
 import threading
 import time
 from typing import Any, Callable, Protocol
@@ -183,7 +184,9 @@ class LiveBase(abc.ABC):
         self.segments = 0
         self.index = 0  # next sentence index (session-wide)
         self.sentences: list[dict[str, Any]] = []
-        self.turns: list[dict[str, Any]] = []
+        self.turns: list[dict[str, Any]] = []  # per utterance, indexed by its number
+        self.turn_starts: list[float] = []  # their start times (ascending): which utterance a time is in
+        self.said: dict[int, list[str]] = {}  # final texts of utterances not yet completed
         self.t0 = time.monotonic()
 
     # ---- the session's API (main.py) --------------------------------------------------------------------
@@ -250,6 +253,7 @@ class LiveBase(abc.ABC):
         self.segments += 1
         self.open, self.open_start = seg, self._align(start)
         self.turns.append({"segment": seg, "start_s": round(self.open_start / SR, 3), "end_s": None, "text": None})
+        self.turn_starts.append(self.turns[-1]["start_s"])
         self.emit.turn(seg, "started", round(self.open_start / SR, 3))
         self._opened(seg, self.open_start)
 
@@ -268,6 +272,7 @@ class LiveBase(abc.ABC):
         entry = {"text": text, "engine": engine, "start_s": round(start, 3), "end_s": round(end, 3),
                  "segment": seg, **extra}
         self.sentences.append(entry)
+        self.said.setdefault(seg, []).append(text)
         self.emit.sentence(self.index, text, engine, entry["start_s"], entry["end_s"], segment=seg)
         self.index += 1
 
@@ -275,8 +280,12 @@ class LiveBase(abc.ABC):
         from hasrd.languages import join_sentences
 
         t = self.turns[seg]
-        t["text"] = join_sentences([s["text"] for s in self.sentences if s["segment"] == seg], self.language_code())
+        t["text"] = join_sentences(self.said.pop(seg, []), self.language_code())
         self.emit.turn(seg, "completed", t["start_s"], t["end_s"] or 0.0, t["text"])
+
+    def segment_at(self, t: float) -> int:
+        """The utterance that time ``t`` (seconds) falls in."""
+        return max(0, bisect.bisect_right(self.turn_starts, t + 1e-6) - 1)
 
     def _align(self, start: int) -> int:
         return start

@@ -39,8 +39,7 @@ class _Sentences:
         pass
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
-        seg = max((t["segment"] for t in self.live.turns if t["start_s"] <= start_s + 1e-6), default=0)
-        self.live._say(seg, text, engine, start_s, end_s)
+        self.live._say(self.live.segment_at(start_s), text, engine, start_s, end_s)
 
 
 class DraftLive(LiveBase):
