@@ -33,6 +33,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "fw_device": ("auto", "cpu", "cuda"),
     "v2c_final": ("thread", "inline", "after"),
     "draft": ("r2t2", "scripted"),
+    "zh_script": ("simplified", "traditional", "as-is"),
 }
 
 
@@ -93,6 +94,12 @@ class Settings:
                                   "draft goes on) | inline (the draft waits) | after (the seed's order); same result")
     draft: str = _s("r2t2", "hybrid engine's draft: r2t2 | scripted (tests: the fake engine's HASR_FAKE_SCRIPT "
                             "revealed over the audio, with real faster-whisper windows, on CPU)")
+    zh_script: str = _s("simplified", "Chinese script for a plain 'zh': simplified | traditional | as-is (what "
+                                      "the model wrote); zh-TW / zh-HK / zh-Hant and zh-CN / zh-Hans ask per request")
+    max_line_width: int = _s(0, "subtitles: characters a line at most (0 = by language: 42 Latin, 16 CJK)")
+    max_line_count: int = _s(2, "subtitles: lines a cue at most")
+    max_cue_sec: float = _s(7.0, "subtitles: longest a cue stays on screen (a longer sentence is cut at a clause "
+                                 "or a word)")
     debug: bool = _s(False, "show tracebacks and debug logs")
 
     @classmethod
