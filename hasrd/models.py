@@ -99,7 +99,7 @@ def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwMo
     where = [f"{p} (as a directory)"] + [str(c / ("models--" + repo.replace("/", "--"))) for c in hf_cache_dirs()]
     raise EngineError("model_unavailable",
                       f"faster-whisper model {spec!r} not found; looked in {', '.join(where)}. Fetch it with: "
-                      f"huggingface-cli download {repo} (or python -c \"import faster_whisper; "
+                      f"hf download {repo} (or python -c \"import faster_whisper; "
                       f"faster_whisper.download_model('{spec}')\"), or set HASR_FW_MODEL to a CTranslate2 model "
                       f"directory")
 
@@ -120,6 +120,5 @@ def resolve_weights(spec: str) -> Path:
         return snap
     raise EngineError("model_unavailable",
                       f"the R2T2 weights were not found (looked in {', '.join(looked)}); download them (4.1 GB, "
-                      f"custom licence) with: huggingface-cli download {WEIGHTS_REPO} --local-dir "
-                      f"~/.local/share/hasr/models/Confucius4-R2T2, then set "
-                      f"HASR_R2T2_MODEL=~/.local/share/hasr/models/Confucius4-R2T2")
+                      f"custom licence) with: hf download {WEIGHTS_REPO} --local-dir ~/models/Confucius4-R2T2, "
+                      f"then set HASR_R2T2_MODEL=~/models/Confucius4-R2T2")

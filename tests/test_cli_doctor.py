@@ -33,12 +33,17 @@ def test_doctor_lists_checks_and_the_effective_settings_with_their_source(short_
     assert all(c["state"] in ("ok", "warn", "fail") for c in doc["checks"])
     assert all(c["fix"] for c in doc["checks"] if c["state"] != "ok")
     settings = {s["name"]: s for s in doc["settings"]}
-    assert settings["HASR_IDLE_TTL_SEC"] == {"name": "HASR_IDLE_TTL_SEC", "value": "42.0", "source": "env"}
+    ttl = "kill the worker after this many idle seconds (VRAM comes back)"
+    assert settings["HASR_IDLE_TTL_SEC"] == {"name": "HASR_IDLE_TTL_SEC", "value": "42.0", "source": "env",
+                                             "meaning": ttl}
+    assert all(s["meaning"] for s in doc["settings"])  # each with its one-line meaning from hasrd/config.py
     assert settings["HASR_MAX_QUEUE"]["value"] == "3" and settings["HASR_MAX_QUEUE"]["source"] == "config.toml"
     assert settings["HASR_GPU"]["source"] == "default"
     assert code == (1 if any(c["state"] == "fail" for c in doc["checks"]) else 0)
     text = hasrctl("doctor", "--quick", env=env, timeout=300).stdout
-    assert "effective settings" in text and "HASR_IDLE_TTL_SEC" in text
+    assert "effective settings" in text
+    line = next(ln for ln in text.splitlines() if ln.split()[:1] == ["HASR_IDLE_TTL_SEC"])
+    assert line.split()[1:3] == ["42.0", "env"] and line.endswith(ttl)  # the meaning beside the value
     assert any(line.startswith(("ok  ", "warn", "FAIL")) for line in text.splitlines())
 
 

@@ -98,7 +98,7 @@ def test_no_usable_cuda_is_model_unavailable_pointing_at_the_whisper_engine(stan
 def test_missing_weights_say_how_to_download_them(stand_in: None, tmp_path: Path) -> None:
     with pytest.raises(EngineError) as e:
         engine(tmp_path / "nothing").load(lambda s: None)
-    assert "huggingface-cli download netease-youdao/Confucius4-R2T2" in e.value.message
+    assert "hf download netease-youdao/Confucius4-R2T2" in e.value.message
 
 
 def test_the_draft_alone_cuts_truncated_sentences_at_the_pipe_and_keeps_stdout_clean(

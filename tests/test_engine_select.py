@@ -94,7 +94,7 @@ def test_a_missing_fw_model_says_where_it_looked_and_how_to_fetch_it(tmp_path: P
         models.resolve_fw("large-v3")
     msg = e.value.message
     assert e.value.code == "model_unavailable" and str(tmp_path) in msg
-    assert "huggingface-cli download Systran/faster-whisper-large-v3" in msg
+    assert "hf download Systran/faster-whisper-large-v3" in msg and "huggingface-cli" not in msg
 
 
 def test_r2t2_weights_come_from_the_setting_or_the_cache_and_missing_ones_say_how(
@@ -104,7 +104,9 @@ def test_r2t2_weights_come_from_the_setting_or_the_cache_and_missing_ones_say_ho
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(EngineError) as e:
         resolve_weights("")
-    assert "huggingface-cli download netease-youdao/Confucius4-R2T2" in e.value.message
+    # the folder README's GPU setup downloads into (hf is huggingface_hub's CLI; huggingface-cli is gone)
+    assert "hf download netease-youdao/Confucius4-R2T2 --local-dir ~/models/Confucius4-R2T2" in e.value.message
+    assert "HASR_R2T2_MODEL=~/models/Confucius4-R2T2" in e.value.message
     with pytest.raises(EngineError, match="HASR_R2T2_MODEL=/nope"):
         resolve_weights("/nope")
     snap = make_snapshot(tmp_path, "netease-youdao/Confucius4-R2T2", "r1", ("config.json",))
