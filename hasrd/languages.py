@@ -1,13 +1,27 @@
-"""Language names and codes: R2T2 wants full names ("Chinese"), faster-whisper wants codes ("zh").
+"""Language names, codes and tags: R2T2 wants full names ("Chinese"), faster-whisper wants codes ("zh").
 
-Requests may carry either ("Chinese", "chinese", "zh", "zh-CN", "zh_TW", "en-US", "Mandarin"); ``resolve`` maps
-them to one (name, code) pair. Pure and import-light (standard library only: no numpy), so the daemon
-validates a request's language with ``resolve`` before it decodes audio or wakes a worker; an unknown one
-raises :class:`UnknownLanguage` (a ValueError whose message is the sentence to show). Whether a particular
-model takes a known language (R2T2 knows fewer than Whisper) is the worker's to say.
+Requests may carry a name ("Chinese", "chinese", "Mandarin", "Traditional Chinese"), a code ("zh", "cmn",
+"yue") or a BCP-47 tag ("zh-CN", "zh_TW", "zh-Hant-TW", "cmn-Hans-CN", "en-US"); :func:`parse` reads one into a
+:class:`Language` (name, code, and the script / region subtags the tag said), ``resolve`` maps it to the (name,
+code) pair the engines use. A tag must be well formed: language[-extlang][-script][-region][-variant...]
+[-singleton-extension...]; a region is not checked against ISO 3166 ("zh-XX" is Chinese), but a subtag out of
+place ("zh-XX-foo") is refused. Chinese tags: the script subtag must be Hans or Hant (hasr cannot write pinyin
+or other romanisations), and no variant (zh-hakka, zh-xiang name varieties hasr would decode as Mandarin).
+
+``zh-HK`` and ``zh-MO`` (no explicit ``cmn``) are Cantonese speech ("yue"), as in Azure, AWS Transcribe, Apple
+and Chrome's speech recognition, and as hasr always took ``zh-HK``; ``cmn-HK`` / ``cmn-Hant-HK`` ask for
+Mandarin written the Hong Kong way. Which script the text is written in is hasrd/zhscript.py's to decide.
+
+Pure and import-light (standard library only: no numpy), so the daemon validates a request's language with
+``resolve`` before it decodes audio or wakes a worker; an unknown one raises :class:`UnknownLanguage` (a
+ValueError whose message is the sentence to show, naming the accepted forms). Whether a particular model takes
+a known language (R2T2 knows fewer than Whisper) is the worker's to say.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 # Whisper's codes with the names Qwen3-ASR / R2T2 use (Qwen3-ASR's list first, then the rest of Whisper's).
 NAMES: dict[str, str] = {
@@ -35,7 +49,7 @@ ALIASES: dict[str, str] = {
     "mandarin": "zh", "putonghua": "zh", "cmn": "zh", "zho": "zh", "chi": "zh", "eng": "en", "tagalog": "tl",
     "farsi": "fa", "fil": "tl", "javanese": "jw", "jv": "jw", "iw": "he", "castilian": "es", "flemish": "nl", "moldavian": "ro",
     "burmese": "my", "nb": "no", "bokmal": "no", "panjabi": "pa", "sinhalese": "si", "valencian": "ca",
-    "pushto": "ps", "haitian": "ht", "letzeburgesch": "lb", "zh-hk": "yue",
+    "pushto": "ps", "haitian": "ht", "letzeburgesch": "lb", "guoyu": "zh",
 }
 # Languages written without spaces between sentences: per-sentence texts are joined with "" (the seed's rule).
 NO_SPACE = frozenset({"zh", "yue", "ja", "th", "lo", "km", "my", "bo"})
@@ -43,7 +57,92 @@ _BY_NAME = {name.lower(): code for code, name in NAMES.items()}
 
 
 class UnknownLanguage(ValueError):
-    """The request named a language neither R2T2 nor Whisper knows."""
+    """The request named a language neither R2T2 nor Whisper knows, or a tag that is not well formed."""
+
+
+@dataclass(frozen=True)
+class Language:
+    """A request's language as hasr reads it. ``script`` and ``region`` are what the tag said ("" = nothing),
+    canonical case ("Hant", "TW"); ``code`` is whisper's code ("" = detect)."""
+
+    name: str
+    code: str
+    script: str = ""
+    region: str = ""
+
+
+# Whole names that say a script too.
+_SCRIPT_NAMES: dict[str, Language] = {
+    "traditional chinese": Language("Chinese", "zh", "Hant"), "simplified chinese": Language("Chinese", "zh", "Hans"),
+    "chinese traditional": Language("Chinese", "zh", "Hant"), "chinese simplified": Language("Chinese", "zh", "Hans"),
+}
+CHINESE_CODES = frozenset({"zh", "yue"})
+CHINESE_SCRIPTS = ("Hans", "Hant")
+# Regions where a zh tag without "cmn" means Cantonese speech (see the module docstring).
+CANTONESE_REGIONS = frozenset({"HK", "MO"})
+ACCEPTED = ("a name such as 'Chinese', 'Mandarin', 'Cantonese' or 'English', a code such as 'zh', 'yue' or 'en', "
+            "or a BCP-47 tag such as 'zh-CN', 'zh-Hans', 'zh-TW', 'zh-HK', 'zh-Hant' or 'en-US'")
+_SCRIPT = re.compile(r"[a-z]{4}")
+_REGION = re.compile(r"[a-z]{2}|[0-9]{3}")
+_VARIANT = re.compile(r"[a-z0-9]{5,8}|[0-9][a-z0-9]{3}")
+_EXT = re.compile(r"[a-z0-9]{1,8}")
+
+
+def _unknown(raw: str, why: str = "") -> UnknownLanguage:
+    return UnknownLanguage(f"unknown language {raw!r}{': ' + why if why else ''}: use {ACCEPTED}")
+
+
+def _code_of(sub: str) -> str | None:
+    return ALIASES.get(sub) or (sub if sub in NAMES else None)
+
+
+def parse(language: str | None) -> Language:
+    """Read a request's language; ``Language("", "")`` means "detect" ("", "auto", "detect").
+
+    Raises UnknownLanguage (naming the accepted forms) for a language neither R2T2 nor Whisper knows or a tag
+    that is not well formed. Safe to call in the daemon.
+    """
+    raw = (language or "").strip()
+    if not raw or raw.lower() in ("auto", "detect"):
+        return Language("", "")
+    key = raw.lower().replace("_", "-")
+    if key in _SCRIPT_NAMES:
+        return _SCRIPT_NAMES[key]
+    whole = _code_of(key) or _BY_NAME.get(key)
+    if whole is not None:
+        return Language(NAMES[whole], whole)
+    parts = key.split("-")
+    code = _code_of(parts[0])
+    if code is None or not 2 <= len(parts[0]) <= 3:
+        raise _unknown(raw)
+    i, extlang = 1, False
+    if i < len(parts) and len(parts[i]) == 3 and parts[i].isalpha():  # extlang: zh-yue, zh-cmn
+        sub = _code_of(parts[i])
+        if sub is None:
+            raise _unknown(raw, f"{parts[i]!r} is not a language hasr knows")
+        code, extlang, i = sub, True, i + 1
+    script = region = ""
+    if i < len(parts) and _SCRIPT.fullmatch(parts[i]):
+        script, i = parts[i].title(), i + 1
+    if i < len(parts) and _REGION.fullmatch(parts[i]):
+        region, i = parts[i].upper(), i + 1
+    variants = 0
+    while i < len(parts) and _VARIANT.fullmatch(parts[i]):
+        variants, i = variants + 1, i + 1
+    if i < len(parts) and len(parts[i]) == 1 and parts[i].isalnum():  # -u-..., -x-...: ignored
+        rest = parts[i + 1:]
+        if rest and all(_EXT.fullmatch(x) for x in rest):
+            i = len(parts)
+    if i != len(parts):
+        raise _unknown(raw, f"{parts[i]!r} is out of place in a language tag" if parts[i] else "an empty subtag")
+    if code == "zh" and not extlang and parts[0] != "cmn" and region in CANTONESE_REGIONS:
+        code = "yue"
+    if code in CHINESE_CODES:
+        if script and script not in CHINESE_SCRIPTS:
+            raise _unknown(raw, f"hasr writes Chinese in Hans (simplified) or Hant (traditional), not {script}")
+        if variants:
+            raise _unknown(raw, "a Chinese variety or romanisation hasr does not write")
+    return Language(NAMES[code], code, script, region)
 
 
 def resolve(language: str | None) -> tuple[str, str]:
@@ -51,18 +150,8 @@ def resolve(language: str | None) -> tuple[str, str]:
 
     Raises UnknownLanguage for a language neither R2T2 nor Whisper knows. Safe to call in the daemon.
     """
-    raw = (language or "").strip()
-    if not raw or raw.lower() in ("auto", "detect"):
-        return "", ""
-    key = raw.lower().replace("_", "-")
-    code = ALIASES.get(key) or (key if key in NAMES else None) or _BY_NAME.get(key)
-    if code is None:
-        base = key.split("-")[0]
-        code = ALIASES.get(base) or (base if base in NAMES else None)
-    if code is None:
-        raise UnknownLanguage(f"unknown language {raw!r}: use a name such as 'Chinese' or 'English', "
-                              f"or a code such as 'zh' or 'en'")
-    return NAMES[code], code
+    lang = parse(language)
+    return lang.name, lang.code
 
 
 def joiner(code: str) -> str:

@@ -4,6 +4,11 @@ Order matters: die with the daemon (PR_SET_PDEATHSIG), point fd 1 at stderr (vLL
 ``Hello`` before any heavy import, then load the engine and serve requests one at a time. A reader thread
 keeps the channel live while a transcription runs: it answers ``Ping``, flags ``Cancel``, and ends the
 process when the daemon's end closes (the daemon died or gave up on us).
+
+Every text leaves through one boundary, whatever the engine and for files and live sessions alike: the
+request's :class:`hasrd.zhscript.Scripter` writes Chinese in the script its language tag (or HASR_ZH_SCRIPT)
+asks for, with Chinese punctuation, in the draft, sentence and turn events and in the result, which records
+``script``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from hasrd import __version__
 from hasrd import protocol as p
+from hasrd import zhscript
 
 PR_SET_PDEATHSIG = 1
 
@@ -104,11 +110,19 @@ class Channel:
 
 
 class SocketEmitter:
-    def __init__(self, ch: Channel, req_id: int) -> None:
+    """An engine's events as protocol messages; their texts pass through the request's script first."""
+
+    def __init__(self, ch: Channel, req_id: int, script: zhscript.Scripter | None = None) -> None:
         self.ch = ch
         self.id = req_id
+        self.script = script
         self._last_progress = 0.0
         self._last_done = -1.0
+
+    def language(self, code: str) -> None:
+        """An engine heard this language (no language was asked): the script follows it from now on."""
+        if self.script is not None:
+            self.script.detected(code)
 
     def progress(self, done_s: float, total_s: float) -> None:
         """At most ~20 events a second, except a step of 1 % or more: segments decoded in a batch arrive in a
@@ -120,14 +134,20 @@ class SocketEmitter:
             self.ch.send(p.Progress(id=self.id, done_s=done_s, total_s=total_s))
 
     def draft(self, text: str, segment: int = 0) -> None:
+        if self.script is not None:
+            text = self.script.text(text)
         self.ch.send(p.Draft(id=self.id, text=text, segment=segment))
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float,
                  segment: int = 0) -> None:
+        if self.script is not None:
+            text = self.script.sentence(text, segment)
         self.ch.send(p.Sentence(id=self.id, index=index, text=text, engine=engine, start_s=start_s, end_s=end_s,
                                 segment=segment))
 
     def turn(self, segment: int, kind: str, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None:
+        if kind == "completed" and self.script is not None:
+            text = self.script.turn_text(segment, text)
         self.ch.send(p.Turn(id=self.id, segment=segment, kind=kind, start_s=start_s, end_s=end_s, text=text))
 
 
@@ -152,16 +172,35 @@ def read_pcm(ch: Channel, req: p.Transcribe) -> Any:
     return np.frombuffer(m, dtype=np.float32, count=req.frames)
 
 
-def serve_one(ch: Channel, engine: Any, req: p.Transcribe) -> None:
+def load_settings() -> Any:
+    """The worker's settings (the daemon's environment and config.toml, as the engines read them); the daemon
+    already refused bad values, so a failure here falls back to the defaults with a word on stderr."""
+    from hasrd import config
+
+    try:
+        return config.load()
+    except (config.ConfigError, OSError, ValueError) as e:
+        print(f"hasr worker: {e}; using default settings", file=sys.stderr, flush=True)
+        return config.Settings()
+
+
+def scripter(req_language: str, settings: Any) -> zhscript.Scripter:
+    """The request's script: its tag, else HASR_LANGUAGE (the engines' default too), and HASR_ZH_SCRIPT."""
+    return zhscript.Scripter(req_language or str(getattr(settings, "language", "") or ""),
+                             str(getattr(settings, "zh_script", "simplified")))
+
+
+def serve_one(ch: Channel, engine: Any, req: p.Transcribe, settings: Any = None) -> None:
+    script = scripter(req.language, settings)
     try:
         pcm = read_pcm(ch, req)
     except (OSError, ValueError) as e:
         ch.send(p.Failed(id=req.id, code="invalid_audio", message=f"could not read the PCM: {e}"))
         return
     try:
-        result = engine.transcribe(pcm, req.language, dict(req.options), SocketEmitter(ch, req.id),
+        result = engine.transcribe(pcm, req.language, dict(req.options), SocketEmitter(ch, req.id, script),
                                    lambda: req.id in ch.cancelled or ch.shutdown.is_set())
-        ch.send(p.Result(id=req.id, result=result))
+        ch.send(p.Result(id=req.id, result=script.result(result)))
     except Exception as e:  # one bad request never ends the worker
         ch.send(fail_of(req.id, e))
     finally:
@@ -180,7 +219,7 @@ def fail_of(req_id: int, e: BaseException) -> p.Failed:
     return p.Failed(id=req_id, code=code, message=f"{type(e).__name__}: {e}")
 
 
-def serve_live(ch: Channel, engine: Any, req: p.LiveStart, later: list[Any]) -> None:
+def serve_live(ch: Channel, engine: Any, req: p.LiveStart, later: list[Any], settings: Any = None) -> None:
     """One live session: audio is fed as it arrives; everything queued behind a slow step is fed as one piece.
 
     Messages for anything else (the daemon runs one thing at a time, but a Ping-free race is possible) are
@@ -188,7 +227,8 @@ def serve_live(ch: Channel, engine: Any, req: p.LiveStart, later: list[Any]) -> 
     """
     import numpy as np
 
-    emit = SocketEmitter(ch, req.id)
+    script = scripter(req.language, settings)
+    emit = SocketEmitter(ch, req.id, script)
 
     def cancelled() -> bool:
         return req.id in ch.cancelled or ch.shutdown.is_set()
@@ -232,7 +272,7 @@ def serve_live(ch: Channel, engine: Any, req: p.LiveStart, later: list[Any]) -> 
             elif isinstance(msg, p.LiveCommit):
                 session.commit()
             elif isinstance(msg, p.LiveEnd):
-                ch.send(p.Result(id=req.id, result=session.finish()))
+                ch.send(p.Result(id=req.id, result=script.result(session.finish())))
                 return
             else:
                 later.append(msg)
@@ -270,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                                      f"{p.PROTOCOL_VERSION}: install the same hasr version in both interpreters"))
         return 3
     threading.Thread(target=ch.reader, name="hasr-reader", daemon=True).start()
+    settings = load_settings()
 
     from hasrd.worker.engines import EngineError, create
 
@@ -295,9 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(msg, p.Shutdown):
             break
         if isinstance(msg, p.Transcribe):
-            serve_one(ch, engine, msg)
+            serve_one(ch, engine, msg, settings)
         elif isinstance(msg, p.LiveStart):
-            serve_live(ch, engine, msg, later)
+            serve_live(ch, engine, msg, later, settings)
         elif isinstance(msg, (p.LiveAudio, p.LiveCommit, p.LiveEnd)):
             pass  # a session that already failed or was cancelled: its remaining frames mean nothing
     try:
