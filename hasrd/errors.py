@@ -15,6 +15,7 @@ its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
     │   │   └── AudioTooLong        audio_too_long  (over HASR_MAX_AUDIO_SEC)
     │   ├── UnknownFormat           unknown_format  400
     │   ├── UnknownLanguage         unknown_language 400
+    │   ├── InvalidOption           invalid_option  400  (a subtitle limit out of range)
     │   └── Unsupported             unsupported     400  (the engine cannot do it: translation by r2t2)
     ├── Forbidden                   forbidden       403
     ├── NotFound                    not_found       404
@@ -103,6 +104,12 @@ class UnknownFormat(BadRequest):
 
 class UnknownLanguage(BadRequest):
     code = "unknown_language"
+
+
+class InvalidOption(BadRequest):
+    """A request option outside what it may be (subtitle limits); the message names the allowed values."""
+
+    code = "invalid_option"
 
 
 class Unsupported(BadRequest):

@@ -23,7 +23,7 @@ RESULT: dict[str, Any] = {
     "final": "今天天气很好。我们去公园散步吧。",
     "per_sentence": [
         {"text": "今天天气很好。", "engine": "draft", "start_s": 0.0, "end_s": 1.5},
-        {"text": "我们去公园散步吧。", "engine": "fw", "start_s": 1.5, "end_s": 3723.0456},
+        {"text": "我们去公园散步吧。", "engine": "fw", "start_s": 3720.0, "end_s": 3723.0456},
     ],
     "duration_s": 3724.0,
 }
@@ -51,7 +51,7 @@ def test_verbose_json_carries_segments_and_the_whole_result() -> None:
     assert doc["text"] == RESULT["final"]
     assert [{k: seg[k] for k in ("id", "start", "end", "text")} for seg in doc["segments"]] == [
         {"id": 0, "start": 0.0, "end": 1.5, "text": "今天天气很好。"},
-        {"id": 1, "start": 1.5, "end": 3723.0456, "text": "我们去公园散步吧。"},
+        {"id": 1, "start": 3720.0, "end": 3723.0456, "text": "我们去公园散步吧。"},
     ]
     assert doc["hasr"] == RESULT
     assert "words" not in doc  # no sentence carries words: OpenAI omits the field
@@ -78,7 +78,7 @@ def test_verbose_json_has_top_level_words_when_sentences_carry_them() -> None:
 def test_srt_uses_comma_milliseconds_and_hours() -> None:
     out = formats.render(RESULT, "srt")
     assert "1\n00:00:00,000 --> 00:00:01,500\n今天天气很好。\n" in out
-    assert "2\n00:00:01,500 --> 01:02:03,046\n我们去公园散步吧。\n" in out
+    assert "2\n01:02:00,000 --> 01:02:03,046\n我们去公园散步吧。\n" in out
 
 
 def test_srt_parses_back_with_the_srt_library() -> None:
@@ -92,14 +92,14 @@ def test_srt_parses_back_with_the_srt_library() -> None:
 def test_vtt_has_the_header_and_dot_milliseconds() -> None:
     out = formats.render(RESULT, "vtt")
     assert out.startswith("WEBVTT\n\n")
-    assert "00:00:01.500 --> 01:02:03.046\n我们去公园散步吧。\n" in out
+    assert "01:02:00.000 --> 01:02:03.046\n我们去公园散步吧。\n" in out
 
 
 def test_vtt_parses_back_with_webvtt_py() -> None:
     captions = webvtt.from_buffer(io.StringIO(formats.render(RESULT, "vtt"))).captions
     assert [(c.start, c.end, c.text) for c in captions] == [
         ("00:00:00.000", "00:00:01.500", "今天天气很好。"),
-        ("00:00:01.500", "01:02:03.046", "我们去公园散步吧。"),
+        ("01:02:00.000", "01:02:03.046", "我们去公园散步吧。"),
     ]
 
 
@@ -114,7 +114,7 @@ def test_vtt_escapes_markup_and_arrows_in_cue_text() -> None:
 def test_blank_lines_inside_a_sentence_do_not_split_the_cue() -> None:
     result = {"final": "a", "per_sentence": [{"text": "one\n\ntwo", "start_s": 0, "end_s": 1}]}
     subs = list(srt.parse(formats.render(result, "srt")))
-    assert [s.content for s in subs] == ["one\ntwo"]
+    assert [s.content for s in subs] == ["one two"]
 
 
 def test_times_never_go_backwards_or_negative() -> None:

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from hasrd.config import Settings
-from hasrd.worker import segment
+from hasrd.worker import resegment, segment
 from hasrd.models import FwModel, resolve_fw
 from hasrd.worker.engines import Emitter, EngineError, plain_result
 from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
@@ -168,18 +168,65 @@ COMPRESSION_RATIO = 2.4  # whisper's rule: text that compresses more than this i
 CLIP_SEC = 30.0
 
 
-def speech_clips(audio: np.ndarray) -> list[tuple[float, float]]:
-    """Speech as contiguous clips of at most 30 s (seconds): Silero VAD spans, neighbours merged while they fit."""
+def speech_spans(audio: np.ndarray) -> list[tuple[float, float]]:
+    """Silero VAD's speech spans (seconds; padded as faster-whisper pads them, so a gap between two is silence)."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
     spans = get_speech_timestamps(audio, VadOptions(min_silence_duration_ms=500, max_speech_duration_s=CLIP_SEC))
-    clips: list[list[int]] = []
-    for sp in spans:
-        if clips and sp["end"] - clips[-1][0] <= CLIP_SEC * SR:
-            clips[-1][1] = sp["end"]
+    return [(sp["start"] / SR, sp["end"] / SR) for sp in spans]
+
+
+def merge_clips(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Speech as contiguous clips of at most 30 s: neighbouring VAD spans merged while they fit."""
+    clips: list[list[float]] = []
+    for s0, s1 in spans:
+        if clips and s1 - clips[-1][0] <= CLIP_SEC:
+            clips[-1][1] = s1
         else:
-            clips.append([sp["start"], sp["end"]])
-    return [(c0 / SR, c1 / SR) for c0, c1 in clips]
+            clips.append([s0, s1])
+    return [(c0, c1) for c0, c1 in clips]
+
+
+def speech_clips(audio: np.ndarray) -> list[tuple[float, float]]:
+    """Speech as contiguous clips of at most 30 s (seconds)."""
+    return merge_clips(speech_spans(audio))
+
+
+def timed_words(seg: Any, offset: float, source: int) -> list[resegment.Word]:
+    """A decoded segment's words on the file's clock; a segment without words becomes one word of its text."""
+    if seg.words:
+        return [resegment.Word(clean_text(str(w.word), strip=False), round(offset + float(w.start), 3),
+                               round(offset + float(w.end), 3), float(w.probability), source) for w in seg.words]
+    text = clean_text(str(seg.text), strip=False)
+    return [resegment.Word(text, round(offset + float(seg.start), 3), round(offset + float(seg.end), 3), 1.0,
+                           source)] if text.strip() else []
+
+
+def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], claimed: set[int],
+                   want_words: bool) -> dict[str, Any]:
+    """One ``per_sentence`` entry: the piece's text and times, the scores of the decoder segment most of its
+    words came from, and the tokens of each decoder segment it is the first piece of (``claimed`` remembers
+    which segments gave theirs already, so no token is counted twice)."""
+    counts: dict[int, int] = {}
+    for w in piece.words:
+        counts[w.source] = counts.get(w.source, 0) + 1
+    main = sources[max(counts, key=lambda k: counts[k])]
+    tokens: list[int] = []
+    for k in sorted(counts):
+        if k not in claimed:
+            claimed.add(k)
+            tokens.extend(int(t) for t in (getattr(sources[k], "tokens", None) or []))
+    entry: dict[str, Any] = {"text": text, "engine": "fw", "start_s": round(piece.start, 3),
+                             "end_s": round(piece.end, 3),
+                             "avg_logprob": round(float(main.avg_logprob), 4),
+                             "no_speech_prob": round(float(main.no_speech_prob), 4),
+                             "compression_ratio": round(float(main.compression_ratio), 4),
+                             "temperature": float(main.temperature or 0.0),
+                             "seek": int(round(piece.start * 100)), "tokens": tokens}
+    if want_words:
+        entry["words"] = [{"word": w.text, "start": round(w.start, 3), "end": round(w.end, 3),
+                           "probability": round(w.probability, 4)} for w in piece.words]
+    return entry
 
 
 class Shifted:
@@ -275,40 +322,48 @@ class WhisperEngine:
         windows: list[dict[str, Any]] = []
         first_text_s: float | None = None
         calls = 0
+        cuts = resegment.Resegmenter()
+        sources: list[Any] = []  # the decoder's segments, by index: scores and tokens for the pieces
+        claimed: set[int] = set()
+        want_words = bool(options.get("word_timestamps"))
+
+        loops = resegment.LoopFilter()
+
+        def settle(pieces: list[resegment.Piece], end: bool = False) -> None:
+            nonlocal first_text_s
+            kept: list[tuple[str, resegment.Piece]] = []
+            for piece in pieces:
+                text = collapse_loops(clean_text(piece.text))
+                if text:
+                    kept.extend(loops.add(text, piece))
+            if end:
+                kept.extend(loops.flush())
+            for text, piece in kept:
+                entry = sentence_entry(piece, text, sources, claimed, want_words)
+                if first_text_s is None:
+                    first_text_s = entry["end_s"]
+                emit.sentence(len(per_sentence), text, "fw", entry["start_s"], entry["end_s"])
+                per_sentence.append(entry)
+                c0 = int(entry["start_s"] / 0.16)
+                windows.append({"text": text, "start_chunk": c0,
+                                "end_chunk": max(c0, math.ceil(entry["end_s"] / 0.16) - 1)})
+
         pieces = segment.speech_ranges(segment.iter_segments(pcm, self.settings.whisper_segment_sec))
         for start, end in pieces:
             if cancelled():
                 raise EngineError("cancelled", "the request was cancelled")
             offset = start / SR
             calls += 1
-            for s in self._decode(pcm[start:end], fw_code, options):  # lazy: decoding happens while iterating
+            pauses: list[tuple[float, float]] = []
+            for s in self._decode(pcm[start:end], fw_code, options, pauses):  # lazy: decoding while iterating
                 if cancelled():
                     raise EngineError("cancelled", "the request was cancelled")
-                seg_start, seg_end = float(s.start), float(s.end)  # numpy.float64 with word timestamps
-                emit.progress(round(min(offset + seg_end, total_s), 3), total_s)
-                text = collapse_loops(clean_text(str(s.text)))
-                if not text:
-                    continue
-                start_s, end_s = round(offset + seg_start, 3), round(offset + seg_end, 3)
-                entry: dict[str, Any] = {"text": text, "engine": "fw", "start_s": start_s, "end_s": end_s,
-                                         "avg_logprob": round(float(s.avg_logprob), 4),
-                                         "no_speech_prob": round(float(s.no_speech_prob), 4),
-                                         "compression_ratio": round(float(s.compression_ratio), 4),
-                                         "temperature": float(s.temperature or 0.0),
-                                         "seek": int(round(offset * 100)) + int(getattr(s, "seek", 0) or 0),
-                                         "tokens": [int(t) for t in (getattr(s, "tokens", None) or [])]}
-                if s.words:
-                    entry["words"] = [{"word": clean_text(str(w.word), strip=False),
-                                       "start": round(offset + float(w.start), 3),
-                                       "end": round(offset + float(w.end), 3),
-                                       "probability": round(float(w.probability), 4)} for w in s.words]
-                if first_text_s is None:
-                    first_text_s = end_s
-                emit.sentence(len(per_sentence), text, "fw", start_s, end_s)
-                per_sentence.append(entry)
-                c0 = int(start_s / 0.16)
-                windows.append({"text": text, "start_chunk": c0,
-                                "end_chunk": max(c0, math.ceil(end_s / 0.16) - 1)})
+                emit.progress(round(min(offset + float(s.end), total_s), 3), total_s)
+                cuts.add_pauses((offset + a, offset + b) for a, b in pauses)
+                pauses.clear()
+                sources.append(s)
+                settle(cuts.add(timed_words(s, offset, len(sources) - 1)))
+        settle(cuts.flush(), end=True)
         emit.progress(total_s, total_s)
         elapsed = time.monotonic() - t0
         return plain_result({
@@ -341,16 +396,18 @@ class WhisperEngine:
     def batch(self) -> int:
         return max(0, int(self.settings.whisper_batch))
 
-    def _decode(self, audio: np.ndarray, fw_code: str | None, options: dict[str, Any]) -> Iterable[Any]:
-        """One piece's segments, lazily, in time order (see the module docstring for the two ways)."""
-        common: dict[str, Any] = dict(word_timestamps=bool(options.get("word_timestamps")),
-                                      initial_prompt=prompt_of(options), language=fw_code, task=task_of(options))
+    def _decode(self, audio: np.ndarray, fw_code: str | None, options: dict[str, Any],
+                pauses: list[tuple[float, float]]) -> Iterable[Any]:
+        """One piece's segments with timed words, lazily, in time order (see the module docstring for the two
+        ways); the silences the VAD found between clips are appended to ``pauses`` as they are known."""
+        common: dict[str, Any] = dict(word_timestamps=True, initial_prompt=prompt_of(options), language=fw_code,
+                                      task=task_of(options))
         temperature = temperature_of(options)
         if temperature:  # asked for: sampling, so no longer the same text every time
             common["temperature"] = temperature
         if self.batch <= 0:
             return self._sequential(audio, common)
-        return self._batched(audio, common)
+        return self._batched(audio, common, pauses)
 
     def _sequential(self, audio: np.ndarray, common: dict[str, Any], vad: bool = True,
                     **extra: Any) -> Iterable[Any]:
@@ -358,7 +415,7 @@ class WhisperEngine:
         segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw)
         return segments
 
-    def _batched(self, audio: np.ndarray, common: dict[str, Any]) -> Iterable[Any]:
+    def _batched(self, audio: np.ndarray, common: dict[str, Any], pauses: list[tuple[float, float]]) -> Iterable[Any]:
         """VAD clips of up to 30 s decoded N at a time at temperature 0; a clip that fails whisper's quality
         rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1 where it is speech) is decoded
         again alone with ``no_repeat_ngram_size=4`` (still at temperature 0: deterministic)."""
@@ -367,9 +424,11 @@ class WhisperEngine:
 
         if self.batched is None:
             self.batched = BatchedInferencePipeline(self.model)
-        clips = speech_clips(audio)
+        spans = speech_spans(audio)
+        clips = merge_clips(spans)
         if not clips:
             return
+        pauses.extend((a[1], b[0]) for a, b in zip(spans, spans[1:]))
         # a segment's seek is its clip's start in 10 ms frames, computed by the pipeline from whole samples
         by_start = {int(int(c0 * SR) / SR * 100): (c0, c1) for c0, c1 in clips}
 
