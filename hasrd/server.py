@@ -126,6 +126,14 @@ def unlink_if_ours(path: str) -> None:
         os.unlink(path)
 
 
+def exiting_status(reason: str, doing: str = "") -> str:
+    """The STATUS line of a daemon on its way out: why it exits ("idle for 1800 s, exiting"), after what it
+    still does ("unloading (idle for 1800 s, exiting)"). systemd keeps the last STATUS after the process is
+    gone, so the last one must be the reason, not whatever the supervisor said before."""
+    why = f"{reason or 'stopping'}, exiting"
+    return f"{doing} ({why})" if doing else why
+
+
 class HasrServer(uvicorn.Server):
     """uvicorn's server with our exit path: STOPPING=1 first, then uvicorn's graceful drain."""
 
@@ -146,7 +154,7 @@ class HasrServer(uvicorn.Server):
         if not self.should_exit:
             log.info("exiting: %s", reason)
             self.exit_reason = reason
-            self.notifier.stopping(f"stopping ({reason})")
+            self.notifier.stopping(exiting_status(reason))
             self.should_exit = True
             if self.on_exit is not None:
                 self.on_exit()  # end the event streams so their connections close
@@ -276,8 +284,14 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
         where = ", ".join(str(s.getsockname()) for s in sockets)
         log.info("hasrd %s ready on %s (engine %s%s)", __version__, where, settings.engine,
                  ", socket-activated" if activated else "")
+
+    def exiting() -> None:
+        # The work being finished still shows ("transcribing x.wav 80% (signal SIGTERM, exiting)").
+        events.on_status = lambda text: notifier.status(exiting_status(server.exit_reason, text))
+        events.close()
+
     server.on_started = announce_ready
-    server.on_exit = events.close
+    server.on_exit = exiting
     server.on_force = sup.kill_now
     server.busy = lambda: sup.in_flight > 0
     server.stop_max_sec = settings.stop_max_sec
@@ -295,8 +309,10 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
         hold_signals(lambda name: loop.call_soon_threadsafe(sup.kill_now) if len(EARLY_SIGNALS) > 1 else None)
         for t in tasks:
             t.cancel()
-        notifier.stopping("unloading")
+        loaded = sup.state in (State.STARTING, State.READY, State.STOPPING)
+        notifier.stopping(exiting_status(server.exit_reason, "unloading" if loaded else ""))
         await sup.close()
+        notifier.status(exiting_status(server.exit_reason))  # the last word, which systemd keeps: why
         if server.force_exit:  # let the handlers write their error events before the loop goes away
             deadline = time.monotonic() + 2.0
             while server.server_state.tasks and time.monotonic() < deadline:
