@@ -212,6 +212,36 @@ def _systemctl(*args: str) -> None:
         raise CliError(f"systemctl --user {' '.join(args)} failed: {(res.stderr or res.stdout).strip()}")
 
 
+def icon_root() -> Path:
+    """Where the tray's icons go; setup reports them as one line, not one per size and state."""
+    return _xdg("XDG_DATA_HOME", ".local/share") / "icons" / "hicolor"
+
+
+def icons_line(counts: dict[str, int], root: Path) -> str:
+    """``installed  72 icons under ~/.local/share/icons/hicolor`` (or ``installed 2, unchanged 70 icons ...``)."""
+    order = ("installed", "updated", "unchanged", "removed")
+    parts = [f"{what} {counts[what]}" for what in order if counts.get(what)]
+    if len(parts) == 1:
+        what, n = parts[0].split()
+        return f"{what}  {n} icon{'s' if n != '1' else ''} under {root}"
+    total = sum(counts.values())
+    return f"{', '.join(parts)} of {total} icons under {root}"
+
+
+def no_manager_message() -> str:
+    """Why setup cannot enable anything, with the real path it looked at (not a literal $XDG_RUNTIME_DIR)."""
+    where = discovery.runtime_dir() / "systemd" / "private"
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return (f"no systemd user manager is running (nothing at {where}): log in through a systemd session, or "
+                f"keep using hasrctl's autostart")
+    login = Path(f"/run/user/{os.getuid()}")
+    hint = (f"one runs for you there: export XDG_RUNTIME_DIR={login} and run setup again"
+            if (login / "systemd" / "private").exists() else
+            f"a systemd login session sets it (to {login}); log in through one, or keep using hasrctl's autostart")
+    return (f"no systemd user manager found: XDG_RUNTIME_DIR is not set, so setup looked for {where} and hasrd "
+            f"would listen on {discovery.default_socket()}; {hint}")
+
+
 def install(units_dir: str | None, tray: bool, force: bool) -> None:
     files = planned_files(units_dir, tray)
     manifest = read_manifest()
@@ -225,16 +255,23 @@ def install(units_dir: str | None, tray: bool, force: bool) -> None:
                 "exists and was not installed by hasrctl setup"
             raise UsageError(f"{path} {why} (use --force to replace it)")
     if not discovery.user_manager_running():
-        raise CliError("no systemd user manager is running (nothing at $XDG_RUNTIME_DIR/systemd/private): "
-                       "log in through a systemd session, or keep using hasrctl's autostart")
+        raise CliError(no_manager_message())
     created: list[str] = list(manifest.get("dirs", []))
+    icon_dir = icon_root()
+    done: dict[str, int] = {}
     for path, data in files.items():
         old = current[path]
         _mkdirs(path.parent, created)
         if old != data:
             write(path, data, force=True)
         owned[str(path)] = _sha(data)
-        click.echo(f"{'unchanged' if old == data else 'updated' if old is not None else 'installed'}  {path}")
+        what = "unchanged" if old == data else "updated" if old is not None else "installed"
+        if path.is_relative_to(icon_dir):
+            done[what] = done.get(what, 0) + 1
+        else:
+            click.echo(f"{what}  {path}")
+    if done:
+        click.echo(icons_line(done, icon_dir))
     wants = _xdg("XDG_CONFIG_HOME", ".config") / "systemd" / "user" / "sockets.target.wants"
     if not wants.exists() and str(wants) not in created:
         created.append(str(wants))  # `systemctl enable` creates it; uninstall removes it when empty
@@ -264,6 +301,7 @@ def uninstall(force: bool) -> None:
             if res.returncode != 0:
                 say(f"systemctl --user {' '.join(args)}: {(res.stderr or res.stdout).strip()}")
     kept = {}
+    removed_icons = 0
     for name, sha in manifest["files"].items():
         path = Path(name)
         if not path.exists() or path.is_symlink():
@@ -273,7 +311,12 @@ def uninstall(force: bool) -> None:
             kept[name] = sha
             continue
         path.unlink()
-        click.echo(f"removed  {path}")
+        if path.is_relative_to(icon_root()):
+            removed_icons += 1
+        else:
+            click.echo(f"removed  {path}")
+    if removed_icons:
+        click.echo(icons_line({"removed": removed_icons}, icon_root()))
     if kept:
         write(manifest_path(), json.dumps({"files": kept, "dirs": []}, indent=2) + "\n", force=True)
     else:
@@ -299,10 +342,10 @@ def setup(remove: bool, tray: bool, units_dir: str | None, force: bool) -> int:
     """Install the systemd user units (socket activation) and the tray's desktop entries; idempotent.
 
     \b
-    Afterwards systemd listens on $XDG_RUNTIME_DIR/hasr/hasrd.sock and starts hasrd on the first request;
-    hasrd exits again when idle. Files go to ~/.config/systemd/user, ~/.local/share/applications,
-    ~/.local/share/icons/hicolor and ~/.config/autostart; what was installed is listed in
-    ~/.local/share/hasr/setup-manifest.json.
+    Afterwards systemd listens on $XDG_RUNTIME_DIR/hasr/hasrd.sock (the last line names the real path)
+    and starts hasrd on the first request; hasrd exits again when idle. Files go to ~/.config/systemd/user,
+    ~/.local/share/applications, ~/.local/share/icons/hicolor and ~/.config/autostart; what was installed
+    is listed in ~/.local/share/hasr/setup-manifest.json.
     """
     if remove:
         uninstall(force)

@@ -47,13 +47,17 @@ def test_setup_enables_the_socket_and_uninstall_removes_what_it_installed(sd_man
 
     res = hasrctl("setup", env=env)
     assert res.returncode == 0, show(res) + m.log()
-    installed = {Path(line.split(None, 1)[1]) for line in res.stdout.splitlines() if line.startswith("installed")}
-    icons = {m.home / ".local/share/icons/hicolor" / p.relative_to(REPO / "packaging/icons/hicolor")
+    icon_dir = m.home / ".local/share/icons/hicolor"
+    icons = {icon_dir / p.relative_to(REPO / "packaging/icons/hicolor")
              for p in (REPO / "packaging/icons/hicolor").glob("*/apps/hasr*")}
-    assert m.home / ".local/share/icons/hicolor/48x48/apps/hasr.png" in icons
+    assert icon_dir / "48x48/apps/hasr.png" in icons and all(p.is_file() for p in icons)
+    lines = res.stdout.splitlines()
+    assert f"installed  {len(icons)} icons under {icon_dir}" in lines  # one line, not one per icon
+    installed = {Path(line.split(None, 1)[1]) for line in lines if line.startswith("installed") and "icons" not in line}
     assert installed == {m.unit_dir / "hasrd.socket", m.unit_dir / "hasrd.service",
                          m.home / ".local/share/applications/hasr-tray.desktop",
-                         m.base / "cfg/autostart/hasr-tray.desktop"} | icons
+                         m.base / "cfg/autostart/hasr-tray.desktop"}
+    assert len(lines) == len(installed) + 2  # and the socket it enabled
     service = (m.unit_dir / "hasrd.service").read_text()
     exec_start = next(ln for ln in service.splitlines() if ln.startswith("ExecStart="))
     here = Path(sys.executable).parent / "hasrd"
@@ -75,7 +79,7 @@ def test_setup_enables_the_socket_and_uninstall_removes_what_it_installed(sd_man
     # Idempotent: a second run changes nothing.
     again = hasrctl("setup", env=env)
     assert again.returncode == 0, show(again)
-    assert [ln.split()[0] for ln in again.stdout.splitlines()[:-1]] == ["unchanged"] * len(installed)
+    assert [ln.split()[0] for ln in again.stdout.splitlines()[:-1]] == ["unchanged"] * (len(installed) + 1)
 
     # stop goes through systemd: the service stops, the socket stays and restarts it on demand.
     res = hasrctl("stop", env=env)
