@@ -1,4 +1,4 @@
-"""The HTTP API of DESIGN.md over the daemon's socket (Starlette app; uvicorn serves it).
+"""The HTTP API (docs/ARCHITECTURE.md "HTTP API"; docs/API.md) over the daemon's socket (Starlette; uvicorn serves it).
 
 Every error is ``{"error": {"code", "message", "type", "param"}}`` with its status; 503 carries Retry-After. Audio is
 validated and decoded here, before the worker is touched: bad input never wakes the GPU. A request's order:

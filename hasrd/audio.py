@@ -1,4 +1,4 @@
-"""Audio validation and decoding in the daemon, before any worker is used (DESIGN.md "Audio", invariant 2).
+"""Audio checks and decoding in the daemon, before any worker is used (docs/ARCHITECTURE.md "Audio", invariant 2).
 
 Every input becomes 16 kHz mono float32 little-endian PCM, decoded and resampled by PyAV (FFmpeg) *streaming*
 into a binary file object, so a four-hour file costs no more memory than a four-second one. The daemon writes

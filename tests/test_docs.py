@@ -112,3 +112,86 @@ def test_the_license_is_an_spdx_expression_and_the_build_needs_a_setuptools_that
     assert meta["project"]["license"] == "Apache-2.0"
     req = next(r for r in meta["build-system"]["requires"] if r.startswith("setuptools"))
     assert _version(re.fullmatch(r"setuptools>=([\d.]+)", req).group(1)) >= (77,)  # type: ignore[union-attr]
+
+
+def _sources() -> list[Path]:
+    return [p for d in ("hasrd", "hasrctl", "tray", "tests", "benchmarks", "scripts") for p in (REPO / d).rglob("*")
+            if p.is_file() and p.suffix in (".py", "") and "__pycache__" not in p.parts]
+
+
+def test_the_architecture_sections_the_docstrings_cite_exist() -> None:
+    arch = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    headings = {ln.lstrip("#").strip() for ln in arch.splitlines() if ln.startswith("#")}
+    cited: dict[str, str] = {}
+    gone = "DESIGN" + ".md"  # outside the repository: every reference now points at docs/ARCHITECTURE.md
+    for path in _sources():
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        assert gone not in text, f"{path.relative_to(REPO)} cites {gone}"
+        for section in re.findall(r'ARCHITECTURE\.md "([^"]+)"', text):
+            cited[section] = str(path.relative_to(REPO))
+    assert {"Audio", "Engines", "HTTP API", "The v2c pipeline"} <= set(cited)
+    missing = {s: where for s, where in cited.items() if s not in headings}
+    assert not missing, f"cited sections that docs/ARCHITECTURE.md lacks: {missing}"
+    assert "## Invariants" in arch
+
+
+def test_the_readme_links_the_references() -> None:
+    for target in ("docs/CONFIG.md", "docs/ARCHITECTURE.md", "docs/API.md"):
+        assert f"]({target})" in README, target
+        assert (REPO / target).is_file()
+
+
+def _shell_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+
+
+def test_every_hasrctl_line_in_the_readme_is_a_command_that_parses() -> None:
+    """`hasrctl load --keep-alive 3600 / unload / stop` was one line a reader could not paste."""
+    from hasrctl.cli import cli
+
+    lines = [ln.split("#", 1)[0].strip() for block in _shell_blocks(README) for ln in block.splitlines()]
+    commands = [ln for ln in lines if ln.startswith("hasrctl ")]
+    assert {"hasrctl load --keep-alive 3600", "hasrctl unload", "hasrctl stop"} <= set(commands), commands
+    for line in commands:
+        args = line.split()[1:]
+        assert "/" not in args, line
+        assert cli.get_command(click.Context(cli), args[0]) is not None, line
+    for line in ("hasrctl load --keep-alive 3600", "hasrctl unload", "hasrctl stop", "hasrctl status --watch"):
+        args = line.split()[1:]
+        cmd = cli.get_command(click.Context(cli), args[0])
+        assert cmd is not None
+        cmd.make_context(args[0], args[1:])  # raises click.UsageError if the words do not parse
+
+
+def test_the_gpu_setup_creates_the_config_directory_and_uses_hf() -> None:
+    gpu = README[README.index("## Setting up the GPU stack"):]
+    gpu = gpu[:gpu.index("\n## ", 3)]
+    block = _shell_blocks(gpu)[0]
+    assert "huggingface-cli download" not in README  # huggingface_hub ships `hf`; huggingface-cli is gone
+    assert re.search(r"(?m)^\S*/bin/hf download netease-youdao/Confucius4-R2T2 --local-dir (\S+)", block)
+    mkdir, cat = block.find("mkdir -p ~/.config/hasr"), block.find("cat >> ~/.config/hasr/config.toml")
+    assert 0 <= mkdir < cat, "the config directory does not exist on a fresh account"
+
+
+def test_the_model_messages_name_the_folder_the_readme_downloads_into() -> None:
+    import pytest
+
+    from hasrd.errors import EngineError
+    from hasrd.models import resolve_weights
+
+    folder = re.search(r"--local-dir (\S+)", README).group(1)  # type: ignore[union-attr]
+    assert f'r2t2_model = "{folder.replace("~", "$HOME")}"' in README
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_CACHE", "/nonexistent/hf")
+        mp.setenv("HF_HOME", "/nonexistent/hf")
+        with pytest.raises(EngineError) as e:
+            resolve_weights("")
+    assert f"--local-dir {folder}" in e.value.message and f"HASR_R2T2_MODEL={folder}" in e.value.message
+
+
+def test_the_readme_says_where_the_socket_is_without_xdg_runtime_dir() -> None:
+    assert "/tmp/hasr-$UID/hasr/hasrd.sock" in README
+    assert "/tmp/hasr-$UID/hasr/hasrd.sock" in config.Settings.describe()[0].help

@@ -2,7 +2,7 @@
 
 Property tests drive v2c with random scripts (random rewrites of the last token and of earlier text, random
 shrinks from qwen_asr's repetition fix, random ``|`` in the raw generation, random lag) and check the
-invariants of DESIGN.md "The v2c pipeline"; the scripted cases pin each behaviour named in issue 9.
+invariants of docs/ARCHITECTURE.md "The v2c pipeline"; the scripted cases pin each behaviour named in issue 9.
 """
 
 from __future__ import annotations

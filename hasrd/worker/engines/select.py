@@ -1,6 +1,6 @@
 """Which real engine to build: what is available here, and the ``auto`` rule (models: hasrd/models.py).
 
-``auto`` (DESIGN.md "Engines") is :func:`choose`, a pure function of :class:`Available`: hybrid when R2T2
+``auto`` (docs/ARCHITECTURE.md "Engines") is :func:`choose`, a pure function of :class:`Available`: hybrid when R2T2
 imports, CUDA is usable and both models resolve; otherwise whisper on the GPU; otherwise whisper on the CPU
 with the embedded model; otherwise an error naming everything that is missing and how to get it. A model that
 is *configured* (HASR_FW_MODEL, HASR_R2T2_MODEL) but missing is always an error, never silently replaced.
