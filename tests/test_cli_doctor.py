@@ -219,3 +219,13 @@ def test_doctor_colours_only_a_terminal_and_never_under_no_color(short_tmp: str)
 
     assert b"\x1b[" in run_on_tty({})
     assert b"\x1b[" not in run_on_tty({"NO_COLOR": "1"})
+
+
+def test_doctor_says_to_fetch_a_missing_model_with_hf(short_tmp: str) -> None:
+    """huggingface_hub ships `hf` (huggingface-cli is gone from current versions): the fix must be pasteable."""
+    env = cli_env(short_tmp, HF_HUB_CACHE=str(Path(short_tmp, "empty")), HF_HOME=short_tmp,
+                  HASR_FW_MODEL="large-v3", HASR_ENGINE="whisper")
+    _, doc = _doctor(env, "--quick")
+    check = _find(doc, "faster-whisper model 'large-v3' not found")
+    assert check["state"] == "fail" and check["fix"].startswith("hf download Systran/faster-whisper-large-v3")
+    assert not any("huggingface-cli" in c["what"] + c["fix"] for c in doc["checks"])
