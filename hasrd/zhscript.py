@@ -100,7 +100,8 @@ def is_wide_punct(ch: str) -> bool:
 
 
 def is_chinese_context(ch: str) -> bool:
-    return is_han(ch) or is_wide_punct(ch)
+    """A Chinese character or full-width punctuation ("" = the text's edge: no)."""
+    return bool(ch) and (is_han(ch) or is_wide_punct(ch))
 
 
 def has_han(text: str) -> bool:
@@ -123,7 +124,8 @@ def looks_chinese(text: str) -> bool:
 WIDE = {",": "，", "?": "？", "!": "！", ":": "：", ";": "；", "(": "（", ")": "）", ".": "。"}
 _CLAUSE = ",?!:;"
 # Skipped when looking for a mark's neighbours, so that "?!" after a character and "，，" decide alike.
-_MARKS = frozenset(_CLAUSE + "，？！：；")
+_MARKS = frozenset(_CLAUSE + "，？！：；.。")
+_PARENS = _MARKS | frozenset("()（）")
 _CLOSERS = frozenset("\"'”’」』）)》〉】]")
 
 
@@ -154,31 +156,40 @@ def _parens(text: str) -> str:
                 lone.append(i)
     lone.extend(stack)
     for a, b in pairs:
-        if (has_han(text[a + 1:b]) or is_chinese_context(_neighbour(text, a, -1))
-                or is_chinese_context(_neighbour(text, b, 1))):
+        if (has_han(text[a + 1:b]) or is_chinese_context(_neighbour(text, a, -1, _PARENS))
+                or is_chinese_context(_neighbour(text, b, 1, _PARENS))):
             chars[a], chars[b] = "（", "）"
     for i in lone:
-        if is_chinese_context(_neighbour(text, i, -1)) or is_chinese_context(_neighbour(text, i, 1)):
+        if is_chinese_context(_neighbour(text, i, -1, _PARENS)) or is_chinese_context(_neighbour(text, i, 1, _PARENS)):
             chars[i] = WIDE[chars[i]]
     return "".join(chars)
 
 
+_SENTENCE_ENDS = frozenset(".。!?！？")
+
+
 def _marks(text: str) -> str:
-    out = []
-    n = len(text)
+    """Clause marks next to Chinese, then full stops that end a sentence holding Chinese (not a decimal point, an
+    ellipsis, an abbreviation inside English, or the end of an English sentence)."""
+    chars = list(text)
     for i, c in enumerate(text):
-        if c in _CLAUSE:
-            if is_chinese_context(_neighbour(text, i, -1)) or is_chinese_context(_neighbour(text, i, 1)):
-                c = WIDE[c]
-        elif c == ".":
-            before = _neighbour(text, i, -1, frozenset())
+        if c in _CLAUSE and (is_chinese_context(_neighbour(text, i, -1)) or is_chinese_context(_neighbour(text, i, 1))):
+            chars[i] = WIDE[c]
+    text = "".join(chars)
+    n = len(text)
+    start = 0  # where the current sentence began
+    for i, c in enumerate(text):
+        if c == ".":
             nxt = text[i + 1] if i + 1 < n else ""
             prev = text[i - 1] if i else ""
-            if (is_chinese_context(before) and prev != "." and nxt != "."
-                    and (not nxt or nxt.isspace() or is_chinese_context(nxt) or nxt in _CLOSERS)):
-                c = "。"
-        out.append(c)
-    return "".join(out)
+            before = _neighbour(text, i, -1, frozenset())
+            if (prev != "." and nxt != "." and before not in _SENTENCE_ENDS
+                    and (not nxt or nxt.isspace() or is_chinese_context(nxt) or nxt in _CLOSERS)
+                    and (is_chinese_context(before) or has_han(text[start:i]))):
+                chars[i] = "。"
+        if c in _SENTENCE_ENDS:
+            start = i + 1
+    return "".join(chars)
 
 
 def _spaces(text: str) -> str:
