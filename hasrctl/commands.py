@@ -14,7 +14,9 @@ import click
 from hasrctl import output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, CliError, Client, Unreachable
 from hasrctl.common import Daemon, daemon_options, say, settings, socket_option
-from hasrd.formats import FORMATS, render
+from hasrd import subtitles
+from hasrd.errors import InvalidOption
+from hasrd.formats import FORMATS, lines, render
 
 
 def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
@@ -49,6 +51,16 @@ def _language(result: dict[str, Any]) -> str:
     return f", {name}"
 
 
+def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A subtitle limit checked when it is read: out of range is a usage error (exit 2) naming the range."""
+    if value is not None and param.name:
+        try:
+            subtitles.rules_from({param.name: value})
+        except InvalidOption as e:
+            raise click.BadParameter(e.message.removeprefix(f"{param.name} ")) from None
+    return value
+
+
 @click.command(epilog="Exit: 0 all done, 1 some failed (or the daemon failed), 2 bad input or usage, "
                       "3 daemon unreachable. Several inputs: one failing makes the exit 1; when all fail "
                       "alike, their own code.")
@@ -78,10 +90,19 @@ def _language(result: dict[str, Any]) -> str:
               "whisper and hybrid engines).")
 @click.option("--model", metavar="ID", envvar="HASR_MODEL", show_envvar=True,
               help="An id of `curl .../v1/models`: hasr (the default), or an OpenAI id such as whisper-1.")
+@click.option("--max-line-width", metavar="N", callback=_cue_option,
+              help="srt/vtt: characters a subtitle line at most, 8-200 [default: 42, 16 for Chinese and Japanese; "
+                   "HASR_MAX_LINE_WIDTH].")
+@click.option("--max-line-count", metavar="N", callback=_cue_option,
+              help="srt/vtt: lines a cue at most, 1-4 [default: 2; HASR_MAX_LINE_COUNT].")
+@click.option("--max-cue-sec", metavar="SEC", callback=_cue_option,
+              help="srt/vtt: seconds a cue stays on screen at most, 1-60 [default: 7; HASR_MAX_CUE_SEC]; a longer "
+                   "sentence is cut between words, after a comma where there is one.")
 @daemon_options
 def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, force: bool,
                language: str | None, stream: bool, progress: bool | None, quiet: bool, prompt: str | None,
-               word_timestamps: bool, translate: bool, model: str | None, daemon: Daemon) -> int:
+               word_timestamps: bool, translate: bool, model: str | None, max_line_width: str | None,
+               max_line_count: str | None, max_cue_sec: str | None, daemon: Daemon) -> int:
     """Transcribe audio files (any format FFmpeg reads; - reads stdin).
 
     \b
@@ -95,6 +116,11 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
     fmt = fmt.lower()
     language = language or settings().language or None
     options = _options(prompt, word_timestamps, translate, model)
+    try:
+        rules = subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
+                                      "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
+    except InvalidOption as e:
+        raise click.UsageError(e.message) from None
     plans = output.plan(list(files), fmt, out, beside)
     codes: list[int] = []
     client: Client | None = None
@@ -119,7 +145,7 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
             view, shown = _view(name, stream, progress, quiet, language)
             t0 = time.monotonic()
             result = _transcribe(client, item, language, view, options)
-            text = render(result, fmt)
+            text = lines(result) if fmt == "text" else render(result, fmt, rules=rules)
             if item.target is not None:
                 output.write(item.target, text, force)
             elif not (shown and fmt == "text"):

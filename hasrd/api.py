@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse as _StarletteJSON
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 
-from hasrd import __version__, errors
+from hasrd import __version__, errors, subtitles
 from hasrd import protocol as proto
 from hasrd.config import Settings
 from hasrd.events import Broadcaster
@@ -258,6 +258,7 @@ async def transcribe(request: Request) -> Response:
     from hasrd.openai_api import check_model
 
     check_model(str(options.get("model") or body.get("model") or ""))
+    subtitles.rules_from(options)  # subtitle limits are checked here too (docs/API.md), not when a file is done
     check_language(language)
     check_path_access(d, request)
     await check_path(path)

@@ -233,6 +233,13 @@ def verbose(result: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def lines(result: dict[str, Any]) -> str:
+    """The transcript as people read it in a terminal or a .txt file: one sentence a line (the OpenAI ``text``
+    format stays one string: :func:`render`)."""
+    texts = [seg["text"] for seg in segments(result)]
+    return "\n".join(texts) + "\n"
+
+
 def render(result: dict[str, Any], fmt: str, include_logprobs: bool = False,
            rules: subtitles.CueRules | None = None) -> str:
     """The result object rendered as ``fmt`` (one of FORMATS); UnknownFormat otherwise. ``include_logprobs``

@@ -13,7 +13,7 @@ from typing import Any, AsyncGenerator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hasrd import errors, formats
+from hasrd import errors, formats, subtitles
 from hasrd.api import (Daemon, JSONResponse, admitted, check_access, check_language, check_path_access, dumps,
                        shown)
 from hasrd.intake import check_path
@@ -81,6 +81,7 @@ async def openai_audio(request: Request, task: str) -> Response:
     except errors.HasrError as e:
         e.param = "response_format"
         raise
+    rules = subtitles.rules_from(form, subtitles.configured(d.settings))
     try:
         language = check_language(str(form.get("language") or d.settings.language))
     except errors.HasrError as e:
@@ -114,7 +115,7 @@ async def openai_audio(request: Request, task: str) -> Response:
     try:
         return await admitted(d, request, source, job, SseRenderer(hasr_events) if stream else None,
                               "text/event-stream",
-                              lambda result: Response(formats.render(result, fmt, include_logprobs),
+                              lambda result: Response(formats.render(result, fmt, include_logprobs, rules),
                                                       media_type=formats.content_type(fmt)))
     finally:
         await form.close()

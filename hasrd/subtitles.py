@@ -87,6 +87,14 @@ def rules_from(options: Mapping[str, Any], defaults: CueRules | None = None) -> 
                     max_cue_sec=values.get("max_cue_sec", base.max_cue_sec))
 
 
+def configured(settings: Any) -> CueRules:
+    """The daemon's (or the CLI's) defaults: HASR_MAX_LINE_WIDTH, HASR_MAX_LINE_COUNT, HASR_MAX_CUE_SEC."""
+    try:
+        return rules_from({name: getattr(settings, name) for name in OPTIONS})
+    except InvalidOption as e:
+        raise InvalidOption(f"HASR_{e.param.upper() if e.param else ''}: {e.message}", param=e.param) from None
+
+
 def _range_text(name: str, raw: Any) -> str:
     lo, hi = RANGES[name]
     if name == "max_cue_sec":

@@ -38,8 +38,9 @@ def check_format(fmt: str) -> str:
 
 
 def render(result: dict[str, Any], fmt: str) -> str:
-    """The result object (docs/API.md) rendered as tray format ``fmt``."""
-    return formats.render(result, FORMATS[check_format(fmt)][0])
+    """The result object (docs/API.md) rendered as tray format ``fmt``: a .txt holds one sentence a line."""
+    name = FORMATS[check_format(fmt)][0]
+    return formats.lines(result) if name == "text" else formats.render(result, name)
 
 
 def candidates(src: Path, fmt: str, folder: Path | None = None) -> list[Path]:

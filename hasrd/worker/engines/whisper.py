@@ -176,6 +176,20 @@ def speech_spans(audio: np.ndarray) -> list[tuple[float, float]]:
     return [(sp["start"] / SR, sp["end"] / SR) for sp in spans]
 
 
+MIN_SILENCE = 0.5  # VadOptions(min_silence_duration_ms=500): two spans are apart only across this much silence
+
+
+def silences(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The silences between VAD spans: the gap between two spans, centred where it is and never shorter than
+    the VAD's minimum silence (padding makes spans touch across a pause of less than twice the pad, and the
+    pads are not exact, so the gap is the one sure part)."""
+    out = []
+    for (_a0, a1), (b0, _b1) in zip(spans, spans[1:]):
+        centre, half = (a1 + b0) / 2, max(MIN_SILENCE / 2, (b0 - a1) / 2)
+        out.append((round(centre - half, 3), round(centre + half, 3)))
+    return out
+
+
 def merge_clips(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Speech as contiguous clips of at most 30 s: neighbouring VAD spans merged while they fit."""
     clips: list[list[float]] = []
@@ -354,13 +368,12 @@ class WhisperEngine:
                 raise EngineError("cancelled", "the request was cancelled")
             offset = start / SR
             calls += 1
-            pauses: list[tuple[float, float]] = []
-            for s in self._decode(pcm[start:end], fw_code, options, pauses):  # lazy: decoding while iterating
+            spans = speech_spans(pcm[start:end])
+            cuts.add_pauses((offset + a, offset + b) for a, b in silences(spans))
+            for s in self._decode(pcm[start:end], fw_code, options, spans):  # lazy: decoding while iterating
                 if cancelled():
                     raise EngineError("cancelled", "the request was cancelled")
                 emit.progress(round(min(offset + float(s.end), total_s), 3), total_s)
-                cuts.add_pauses((offset + a, offset + b) for a, b in pauses)
-                pauses.clear()
                 sources.append(s)
                 settle(cuts.add(timed_words(s, offset, len(sources) - 1)))
         settle(cuts.flush(), end=True)
@@ -397,9 +410,9 @@ class WhisperEngine:
         return max(0, int(self.settings.whisper_batch))
 
     def _decode(self, audio: np.ndarray, fw_code: str | None, options: dict[str, Any],
-                pauses: list[tuple[float, float]]) -> Iterable[Any]:
+                spans: list[tuple[float, float]]) -> Iterable[Any]:
         """One piece's segments with timed words, lazily, in time order (see the module docstring for the two
-        ways); the silences the VAD found between clips are appended to ``pauses`` as they are known."""
+        ways); ``spans`` are the piece's VAD speech spans (:func:`speech_spans`), the batched way's clips."""
         common: dict[str, Any] = dict(word_timestamps=True, initial_prompt=prompt_of(options), language=fw_code,
                                       task=task_of(options))
         temperature = temperature_of(options)
@@ -407,7 +420,7 @@ class WhisperEngine:
             common["temperature"] = temperature
         if self.batch <= 0:
             return self._sequential(audio, common)
-        return self._batched(audio, common, pauses)
+        return self._batched(audio, common, spans)
 
     def _sequential(self, audio: np.ndarray, common: dict[str, Any], vad: bool = True,
                     **extra: Any) -> Iterable[Any]:
@@ -415,7 +428,7 @@ class WhisperEngine:
         segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw)
         return segments
 
-    def _batched(self, audio: np.ndarray, common: dict[str, Any], pauses: list[tuple[float, float]]) -> Iterable[Any]:
+    def _batched(self, audio: np.ndarray, common: dict[str, Any], spans: list[tuple[float, float]]) -> Iterable[Any]:
         """VAD clips of up to 30 s decoded N at a time at temperature 0; a clip that fails whisper's quality
         rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1 where it is speech) is decoded
         again alone with ``no_repeat_ngram_size=4`` (still at temperature 0: deterministic)."""
@@ -424,11 +437,9 @@ class WhisperEngine:
 
         if self.batched is None:
             self.batched = BatchedInferencePipeline(self.model)
-        spans = speech_spans(audio)
         clips = merge_clips(spans)
         if not clips:
             return
-        pauses.extend((a[1], b[0]) for a, b in zip(spans, spans[1:]))
         # a segment's seek is its clip's start in 10 ms frames, computed by the pipeline from whole samples
         by_start = {int(int(c0 * SR) / SR * 100): (c0, c1) for c0, c1 in clips}
 

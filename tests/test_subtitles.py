@@ -1,0 +1,125 @@
+"""hasrd.subtitles: cues that follow subtitle practice (plain values and properties; real speech in
+test_transcripts.py)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hasrd import formats, subtitles
+from hasrd.errors import InvalidOption
+from hasrd.subtitles import CueRules, cues, rules_from
+
+FIVE = ("The weather is nice today, so we are going for a walk in the park. I get up at seven every morning. "
+        "This restaurant serves delicious food at a fair price. Could you tell me how to get to the station? "
+        "She watched an interesting film last night.")
+
+
+def test_one_long_segment_of_five_sentences_becomes_cues_that_fit() -> None:
+    out = cues([{"start": 0.0, "end": 23.1, "text": FIVE}])
+    assert len(out) >= 4
+    for c in out:
+        assert len(c.lines) <= 2 and all(len(line) <= 42 for line in c.lines)
+        assert 0.83 <= c.end - c.start <= 7.0
+    assert " ".join(" ".join(c.lines) for c in out) == FIVE
+
+
+def test_cues_end_at_sentence_ends_when_a_sentence_boundary_is_near() -> None:
+    out = cues([{"start": 0.0, "end": 23.1, "text": FIVE}])
+    assert sum(c.text.rstrip().endswith((".", "?")) for c in out) >= 4
+
+
+def test_chinese_lines_hold_at_most_sixteen_characters() -> None:
+    text = "今天天气很好，我们去公园散步吧。我每天早上七点起床，然后去跑步。这家饭店的菜非常好吃，价格也不贵。"
+    out = cues([{"start": 0.0, "end": 9.0, "text": text}])
+    assert all(len(line) <= 16 for c in out for line in c.lines)
+    assert "".join("".join(c.lines) for c in out) == text
+    assert out[0].lines[0] == "今天天气很好，我们去公园散步吧。"  # broken after the clause, not mid-phrase
+
+
+def test_times_follow_the_words_when_the_engine_timed_them() -> None:
+    words = [{"word": w, "start": s, "end": e} for w, s, e in
+             [(" Hello", 0.0, 0.4), (" there.", 0.5, 0.9), (" How", 3.0, 3.2), (" are", 3.2, 3.4), (" you?", 3.4, 4.0)]]
+    seg = {"start": 0.0, "end": 4.0, "text": "Hello there. How are you?", "words": words}
+    out = cues([seg], CueRules(max_line_width=12, max_line_count=1))
+    assert [(c.text, c.start) for c in out] == [("Hello there.", 0.0), ("How are you?", 3.0)]
+    assert out[0].end == pytest.approx(0.9)
+
+
+def test_a_short_cue_is_held_for_the_minimum_time_without_running_into_the_next() -> None:
+    out = cues([{"start": 1.0, "end": 1.2, "text": "Yes."}, {"start": 1.5, "end": 3.0, "text": "Go on then."},
+                {"start": 10.0, "end": 10.1, "text": "Bye."}])
+    # 0.83 s from its start would run into the next cue: it ends where that one starts and begins earlier
+    assert out[0].end == pytest.approx(1.5) and out[0].start == pytest.approx(1.5 - 0.83)
+    assert out[2].end - out[2].start == pytest.approx(0.83)
+
+
+def test_overlapping_segments_give_cues_that_do_not_overlap() -> None:
+    out = cues([{"start": 0.0, "end": 3.0, "text": "First one."}, {"start": 2.0, "end": 4.0, "text": "Second."}])
+    assert out[0].end <= out[1].start
+
+
+def test_limits_from_options_and_their_errors_name_the_allowed_values() -> None:
+    r = rules_from({"max_line_width": "30", "max_line_count": 1, "max_cue_sec": "5.5"})
+    assert (r.max_line_width, r.max_line_count, r.max_cue_sec) == (30, 1, 5.5)
+    assert rules_from({"max_line_width": "", "max_cue_sec": None}) == CueRules()
+    for name, bad in [("max_line_width", "7"), ("max_line_width", "wide"), ("max_line_count", "0"),
+                      ("max_line_count", "2.5"), ("max_cue_sec", "0.5"), ("max_cue_sec", "nan"),
+                      ("max_cue_sec", True)]:
+        with pytest.raises(InvalidOption) as e:
+            rules_from({name: bad})
+        assert e.value.status == 400 and e.value.param == name and "from" in e.value.message, (name, bad)
+
+
+def test_srt_and_vtt_render_the_cues_with_their_limits() -> None:
+    result = {"final": FIVE, "per_sentence": [{"text": FIVE, "start_s": 0.0, "end_s": 23.1}]}
+    srt = formats.render(result, "srt", rules=CueRules(max_line_width=30, max_line_count=1, max_cue_sec=4))
+    blocks = [b.splitlines() for b in srt.strip().split("\n\n")]
+    assert all(len(b) == 3 and len(b[2]) <= 30 for b in blocks)
+    vtt = formats.render(result, "vtt")
+    assert vtt.startswith("WEBVTT\n\n") and vtt.count(" --> ") == len(cues(formats.segments(result)))
+
+
+def test_text_lines_are_one_sentence_a_line() -> None:
+    result = {"final": "One. Two.", "per_sentence": [{"text": "One.", "start_s": 0, "end_s": 1},
+                                                     {"text": "Two.", "start_s": 1, "end_s": 2}]}
+    assert formats.lines(result) == "One.\nTwo.\n"
+    assert formats.render(result, "text") == "One. Two.\n"  # OpenAI's text format stays one string
+    assert formats.lines({"final": ""}) == "\n"
+
+
+WORDS = st.lists(st.sampled_from(["a", "word", "longer", "sentence.", "clause,", "甲乙丙", "丁。", "x" * 50]),
+                 min_size=1, max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(WORDS, st.floats(0.0, 20.0)), min_size=1, max_size=6),
+       st.sampled_from([0, 16, 42]), st.integers(1, 3), st.floats(1.0, 10.0))
+def test_every_cue_keeps_the_rules_and_no_text_is_lost(sentences: list[tuple[list[str], float]], width: int,
+                                                       count: int, max_sec: float) -> None:
+    segs, t = [], 0.0
+    for ws, dur in sentences:
+        segs.append({"start": t, "end": t + dur, "text": " ".join(ws)})
+        t += dur + 0.5
+    rules = CueRules(max_line_width=width, max_line_count=count, max_cue_sec=max_sec)
+    out = cues(segs, rules)
+    for a, b in zip(out, out[1:]):
+        assert a.end <= b.start + 1e-9 and a.start < a.end
+    for c in out:
+        assert c.end - c.start <= max_sec + 1e-9
+        w = rules.width(c.text)
+        # a line is over the width only when it is one unbreakable word
+        assert all(len(line) <= w or " " not in line for line in c.lines)
+        assert len(c.lines) <= count or any(len(line) > w for line in c.lines)
+    squash = "".join("".join(s["text"].split()) for s in segs)
+    assert "".join("".join(c.text.split()) for c in out) == squash
+
+
+def test_configured_limits_come_from_the_settings() -> None:
+    from hasrd.config import load
+
+    s = load(env={"HASR_MAX_LINE_WIDTH": "30", "HASR_MAX_CUE_SEC": "5"}, toml_path=None)
+    assert subtitles.configured(s) == CueRules(max_line_width=30, max_line_count=2, max_cue_sec=5.0)
+    with pytest.raises(InvalidOption, match="HASR_MAX_LINE_COUNT"):
+        subtitles.configured(load(env={"HASR_MAX_LINE_COUNT": "9"}, toml_path=None))
