@@ -14,7 +14,7 @@ from sdmanager import SdManager, sd_manager, test_dropin  # noqa: F401  (sd_mana
 from tests.cliutil import REPO, hasrctl, show
 from tests.daemon import write_wav
 
-FINAL = "今天天气很好。我们去公园散步\n"
+FINAL = "今天天气很好。\n我们去公园散步\n"  # one sentence a line (the CLI's text format)
 
 
 def _tree(*roots: Path) -> set[str]:
