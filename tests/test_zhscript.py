@@ -203,11 +203,11 @@ def test_split_like_keeps_a_phrase_conversion_across_words() -> None:
 
 
 def whisper_like(texts: list[str], code: str = "zh") -> dict[str, Any]:
-    sentences = [{"text": t, "engine": "fw", "start_s": float(i), "end_s": i + 1.0,
-                  "words": [{"word": w, "start": float(i), "end": i + 0.5} for w in t.split("|")]}
-                 for i, t in enumerate(texts)]
-    for s in sentences:
-        s["text"] = s["text"].replace("|", "")
+    """A whisper result; "|" in a text marks where its words are cut."""
+    sentences: list[dict[str, Any]] = [
+        {"text": t.replace("|", ""), "engine": "fw", "start_s": float(i), "end_s": i + 1.0,
+         "words": [{"word": w, "start": float(i), "end": i + 0.5} for w in t.split("|")]}
+        for i, t in enumerate(texts)]
     return {"engine": "whisper", "language": "Chinese", "language_code": code, "draft": "",
             "final": join_sentences([s["text"] for s in sentences], code), "per_sentence": sentences,
             "sent_windows": [{"text": s["text"], "start_chunk": 0, "end_chunk": 1} for s in sentences]}
