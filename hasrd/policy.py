@@ -16,6 +16,25 @@ def is_fatal(failures: int, max_failures: int) -> bool:
     return max_failures > 0 and failures >= max_failures
 
 
+QUICK_CANCEL_SEC = 0.5
+CHEAP_RELOAD_SEC = 5.0
+
+
+def cancel_grace(configured: float, load_s: float | None, waiting: int) -> float:
+    """How long a cancelled job may take to stop before its worker is killed.
+
+    A worker notices a Cancel only between decoder calls, and one call of the whisper engine on the CPU is a
+    batch of VAD clips: a queued request waited 8.5-13.3 s behind a client that had left. When someone waits
+    and the worker loads again in a few seconds (whisper base on the CPU: about a second), killing it after
+    QUICK_CANCEL_SEC and loading a new one is the faster way to serve them; a worker that loads slowly (vLLM
+    compiles for 40-90 s) is worth waiting for, up to the configured grace (HASR_CANCEL_GRACE_SEC). Nobody
+    waiting: the worker finishes its call and stays warm.
+    """
+    if waiting > 0 and load_s is not None and 0 <= load_s <= CHEAP_RELOAD_SEC:
+        return min(configured, QUICK_CANCEL_SEC)
+    return configured
+
+
 def watchdog_wait(now: float, started: float, last_progress: float, stall: float,
                   cap: float) -> tuple[float, str]:
     """How long a job may still run before the watchdog acts, and what it would be: "stalled" (no progress

@@ -227,6 +227,7 @@ class Supervisor:
             raise self._load_failed(e) from None
         self._loading_worker = None
         worker.cancel_grace = self.s.cancel_grace_sec
+        worker.grace_now = lambda: policy.cancel_grace(self.s.cancel_grace_sec, self.load_s, len(self.waiting))
         self.worker = worker
         self.identity = dict(ready.identity)
         self.load_s = ready.load_s

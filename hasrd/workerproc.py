@@ -138,6 +138,8 @@ class WorkerProcess:
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self.oom_kills_at_start = oom_kills()
         self.cancel_grace = 60.0  # how long a cancelled job may take to notice before the worker is killed
+        # ... as it stands now (the supervisor's policy.cancel_grace: shorter while someone waits behind us)
+        self.grace_now: Callable[[], float] = lambda: self.cancel_grace
         self._tasks = [asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}-reader"),
                        asyncio.create_task(self._wait_exit(), name=f"worker-{self.pid}-wait")]
         if proc.stderr is not None:
@@ -396,14 +398,28 @@ class WorkerProcess:
                               f"killed; raise HASR_STALL_SEC if this machine is that slow")
 
     async def _cancel_and_wait(self, req_id: int, fut: asyncio.Future[dict[str, Any]]) -> None:
+        """Cancel a job and wait for the worker to stop it, for the grace that holds at each moment (someone
+        may start waiting meanwhile); past it the worker is killed."""
+        t0 = time.monotonic()
         try:
             await self._send(p.Cancel(id=req_id))
-            await asyncio.wait([fut], timeout=self.cancel_grace)
+            while not fut.done():
+                left = t0 + self.grace_now() - time.monotonic()
+                if left <= 0:
+                    break
+                await asyncio.wait([fut], timeout=min(left, 0.1))
         except errors.WorkerCrashed:
             return
         if not fut.done():
-            log.warning("worker %d ignored Cancel for %.0f s; killing it", self.pid, self.cancel_grace)
-            self.kill(f"it ignored Cancel for {self.cancel_grace:.0f} s and was killed")
+            waited = time.monotonic() - t0
+            if waited < self.cancel_grace:
+                log.info("worker %d still on a cancelled job after %.1f s while a request waits; killing it (a "
+                         "new worker loads faster than it finishes)", self.pid, waited)
+                self.kill(f"it was still on a cancelled job after {waited:.1f} s while a request waited, and "
+                          f"was killed: loading a new one is faster")
+            else:
+                log.warning("worker %d ignored Cancel for %.0f s; killing it", self.pid, waited)
+                self.kill(f"it ignored Cancel for {waited:.0f} s and was killed")
             await self.dead.wait()  # the slot is handed on only once the next job cannot land on this one
 
     async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
