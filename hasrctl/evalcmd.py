@@ -4,6 +4,11 @@ Manifest: JSON Lines (``{"audio": "a.wav", "text": "reference", "language": "Chi
 same objects, or TSV lines ``audio<TAB>reference``; ``#`` starts a comment. Relative paths are relative to the
 manifest. An entry may bring its own ``hypothesis`` (text) or ``result`` (a result object, or the path of a
 saved ``-f json``/``verbose_json``/result file): such entries are scored without a daemon.
+
+Chinese is scored in the script the user received (no traditional -> simplified conversion): a ``script``
+column (and ``script`` in --json) says which script each hypothesis is in, and a hypothesis in another script
+than its reference is reported on stderr as a script mismatch (``--homophones`` compares sounds, whatever the
+script).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Entry:
     scores: dict[str, tuple[int, int]] = field(default_factory=dict)
     metric: str = "cer"
     error: str | None = None
+    script: dict[str, Any] | None = None
 
 
 def _first(obj: dict[str, Any], *keys: str) -> Any:
@@ -103,25 +109,46 @@ def _score(e: Entry, metric_opt: str, language: str | None, homophones: bool) ->
     final = e.hypothesis if e.hypothesis is not None else str((e.result or {}).get("final") or "")
     draft = ev.draft_only(e.result) if e.result else None
     pairs = [("final", final)] + ([("draft", draft)] if draft is not None else [])
+    e.script = ev.script_check(e.reference, final)
     for key, hyp in pairs:
         e.scores[key] = ev.score(e.reference, hyp, e.metric)
         if homophones:
             e.scores[key + "~py"] = ev.score(e.reference, hyp, e.metric, homophones=True)
 
 
+def files(n: int) -> str:
+    return f"{n} file{'' if n == 1 else 's'}"
+
+
+def script_cell(script: dict[str, Any] | None) -> str:
+    """The hypothesis's script, and the reference's when they differ ("-": no Chinese, or no OpenCC)."""
+    if script is None:
+        return "-"
+    hyp = script["hypothesis"] or "either"
+    return f"{hyp}≠{script['reference']}" if script["mismatch"] else hyp
+
+
+def mismatch_warning(e: Entry) -> str:
+    s = e.script or {}
+    counts = " and ".join(f"{s[k]} {k}" for k in ("traditional", "simplified") if s.get(k))
+    return (f"{e.name}: script mismatch: the hypothesis is {s.get('hypothesis')} ({counts} characters), the "
+            f"reference {s.get('reference')}; each such character counts as an error (--homophones compares sounds)")
+
+
 def _table(entries: list[Entry], columns: list[str]) -> list[str]:
     from hasrctl.evaluate import fmt_rate, rate
 
-    width = max([len(e.name) for e in entries] + [12])
+    width = max([len(e.name) for e in entries] + [len(f"TOTAL ({files(len(entries))})")])
+    scripts = any(e.script is not None for e in entries)
     head = f"{'file':<{width}}  metric  {'ref':>5}" + "".join(f"  {c:>9}" for c in columns)
-    lines = [head]
+    lines = [head + ("  script" if scripts else "")]
     for e in entries:
         if e.error:
             lines.append(f"{e.name:<{width}}  failed: {e.error}")
             continue
         n = next(iter(e.scores.values()))[1]
         cells = "".join(f"  {fmt_rate(rate(*e.scores[c])) if c in e.scores else '-':>9}" for c in columns)
-        lines.append(f"{e.name:<{width}}  {e.metric:<6}  {n:>5}{cells}")
+        lines.append(f"{e.name:<{width}}  {e.metric:<6}  {n:>5}{cells}" + (f"  {script_cell(e.script)}" if scripts else ""))
     for metric in ("cer", "wer"):
         done = [e for e in entries if not e.error and e.metric == metric]
         if not done:
@@ -131,27 +158,30 @@ def _table(entries: list[Entry], columns: list[str]) -> list[str]:
         for c in columns:
             have = [e.scores[c] for e in done if c in e.scores]
             cells += f"  {fmt_rate(rate(sum(x for x, _ in have), sum(y for _, y in have))) if have else '-':>9}"
-        label = f"TOTAL ({len(done)} files)"
-        lines.append(f"{label:<{width}}  {metric:<6}  {n:>5}{cells}")
+        label = f"TOTAL ({files(len(done))})"
+        bad = sum(1 for e in done if e.script and e.script["mismatch"])
+        tail = f"  {bad} mismatched" if scripts and metric == "cer" else ""
+        lines.append(f"{label:<{width}}  {metric:<6}  {n:>5}{cells}{tail}")
     return lines
 
 
 def _as_json(entries: list[Entry], columns: list[str]) -> dict[str, Any]:
     from hasrctl.evaluate import rate
 
-    files = [{"name": e.name, "metric": e.metric, "error": e.error,
-              **{c: {"errors": s[0], "ref": s[1], "rate": rate(*s)} for c, s in e.scores.items()}}
-             for e in entries]
+    per = [{"name": e.name, "metric": e.metric, "error": e.error, "script": e.script,
+            **{c: {"errors": s[0], "ref": s[1], "rate": rate(*s)} for c, s in e.scores.items()}}
+           for e in entries]
     total: dict[str, Any] = {}
     for metric in ("cer", "wer"):
         done = [e for e in entries if not e.error and e.metric == metric]
         if done:
-            total[metric] = {"files": len(done)}
+            total[metric] = {"files": len(done),
+                             "script_mismatches": sum(1 for e in done if e.script and e.script["mismatch"])}
             for c in columns:
                 have = [e.scores[c] for e in done if c in e.scores]
                 err, n = sum(x for x, _ in have), sum(y for _, y in have)
                 total[metric][c] = {"errors": err, "ref": n, "rate": rate(err, n)}
-    return {"files": files, "total": total}
+    return {"files": per, "total": total}
 
 
 @click.command("eval", epilog=__doc__.split("\n\n", 1)[1].replace("\n", " ").replace("``", ""))
@@ -180,9 +210,7 @@ def eval_command(manifest: str, homophones: bool, metric: str, language: str | N
     from hasrctl import terminal, transcribe
 
     entries = load_manifest(manifest)
-    if ev.t2s() is None:
-        say("note: no opencc/zhconv installed, traditional characters are not converted "
-            "(pip install opencc-python-reimplemented)")
+    checked = False
     client: Client | None = None
     for e in entries:
         if e.hypothesis is None and e.result is None:
@@ -199,6 +227,12 @@ def eval_command(manifest: str, homophones: bool, metric: str, language: str | N
                 say(f"{e.name}: {err.message}")
                 continue
         _score(e, metric, language, homophones)
+        if e.script and e.script["mismatch"]:
+            say(mismatch_warning(e))
+        if not checked and e.script is None and any(ev.is_cjk(c) for c in e.reference):
+            checked = True
+            if not ev.have_opencc():
+                say("note: OpenCC is not installed, so scripts are not compared (pip install 'hasr[eval]')")
         if verbose:
             final = e.hypothesis if e.hypothesis is not None else (e.result or {}).get("final", "")
             say(f"{e.name}: ref {ev.normalize(e.reference)!r}")

@@ -1,15 +1,18 @@
 """``hasrctl eval MANIFEST``: CER (Chinese, Japanese) or WER (other languages) after normalisation.
 
-Normalisation, applied to reference and hypothesis alike: Unicode NFKC (full width -> half width), traditional
--> simplified Chinese (opencc or zhconv when installed), lower case, numbers written one way, then punctuation
-and symbols removed. Numbers: in Chinese text Arabic numbers become Chinese numerals by value with cn2an
+Normalisation, applied to reference and hypothesis alike: Unicode NFKC (full width -> half width), lower case,
+numbers written one way, then punctuation and symbols removed. The Chinese script is NOT normalised: the score is
+of what the user receives, so a traditional character against a simplified reference is an error, and
+:func:`script_check` reports the mismatch (hypothesis and reference written in different scripts, by OpenCC's
+own tables: hasrd/zhscript.py) instead of hiding it. Numbers: in Chinese text Arabic numbers become Chinese numerals by value with cn2an
 (``25`` -> ``二十五``, ``2024年`` -> ``二零二四年``, ``50%`` -> ``百分之五十``, ``3.5`` -> ``三点五``; five or more
 digits in a row are read digit by digit, as people read phone numbers), so numeral characters inside ordinary
 words stay what they are (万州, 唯一, 一起: turning 一 into 1 there is what made hasr's CER disagree with a
 standard scorer); in other text number words up to twenty become digits (``three`` -> ``3``). With
 ``--homophones`` every Chinese character is replaced by its toneless pinyin (pypinyin), as seed 000 §7 asks
 for TTS audio, where faster-whisper's misses are mostly homophones. CER counts characters (spaces ignored);
-WER counts words. Totals are error sums over reference sums.
+WER counts words. Totals are error sums over reference sums. An engine that makes no draft (its result says
+``draft: ""``: whisper) has no draft score.
 """
 
 from __future__ import annotations
@@ -45,25 +48,32 @@ def chinese_numbers(text: str) -> str:
     return _an2cn()(text) if any(c.isdigit() for c in text) else text
 
 
-@functools.lru_cache(maxsize=1)
-def t2s() -> Callable[[str], str] | None:
-    """Traditional -> simplified with whichever converter is installed; None when none is."""
-    try:
-        import opencc
+def script_check(reference: str, hypothesis: str) -> dict[str, Any] | None:
+    """The scripts of a Chinese reference and hypothesis (hasrd.zhscript.script_of: "simplified",
+    "traditional", "mixed" or "" for text of characters both share) and whether they differ: a mismatch is a
+    hypothesis in a known script other than the reference's known one. None: no Chinese in either, or no OpenCC
+    (:func:`have_opencc` says which)."""
+    from hasrd import zhscript
 
-        for config in ("t2s", "t2s.json"):
-            try:
-                return opencc.OpenCC(config).convert  # type: ignore[no-any-return]
-            except Exception:  # noqa: BLE001 - the two opencc packages name their configs differently
-                continue
-    except ImportError:
-        pass
     try:
-        import zhconv
-
-        return lambda s: zhconv.convert(s, "zh-cn")  # type: ignore[no-any-return]
-    except ImportError:
+        ref, _rt, _rs = zhscript.script_of(reference)
+        hyp, trad, simp = zhscript.script_of(hypothesis)
+    except zhscript.NoOpenCC:
         return None
+    if not zhscript.has_han(reference) and not zhscript.has_han(hypothesis):
+        return None
+    return {"reference": ref, "hypothesis": hyp, "mismatch": bool(ref and hyp and ref != hyp),
+            "traditional": trad, "simplified": simp}
+
+
+def have_opencc() -> bool:
+    from hasrd import zhscript
+
+    try:
+        zhscript.opencc("t2s")
+    except zhscript.NoOpenCC:
+        return False
+    return True
 
 
 def is_cjk(ch: str) -> bool:
@@ -76,11 +86,7 @@ def normalize(text: str, chinese: bool | None = None) -> str:
 
     ``chinese``: write numbers the Chinese way (True for CER scoring: a hypothesis of bare digits against a
     Chinese reference must still compare); None decides by the text's own script."""
-    text = unicodedata.normalize("NFKC", text)
-    conv = t2s()
-    if conv is not None:
-        text = conv(text)
-    text = text.lower()
+    text = unicodedata.normalize("NFKC", text).lower()
     if chinese or (chinese is None and any(is_cjk(c) for c in text)):
         text = chinese_numbers(text).replace("〇", "零")
     else:
@@ -139,7 +145,10 @@ def score(reference: str, hypothesis: str, metric: str, homophones: bool = False
 
 
 def draft_only(result: dict[str, Any]) -> str | None:
-    """The draft as the seed scored it alone: each sentence window cut at its ``|`` (None without a draft)."""
+    """The draft as the seed scored it alone: each sentence window cut at its ``|`` (None without a draft: no
+    windows, or an engine that says it made none, ``draft: ""``, whose windows are its final sentences)."""
+    if "draft" in result and not str(result.get("draft") or "").strip():
+        return None
     windows = [str(w.get("text") or "") for w in result.get("sent_windows") or []]
     if not windows:
         return None

@@ -15,7 +15,7 @@ from tests.daemon import Hasrd, write_wav
 
 
 @pytest.mark.parametrize("text,norm", [
-    ("今天天氣很好。", "今天天气很好"),  # traditional -> simplified, punctuation gone
+    ("今天天氣很好。", "今天天氣很好"), ("今天天气很好。", "今天天气很好"),  # the script stays, punctuation goes
     ("ＡＢＣ，你好！", "abc 你好"),  # full width -> half width, lower case; punctuation splits words
     ("我有25个苹果", "我有二十五个苹果"), ("我有二十五个苹果", "我有二十五个苹果"),  # numbers one way: Chinese
     ("2024年", "二零二四年"), ("百分之五十的人", "百分之五十的人"), ("50%的人", "百分之五十的人"),
@@ -41,7 +41,7 @@ def test_bare_digits_against_a_chinese_reference_are_scored_as_numbers() -> None
 def test_cer_agrees_with_jiwer_on_the_same_normalised_texts() -> None:
     import jiwer
 
-    pairs = [("万州唯一的火车站在哪里？", "万洲唯一的火车站在哪里"), ("今天天氣很好。", "今天天气很号"),
+    pairs = [("万州唯一的火车站在哪里？", "万洲唯一的火车站在哪里"), ("今天天气很好。", "今天天气很号"),
              ("我们一起去公园散步吧。", "我们一起去公园散步"), ("二零二四年三月", "2024年3月"),
              ("他说了三遍。", "他说了3遍还不够")]
     for ref, hyp in pairs:
@@ -67,9 +67,10 @@ def test_metric_follows_language_or_script() -> None:
     assert ev.metric_for("hello", "Chinese") == "cer" and ev.metric_for("你好", "English") == "wer"
 
 
-# Hand-computed (see the comments): CER final 1/38, draft (only the last entry has one) 1/8, WER 2/5.
+# Hand-computed (see the comments): CER final 2/38, draft (only the last entry has one) 1/8, WER 2/5.
 MANIFEST: list[dict[str, Any]] = [
-    # 今天天气很好 vs 今天天气很好: 0 errors / 6
+    # 今天天氣很好 vs 今天天气很好: 1 substitution / 6 (氣 is not 气: the script is scored as received; 0 with
+    # pinyin), and a script mismatch: reference traditional, hypothesis simplified
     {"name": "a", "text": "今天天氣很好。", "hypothesis": "今天天气很好"},
     # 我有三个苹果 vs 我有三个平果: 1 substitution / 6 (0 with pinyin: ping = ping)
     {"name": "b", "text": "我有三个苹果", "hypothesis": "我有3个平果"},
@@ -98,11 +99,16 @@ def test_eval_gives_the_hand_computed_numbers(short_tmp: str) -> None:
     per = {f["name"]: f for f in doc["files"]}
     assert [per[n]["metric"] for n in "abcdef"] == ["cer", "cer", "cer", "wer", "cer", "cer"]
     assert [(per[n]["final"]["errors"], per[n]["final"]["ref"]) for n in "abcdef"] == [
-        (0, 6), (1, 6), (0, 5), (2, 5), (0, 13), (0, 8)]
-    assert per["b"]["final~py"]["errors"] == 0
+        (1, 6), (1, 6), (0, 5), (2, 5), (0, 13), (0, 8)]
+    assert per["a"]["final~py"]["errors"] == per["b"]["final~py"]["errors"] == 0
+    assert per["a"]["script"] == {"reference": "traditional", "hypothesis": "simplified", "mismatch": True,
+                                  "traditional": 0, "simplified": 1}
+    assert per["b"]["script"]["mismatch"] is False and per["b"]["script"]["hypothesis"] == "simplified"
+    assert per["c"]["script"]["hypothesis"] == "" and per["d"]["script"] is None
     assert (per["f"]["draft"]["errors"], per["f"]["draft"]["ref"]) == (1, 8)
     total = doc["total"]
-    assert total["cer"]["final"] == {"errors": 1, "ref": 38, "rate": pytest.approx(1 / 38)}
+    assert total["cer"]["final"] == {"errors": 2, "ref": 38, "rate": pytest.approx(2 / 38)}
+    assert total["cer"]["script_mismatches"] == 1 and total["wer"]["script_mismatches"] == 0
     assert total["cer"]["final~py"]["rate"] == 0.0
     assert total["cer"]["draft"]["rate"] == pytest.approx(1 / 8)
     assert total["wer"]["final"]["rate"] == pytest.approx(0.4)
@@ -113,11 +119,39 @@ def test_eval_table_shows_final_and_draft_side_by_side(short_tmp: str) -> None:
     res = hasrctl("eval", manifest, env=cli_env(short_tmp))
     assert res.returncode == 0, show(res)
     lines = res.stdout.splitlines()
-    assert lines[0].split() == ["file", "metric", "ref", "final", "draft"]
-    assert lines[2].split() == ["b", "cer", "6", "0.1667", "-"]
-    assert lines[6].split() == ["f", "cer", "8", "0.0000", "0.1250"]
-    assert lines[7].split() == ["TOTAL", "(5", "files)", "cer", "38", "0.0263", "0.1250"]
-    assert lines[8].split() == ["TOTAL", "(1", "files)", "wer", "5", "0.4000", "-"]
+    assert lines[0].split() == ["file", "metric", "ref", "final", "draft", "script"]
+    assert lines[1].split() == ["a", "cer", "6", "0.1667", "-", "simplified≠traditional"]
+    assert lines[2].split() == ["b", "cer", "6", "0.1667", "-", "simplified"]
+    assert lines[3].split() == ["c", "cer", "5", "0.0000", "-", "either"]
+    assert lines[4].split() == ["d", "wer", "5", "0.4000", "-", "-"]
+    assert lines[6].split() == ["f", "cer", "8", "0.0000", "0.1250", "simplified"]
+    assert lines[7].split() == ["TOTAL", "(5", "files)", "cer", "38", "0.0526", "0.1250", "1", "mismatched"]
+    assert lines[8].split() == ["TOTAL", "(1", "file)", "wer", "5", "0.4000", "-"]
+    warnings = [line for line in res.stderr.splitlines() if "script mismatch" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("hasrctl: a: script mismatch: the hypothesis is simplified")
+
+
+def test_eval_scores_the_script_the_user_receives_and_says_when_it_differs(short_tmp: str) -> None:
+    # whisper writes some traditional characters and ASCII commas into Mandarin: each one is an error now
+    entries = [{"name": "zh", "text": "红皇日月营作陈苏列长。", "language": "zh",
+                "result": {"engine": "whisper", "draft": "", "final": "紅皇日月營作陳蘇列長",
+                           "sent_windows": [{"text": "紅皇日月營作陳蘇列長", "start_chunk": 0, "end_chunk": 9}]}},
+               {"name": "tw", "text": "這個軟體很好", "hypothesis": "這個軟體很好"}]
+    manifest = _write_manifest(os.path.join(short_tmp, "w.jsonl"), entries)
+    res = hasrctl("eval", "--json", manifest, env=cli_env(short_tmp))
+    assert res.returncode == 0, show(res)
+    per = {f["name"]: f for f in json.loads(res.stdout)["files"]}
+    assert (per["zh"]["final"]["errors"], per["zh"]["final"]["ref"]) == (5, 10)  # 紅 營 陳 蘇 長
+    assert per["zh"]["script"] == {"reference": "simplified", "hypothesis": "traditional", "mismatch": True,
+                                   "traditional": 5, "simplified": 0}
+    assert "draft" not in per["zh"]  # an engine without a draft has no draft score
+    assert per["tw"]["final"]["errors"] == 0 and per["tw"]["script"]["mismatch"] is False
+    assert "zh: script mismatch: the hypothesis is traditional (5 traditional characters), the reference " \
+           "simplified" in res.stderr and "tw: script" not in res.stderr
+    table = hasrctl("eval", manifest, env=cli_env(short_tmp)).stdout.splitlines()
+    assert table[0].split() == ["file", "metric", "ref", "final", "script"]  # no draft column at all
+    assert table[1].split() == ["zh", "cer", "10", "0.5000", "traditional≠simplified"]
+    assert table[3].split() == ["TOTAL", "(2", "files)", "cer", "16", "0.3125", "1", "mismatched"]
 
 
 def test_eval_reads_tsv_and_reports_bad_manifests_as_usage_errors(short_tmp: str) -> None:
