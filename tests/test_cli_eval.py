@@ -133,10 +133,11 @@ def test_eval_table_shows_final_and_draft_side_by_side(short_tmp: str) -> None:
 
 def test_eval_scores_the_script_the_user_receives_and_says_when_it_differs(short_tmp: str) -> None:
     # whisper writes some traditional characters and ASCII commas into Mandarin: each one is an error now
-    entries = [{"name": "zh", "text": "红皇日月营作陈苏列长。", "language": "zh",
-                "result": {"engine": "whisper", "draft": "", "final": "紅皇日月營作陳蘇列長",
-                           "sent_windows": [{"text": "紅皇日月營作陳蘇列長", "start_chunk": 0, "end_chunk": 9}]}},
-               {"name": "tw", "text": "這個軟體很好", "hypothesis": "這個軟體很好"}]
+    entries: list[dict[str, Any]] = [
+        {"name": "zh", "text": "红皇日月营作陈苏列长。", "language": "zh",
+         "result": {"engine": "whisper", "draft": "", "final": "紅皇日月營作陳蘇列長",
+                    "sent_windows": [{"text": "紅皇日月營作陳蘇列長", "start_chunk": 0, "end_chunk": 9}]}},
+        {"name": "tw", "text": "這個軟體很好", "hypothesis": "這個軟體很好"}]
     manifest = _write_manifest(os.path.join(short_tmp, "w.jsonl"), entries)
     res = hasrctl("eval", "--json", manifest, env=cli_env(short_tmp))
     assert res.returncode == 0, show(res)
