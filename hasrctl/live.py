@@ -136,12 +136,21 @@ def _recorded(sd: Any, dev: Any, rate: int, stop: threading.Event) -> Iterator[b
 # ---- the session ----------------------------------------------------------------------------------------------
 
 
+def item_number(ev: dict[str, Any]) -> int:
+    """The utterance an event belongs to: N of its ``item_id`` (``item_<session>_<N>``)."""
+    try:
+        return int(str(ev.get("item_id", "_0")).rsplit("_", 1)[-1])
+    except ValueError:
+        return 0
+
+
 class Session:
     """One /v1/realtime connection: a reader thread for the daemon's events, audio sent from the caller's."""
 
     def __init__(self, path: str, language: str, prompt: str, silence_ms: int,
                  on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None],
-                 on_status: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_status: Callable[[dict[str, Any]], None] | None = None,
+                 on_done: Callable[[int], None] | None = None) -> None:
         from websockets.sync.client import unix_connect
 
         try:
@@ -151,6 +160,7 @@ class Session:
             raise CliError(f"hasrd does not answer on {path}: {e}", 3) from None
         self.on_sentence, self.on_draft = on_sentence, on_draft
         self.on_status = on_status or Said().status
+        self.on_done = on_done
         self.result: dict[str, Any] | None = None
         self.error: str | None = None
         self.done = threading.Event()
@@ -171,7 +181,10 @@ class Session:
                 if kind == "hasr.sentence":
                     self.on_sentence(ev)
                 elif kind == "hasr.draft":
-                    self.on_draft(ev.get("text", ""), int(str(ev.get("item_id", "_0")).rsplit("_", 1)[-1]))
+                    self.on_draft(ev.get("text", ""), item_number(ev))
+                elif kind == "conversation.item.input_audio_transcription.completed":
+                    if self.on_done is not None:
+                        self.on_done(item_number(ev))
                 elif kind == "hasr.done":
                     self.result = ev.get("result") or {}
                 elif kind in ("hasr.loading", "hasr.queued"):
@@ -226,8 +239,9 @@ class Said:
 
 def run(path: str, source: Iterator[bytes], stop: threading.Event, language: str, prompt: str, silence_ms: int,
         on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None],
-        on_status: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    s = Session(path, language, prompt, silence_ms, on_sentence, on_draft, on_status)
+        on_status: Callable[[dict[str, Any]], None] | None = None,
+        on_done: Callable[[int], None] | None = None) -> dict[str, Any]:
+    s = Session(path, language, prompt, silence_ms, on_sentence, on_draft, on_status, on_done)
     try:
         for piece in source:
             if not s.send(piece):
@@ -293,40 +307,39 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
     stop = threading.Event()
     interruptible(stop)
     src = microphone_source(device, stop) if source is None else ffmpeg_source(source, realtime, stop)
-    view = LiveView(sys.stdout, language or None) if is_tty(sys.stdout) else None
-    # loading and queueing on one redrawn stderr line, erased once there is text (a terminal), else lines
-    bar = ProgressBar(sys.stderr, "hasrctl:") if is_tty(sys.stderr) else None
-    lock = threading.Lock()
-    finals = [0]
+    # On a terminal the live view draws everything, its status row too (loading, queueing): one writer, so
+    # nothing moves the cursor under it. Else a redrawn stderr line, erased once there is text, or plain lines.
+    view = LiveView(sys.stdout, language or None, "hasrctl:") if is_tty(sys.stdout) else None
+    bar = ProgressBar(sys.stderr, "hasrctl:") if view is None and is_tty(sys.stderr) else None
 
     def status(ev: dict[str, Any]) -> None:
-        assert bar is not None
-        with lock:
-            if ev.get("type") == "hasr.loading":
-                bar.loading(str(ev.get("phase") or ""), ev.get("elapsed_s"))
-            else:
-                bar.queued(int(ev.get("position") or 0))
+        shown: Any = view if view is not None else bar
+        if ev.get("type") == "hasr.loading":
+            shown.loading(str(ev.get("phase") or ""), ev.get("elapsed_s"))
+        else:
+            shown.queued(int(ev.get("position") or 0))
 
     def on_sentence(ev: dict[str, Any]) -> None:
-        with lock:
-            if bar is not None:
-                bar.finish(None)
-            finals[0] += 1
-            if view is not None:
-                view.sentence(int(ev.get("index", 0)), ev["text"])
-            else:
-                click.echo(ev["text"])
-                sys.stdout.flush()
+        if bar is not None:
+            bar.finish(None)
+        if view is not None:  # each sentence names its utterance: the draft shown is that utterance's rest
+            view.sentence(int(ev.get("index", 0)), ev["text"], item_number(ev))
+        else:
+            click.echo(ev["text"])
+            sys.stdout.flush()
 
-    def on_draft(text: str, segment: int) -> None:
-        with lock:
-            if bar is not None:
-                bar.finish(None)
-            if view is not None:  # a live draft holds no final sentence: a new "segment" after each one
-                view.draft(text, finals[0])
+    def on_draft(text: str, item: int) -> None:
+        if bar is not None:
+            bar.finish(None)
+        if view is not None:
+            view.draft(text, item)
+
+    def on_done(item: int) -> None:
+        if view is not None:  # a late draft of a completed utterance is stale
+            view.done(item)
 
     result = run(daemon.client().path, src, stop, language, prompt, silence_ms, on_sentence, on_draft,
-                 status if bar is not None else None)
+                 status if view is not None or bar is not None else None, on_done)
     if bar is not None:
         bar.finish(None)
     if view is not None:

@@ -1,8 +1,10 @@
 """What a person sees while a file is transcribed: a progress line, or the live draft (--stream).
 
 Both only ever draw on a terminal. The progress line lives on stderr and is erased when the file is done. The
-live view prints final sentences for good and shows the not-yet-final draft after them, dimmed, redrawing only
-that tail (CJK characters are two columns wide, so widths are counted, not characters).
+live view prints final sentences for good and shows the not-yet-final draft after them, dimmed, and the same
+status line (queued, loading, progress) on the row below, redrawing only what changed (CJK characters are two
+columns wide, so widths are counted, not characters). One view draws at a time: the live view carries its own
+status row, so that no second writer (a progress line on stderr) moves the cursor under it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import unicodedata
 from typing import TextIO
 
 SENT_END = "。！？；?!;"
-DIM, RESET, CLEAR_EOL, CLEAR_EOS = "\x1b[2m", "\x1b[0m", "\x1b[K", "\x1b[J"
+DIM, RESET, CLEAR_EOL, CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\x1b[K", "\x1b[2K"
 
 
 def width(text: str) -> int:
@@ -52,6 +54,29 @@ def tail_to_fit(text: str, cols: int) -> str:
             break
         out, used = ch + out, used + w
     return "…" + out
+
+
+def bar_text(done: float, total: float) -> str:
+    """``transcribing  45% [#########-----------] 14.0/31.0 s audio``."""
+    frac = min(1.0, done / total) if total > 0 else 0.0
+    n = 20
+    bar = "#" * int(frac * n) + "-" * (n - int(frac * n))
+    return f"transcribing {frac * 100:3.0f}% [{bar}] {done:.1f}/{total:.1f} s audio"
+
+
+def loading_text(phase: str, elapsed: float) -> str:
+    return f"loading: {phase} ({elapsed:.0f} s)"
+
+
+def queued_text(position: int) -> str:
+    return f"queued ({position} ahead)"
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with control characters (newlines, tabs, escapes) as spaces, but those in ``keep``: the view
+    counts every column it draws, and a character that moves the cursor by itself would put the screen out of
+    step with the count (a newline it counts)."""
+    return "".join(" " if unicodedata.category(c) == "Cc" and c not in keep else c for c in text)
 
 
 class View:
@@ -101,15 +126,15 @@ class ProgressBar(View):
             phase = self.phase
             if phase is None:
                 return
-            self._draw(f"loading: {phase} ({time.monotonic() - self.phase_t0:.0f} s)", force=True)
+            self._draw(loading_text(phase, time.monotonic() - self.phase_t0), force=True)
 
     def queued(self, position: int) -> None:
-        self._draw(f"queued ({position} ahead)", force=True)
+        self._draw(queued_text(position), force=True)
 
     def loading(self, phase: str, elapsed: float | None) -> None:
         self.phase = phase or "models"
         self.phase_t0 = time.monotonic() - (elapsed or 0.0)
-        self._draw(f"loading: {self.phase} ({elapsed or 0.0:.0f} s)", force=True)
+        self._draw(loading_text(self.phase, elapsed or 0.0), force=True)
         if self.ticker is None:
             self.ticker = threading.Thread(target=self._tick, daemon=True)
             self.ticker.start()
@@ -118,11 +143,8 @@ class ProgressBar(View):
         first = self.phase is not None or not self.shown  # the model is ready: say so at once
         self.phase = None
         frac = min(1.0, done / total) if total > 0 else 0.0
-        n = 20
-        bar = "#" * int(frac * n) + "-" * (n - int(frac * n))
         step = frac - self.drawn_frac >= 0.01  # a batch's segments arrive in a burst: never drop its end
-        self._draw(f"transcribing {frac * 100:3.0f}% [{bar}] {done:.1f}/{total:.1f} s audio",
-                   force=first or step or frac >= 1.0)
+        self._draw(bar_text(done, total), force=first or step or frac >= 1.0)
         self.drawn_frac = frac
 
     def draft(self, text: str, segment: int | None = None) -> None:
@@ -208,6 +230,16 @@ def common(a: str, b: str) -> int:
     return n
 
 
+def clear_back(rows: int, col: int) -> str:
+    """From anywhere on the cursor's row, clear back to column ``col`` of the row ``rows`` above and stay there.
+
+    Line by line (erase in line), never "erase to the end of the screen": from the top left corner that erases
+    the whole screen, and a terminal may keep a whole screen erased for the scrollback (tmux does: its
+    scroll-on-clear is on by default), so a draft drawn on the first row stayed above the final text there.
+    """
+    return "\r" + (CLEAR_LINE + "\x1b[A") * rows + (f"\x1b[{col}C" if col else "") + CLEAR_EOL
+
+
 def lines(stream: TextIO) -> int:
     try:
         return max(2, os.get_terminal_size(stream.fileno()).lines)
@@ -216,33 +248,50 @@ def lines(stream: TextIO) -> int:
 
 
 class LiveView(View):
-    """Final sentences printed for good, the draft beyond them redrawn in place after them (dimmed).
+    """Final sentences printed for good, the draft beyond them redrawn in place after them (dimmed), and a
+    status row below them while the work goes on (queued, loading, progress: what ProgressBar shows).
 
     The view remembers what it drew since it started (at column 0) and redraws from the first character that
     differs, so a growing draft costs only its new characters, and at the end the screen holds exactly the
     final text, also where that differs from what was streamed: the region is rewritten, never appended to.
+    The status row is part of that region (after a newline), so it goes when the work is done.
 
     Sentences are joined as the daemon joins the final text: nothing between Chinese (and other spaceless)
     sentences, a space otherwise. A draft event carries the draft of the current segment only (long audio is
     drafted in segments of at most HASR_MAX_SEGMENT_SEC), and within a segment every draft is longer than the
     one before. The daemon labels each draft with its segment; from a daemon that does not, a draft that is not
     longer, or does not extend the previous one, is taken to start a new segment. The sentences already final
-    are counted from the segment's start.
+    are counted from the segment's start, or, where each sentence names its segment too (live sessions: one
+    segment per utterance), as the sentences of the draft's own segment; a draft of a segment whose sentences
+    are all final (``done(segment)``) is stale and never shown.
+
+    Events may come from a reader thread while the loading ticker runs: every draw holds one lock.
     """
 
     MAX_ROWS = 3
     SLACK = 12  # characters at the end of a draft that the next one may revise (R2T2 keeps a token unfixed)
 
-    def __init__(self, stream: TextIO, language: str | None = None) -> None:
+    def __init__(self, stream: TextIO, language: str | None = None, name: str = "") -> None:
         self.stream = stream
+        self.name = name
         self.sep = language_joiner(language)
         self.final: list[str] = []  # the final sentences so far
         self.text = ""  # the final sentences, joined: the permanent text
         self.draft_text = ""  # the current segment's draft
         self.base = 0  # len(self.final) when the current segment's draft began
         self.segment = 0  # the segment the current draft belongs to
-        # What is on screen: permanent text, dimmed tail, and the cursor position after the permanent text.
-        self.drawn_text, self.drawn_tail, self.drawn_pos = "", "", (0, 0)
+        self.per_segment: dict[int, int] | None = None  # final sentences per segment, when sentences name it
+        self.closed_segments: set[int] = set()
+        self.status = ""  # the status row's text ("" = no status row)
+        self.progressing = False  # the status row is the progress bar (text does not end it)
+        self.phase: str | None = None  # loading: the ticker keeps its seconds moving
+        self.phase_t0 = 0.0
+        self.ticker: threading.Thread | None = None
+        self.closed = False
+        self.lock = threading.RLock()
+        # What is on screen: permanent text, the region after it (dimmed draft, then "\n" and the status row),
+        # how much of that region is dimmed, and the cursor position after the permanent text.
+        self.drawn_text, self.drawn_tail, self.drawn_dim, self.drawn_pos = "", "", 0, (0, 0)
 
     def _sep(self, head: str, tail: str) -> str:
         if not head or not tail:
@@ -251,50 +300,69 @@ class LiveView(View):
             return self.sep
         return "" if spaceless(head[-1]) or spaceless(tail[0]) else " "
 
-    def _draw(self, text: str, tail: str = "") -> bool:
-        """Make the screen show ``text`` and then ``tail`` dimmed, rewriting from the first difference.
+    def _draw(self, text: str, tail: str = "", status: str = "") -> bool:
+        """Make the screen show ``text``, then ``tail`` dimmed, then ``status`` on the next row, rewriting from
+        the first difference.
 
         False, with nothing drawn, when that difference has scrolled out of reach above the window.
         """
         cols = columns(self.stream)
-        old_text, old_tail, old_pos = self.drawn_text, self.drawn_tail, self.drawn_pos
-        if text == old_text:  # the usual case: only the draft changed
-            p = len(text) + common(tail, old_tail)
-            if p == len(text) + len(tail) == len(text) + len(old_tail):
+        region = tail + ("\n" + tail_to_fit(status, cols - 1) if status else "")
+        dim = len(tail)
+        old_text, old_tail, old_dim, old_pos = self.drawn_text, self.drawn_tail, self.drawn_dim, self.drawn_pos
+        if text == old_text:  # the usual case: only the draft or the status changed
+            c = common(region, old_tail)
+            if dim != old_dim:  # the same characters, dimmed differently, are not the same
+                c = min(c, dim, old_dim)
+            if c == len(region) == len(old_tail):
                 return True
+            p = len(text) + c
         elif text.startswith(old_text):  # sentences were added: they replace the dimmed draft
             p = len(old_text)
         else:  # the final text differs from what was streamed
             p = common(text, old_text)
         out = ""
+        new_text = text[p:]  # what of the text is written, then what of the region
+        rest = region[max(0, p - len(text)):]
         if p < len(old_text) + len(old_tail):  # go back to the first difference and clear from there
             end = advance(old_pos, old_tail, cols)
             at = advance(old_pos, old_tail[: p - len(old_text)], cols) if p >= len(old_text) else \
                 position(old_text[:p], cols)
-            row, col = (at[0] + 1, 0) if at[1] >= cols else at  # a full row: next character starts the next
+            if at[1] >= cols:  # a full row: the next character starts the next row, so go there ...
+                at = (at[0] + 1, 0)
+                if new_text.startswith("\n"):  # ... where a newline next is already taken
+                    new_text = new_text[1:]
+                elif not new_text and rest.startswith("\n"):
+                    rest = rest[1:]
+            row, col = at
             if end[0] - row >= lines(self.stream):
                 return False
-            out = "\r" + (f"\x1b[{end[0] - row}A" if end[0] > row else "") + (f"\x1b[{col}C" if col else "")
-            out += CLEAR_EOS
+            out = clear_back(end[0] - row, col)
         else:
             at = advance(old_pos, old_tail, cols)
         if text == old_text:
             pos = old_pos
-        elif p < len(text):
-            out += text[p:]
-            pos = advance(at, text[p:], cols)
-        else:  # the text shrank to a prefix of what was drawn
-            pos = at
-        if tail[max(0, p - len(text)):]:
-            out += (tail[max(0, p - len(text)):] if no_color() else DIM + tail[max(0, p - len(text)):] + RESET)
+        else:  # new text written, or the text shrank to a prefix of what was drawn
+            out += new_text
+            pos = advance(at, new_text, cols)
+        q = len(region) - len(rest)  # where in the region ``rest`` begins
+        dimmed, plain = rest[: max(0, dim - q)], rest[max(0, dim - q):]
+        if dimmed:
+            out += dimmed if no_color() else DIM + dimmed + RESET
+        out += plain
         self.stream.write(out)
         self.stream.flush()
-        self.drawn_text, self.drawn_tail, self.drawn_pos = text, tail, pos
+        self.drawn_text, self.drawn_tail, self.drawn_dim, self.drawn_pos = text, region, dim, pos
         return True
 
     def _tail(self) -> str:
         """The draft beyond the final sentences of its segment (its separator first), at most MAX_ROWS rows."""
-        done = max(0, len(self.final) - self.base)
+        if self.segment in self.closed_segments:
+            return ""
+        if self.per_segment is not None:
+            done = self.per_segment.get(self.segment, 0)
+        else:
+            done = max(0, len(self.final) - self.base)
         pending = "".join(split_sentences(self.draft_text)[done:]).replace("|", "").strip()
         if not pending:
             return ""
@@ -304,40 +372,104 @@ class LiveView(View):
         room = cols * self.MAX_ROWS - (col % cols) - width(sep) - 1
         return sep + tail_to_fit(pending, max(1, room))
 
+    def _redraw(self) -> None:
+        if not self.closed:
+            self._draw(self.text, self._tail(), f"{self.name} {self.status}".strip() if self.status else "")
+
     def _new_segment(self, text: str) -> bool:
         prev = self.draft_text
         if not prev:
             return False
         return len(text) <= len(prev) or not text.startswith(prev[: max(0, len(prev) - self.SLACK)])
 
-    def draft(self, text: str, segment: int | None = None) -> None:
-        # The daemon says which segment a draft belongs to; an older daemon does not, and then a draft that
-        # does not extend the previous one is taken to start a new segment.
-        if (segment != self.segment) if segment is not None else self._new_segment(text):
-            self.base = len(self.final)
-        if segment is not None:
-            self.segment = segment
-        self.draft_text = text
-        self._draw(self.text, self._tail())
+    def _ready(self) -> None:
+        """Text came: the job is out of the queue and the model loaded, whatever the last such event said;
+        a progress line stays."""
+        if not self.progressing:
+            self.phase, self.status = None, ""
 
-    def sentence(self, index: int, text: str) -> None:
-        self.final.append(text)
-        if text.strip():
-            self.text += self._sep(self.text, text.strip()) + text.strip()
-        self._draw(self.text, self._tail())
+    def _tick(self) -> None:
+        while True:
+            time.sleep(0.5)
+            with self.lock:
+                if self.phase is None or self.closed:
+                    self.ticker = None
+                    return
+                self.status = loading_text(self.phase, time.monotonic() - self.phase_t0)
+                self._redraw()
+
+    def queued(self, position: int) -> None:
+        with self.lock:
+            self.phase, self.status, self.progressing = None, queued_text(position), False
+            self._redraw()
+
+    def loading(self, phase: str, elapsed: float | None) -> None:
+        with self.lock:
+            self.phase, self.progressing = phase or "models", False
+            self.phase_t0 = time.monotonic() - (elapsed or 0.0)
+            self.status = loading_text(self.phase, elapsed or 0.0)
+            self._redraw()
+            if self.ticker is None and not self.closed:
+                self.ticker = threading.Thread(target=self._tick, daemon=True)
+                self.ticker.start()
+
+    def progress(self, done: float, total: float) -> None:
+        with self.lock:
+            self.phase, self.status, self.progressing = None, bar_text(done, total), True
+            self._redraw()
+
+    def draft(self, text: str, segment: int | None = None) -> None:
+        with self.lock:
+            # The daemon says which segment a draft belongs to; an older daemon does not, and then a draft that
+            # does not extend the previous one is taken to start a new segment.
+            if (segment != self.segment) if segment is not None else self._new_segment(text):
+                self.base = len(self.final)
+            if segment is not None:
+                self.segment = segment
+            self.draft_text = printable(text)
+            self._ready()
+            self._redraw()
+
+    def sentence(self, index: int, text: str, segment: int | None = None) -> None:
+        """A final sentence; ``segment`` where the caller knows which segment (utterance) it belongs to."""
+        with self.lock:
+            self.final.append(text)
+            if segment is not None:
+                if self.per_segment is None:
+                    self.per_segment = {}
+                self.per_segment[segment] = self.per_segment.get(segment, 0) + 1
+            text = printable(text).strip()
+            if text:
+                self.text += self._sep(self.text, text) + text
+            self._ready()
+            self._redraw()
+
+    def done(self, segment: int) -> None:
+        """Every final sentence of ``segment`` has come: a later draft of it is stale, and its draft goes."""
+        with self.lock:
+            self.closed_segments.add(segment)
+            self._redraw()
 
     def finish(self, final: str | None) -> None:
         """Leave exactly the final text on screen (sentences missed by the stream filled in, differences
-        rewritten), then a newline."""
-        text = self.text if final is None else final
-        if not self._draw(text):  # the difference scrolled away: say it once more, in full
-            self._draw(self.drawn_text)
-            self.stream.write("\n" + text)
-        self.stream.write("\n")
-        self.stream.flush()
+        rewritten; no draft, no status row), then a newline."""
+        with self.lock:
+            if self.closed:  # said once: the screen below is no longer the view's
+                return
+            self.closed, self.phase = True, None
+            text = self.text if final is None else printable(final, keep="\n")
+            if not self._draw(text):  # the difference scrolled away: say it once more, in full
+                self._draw(self.drawn_text)
+                self.stream.write("\n" + text)
+            self.stream.write("\n")
+            self.stream.flush()
 
     def abort(self) -> None:
-        self._draw(self.drawn_text)
-        if self.drawn_text:
-            self.stream.write("\n")
-        self.stream.flush()
+        with self.lock:
+            if self.closed:
+                return
+            self.closed, self.phase = True, None
+            self._draw(self.drawn_text)
+            if self.drawn_text:
+                self.stream.write("\n")
+            self.stream.flush()
