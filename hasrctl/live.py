@@ -357,7 +357,8 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
 
 
 def typist(env: dict[str, str] | None = None) -> list[str]:
-    """The command that types text into the focused window, for this session (X11 or Wayland)."""
+    """The command that types text into the focused window, for this session (X11 or Wayland; ydotool, which
+    writes to the kernel's input device, also without either)."""
     e = os.environ if env is None else env
     wayland = bool(e.get("WAYLAND_DISPLAY"))
     tools = (["wtype", "ydotool", "xdotool"] if wayland else ["xdotool", "wtype", "ydotool"])
@@ -367,6 +368,11 @@ def typist(env: dict[str, str] | None = None) -> list[str]:
         if shutil.which(tool, path=e.get("PATH")):
             return {"xdotool": ["xdotool", "type", "--clearmodifiers", "--delay", "0", "--"],
                     "wtype": ["wtype", "--"], "ydotool": ["ydotool", "type", "--"]}[tool]
+    if not wayland and not e.get("DISPLAY"):  # no desktop session here: xdotool and wtype have nothing to reach
+        raise CliError("there is no graphical session to type into: neither DISPLAY (X11) nor WAYLAND_DISPLAY "
+                       "(Wayland) is set; run dictate from a terminal in your desktop session (X11 needs "
+                       "xdotool, Wayland wtype or ydotool), or install ydotool with its ydotoold to type "
+                       "without one; `hasrctl listen` prints what you say instead", EXIT_FAILED)
     where = "Wayland (install wtype or ydotool)" if wayland else "X11 (install xdotool)"
     raise CliError(f"nothing can type into windows here: on {where}", EXIT_FAILED)
 

@@ -125,3 +125,22 @@ def test_dictate_without_a_typing_tool_says_what_to_install(short_tmp: str) -> N
     res = subprocess.run([sys.executable, "-m", "hasrctl", "dictate"], env=env, capture_output=True, text=True,
                          timeout=60)  # PATH has no python: the interpreter is named
     assert res.returncode == 1 and "install xdotool" in res.stderr, res.stderr
+
+
+def test_dictate_without_any_display_says_there_is_no_graphical_session(short_tmp: str) -> None:
+    empty = os.path.join(short_tmp, "bin")
+    os.mkdir(empty)
+    for tool in ("xdotool", "wtype"):  # installed, but with no display they cannot type anywhere
+        with open(os.path.join(empty, tool), "w") as f:
+            f.write("#!/bin/sh\nexit 1\n")
+        os.chmod(os.path.join(empty, tool), 0o755)
+    env = cli_env(short_tmp, HASR_SOCKET=os.path.join(short_tmp, "nobody.sock"), HASR_AUTOSTART="0", PATH=empty)
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    res = subprocess.run([sys.executable, "-m", "hasrctl", "dictate"], env=env, capture_output=True, text=True,
+                         timeout=120)  # only a hung program meets this
+    assert res.returncode == 1, res.stderr
+    err = res.stderr
+    assert "no graphical session to type into" in err and "DISPLAY" in err and "WAYLAND_DISPLAY" in err, err
+    assert "install xdotool" not in err and "ydotool" in err, err  # what it needs: a session, or ydotool
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err  # one line, no traceback
