@@ -90,13 +90,12 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
               "whisper and hybrid engines).")
 @click.option("--model", metavar="ID", envvar="HASR_MODEL", show_envvar=True,
               help="An id of `curl .../v1/models`: hasr (the default), or an OpenAI id such as whisper-1.")
-@click.option("--max-line-width", metavar="N", callback=_cue_option,
-              help="srt/vtt: characters a subtitle line at most, 8-200 [default: 42, 16 for Chinese and Japanese; "
-                   "HASR_MAX_LINE_WIDTH].")
-@click.option("--max-line-count", metavar="N", callback=_cue_option,
-              help="srt/vtt: lines a cue at most, 1-4 [default: 2; HASR_MAX_LINE_COUNT].")
-@click.option("--max-cue-sec", metavar="SEC", callback=_cue_option,
-              help="srt/vtt: seconds a cue stays on screen at most, 1-60 [default: 7; HASR_MAX_CUE_SEC]; a longer "
+@click.option("--max-line-width", metavar="N", callback=_cue_option, envvar="HASR_MAX_LINE_WIDTH", show_envvar=True,
+              help="srt/vtt: characters a subtitle line at most, 8-200 [default: 42, 16 for Chinese and Japanese].")
+@click.option("--max-line-count", metavar="N", callback=_cue_option, envvar="HASR_MAX_LINE_COUNT", show_envvar=True,
+              help="srt/vtt: lines a cue at most, 1-4 [default: 2].")
+@click.option("--max-cue-sec", metavar="SEC", callback=_cue_option, envvar="HASR_MAX_CUE_SEC", show_envvar=True,
+              help="srt/vtt: seconds a cue stays on screen at most, 1-60 [default: 7]; a longer "
                    "sentence is cut between words, after a comma where there is one.")
 @daemon_options
 def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, force: bool,

@@ -12,7 +12,7 @@ from tests.cliutil import cli_env, hasrctl, one_line, show
 from tests.conftest import pid_alive, wait_until
 from tests.daemon import write_wav
 
-FINAL = "今天天气很好。我们去公园散步\n"
+FINAL = "今天天气很好。\n我们去公园散步\n"  # one sentence a line (the CLI's text format)
 
 
 def _started_pid(stderr: str) -> int:

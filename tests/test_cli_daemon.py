@@ -19,11 +19,12 @@ import pytest
 import srt
 import webvtt
 
-from hasrd.formats import render
+from hasrd.formats import lines, render
 from tests.cliutil import REPO, cli_env, hasrctl, one_line, show
 from tests.daemon import Hasrd, write_wav
 
 FINAL = "今天天气很好。我们去公园散步"  # the fake engine's default script, truncated sentence cut at "|"
+TEXT = "今天天气很好。\n我们去公园散步\n"  # what the CLI's text format writes: one sentence a line
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def work(base: str) -> Iterator[str]:
 def test_the_transcript_alone_goes_to_stdout(env: dict[str, str], wav: str) -> None:
     res = hasrctl("transcribe", wav, env=env)
     assert res.returncode == 0, show(res)
-    assert res.stdout == FINAL + "\n"
+    assert res.stdout == TEXT
     assert res.stderr == ""
 
 
@@ -93,7 +94,8 @@ def test_vtt_output_parses_and_matches_the_srt_times(env: dict[str, str], wav: s
 def test_every_format_equals_the_shared_renderer_of_the_result(env: dict[str, str], wav: str) -> None:
     result = json.loads(hasrctl("transcribe", "-f", "verbose_json", wav, env=env).stdout)["hasr"]
     for fmt in ("text", "json", "srt", "vtt"):
-        assert hasrctl("transcribe", "-f", fmt, wav, env=env).stdout == render(result, fmt)
+        want = lines(result) if fmt == "text" else render(result, fmt)
+        assert hasrctl("transcribe", "-f", fmt, wav, env=env).stdout == want
 
 
 def test_output_directory_gets_name_dot_ext_and_is_never_overwritten(env: dict[str, str], wav: str,
@@ -118,7 +120,7 @@ def test_output_directory_gets_name_dot_ext_and_is_never_overwritten(env: dict[s
 def test_output_file_and_beside_the_input(env: dict[str, str], wav: str, work: str) -> None:
     target = os.path.join(work, "x.txt")
     assert hasrctl("transcribe", "-o", target, wav, env=env).returncode == 0
-    assert Path(target).read_text() == FINAL + "\n"
+    assert Path(target).read_text() == TEXT
     local = shutil.copy(wav, os.path.join(work, "b.wav"))
     res = hasrctl("transcribe", "--beside", "-f", "vtt", local, env=env)
     assert res.returncode == 0 and Path(work, "b.vtt").read_text().startswith("WEBVTT")
@@ -128,7 +130,7 @@ def test_stdin_is_uploaded(env: dict[str, str], wav: str) -> None:
     data = Path(wav).read_bytes()
     res = hasrctl("transcribe", "-", env=env, stdin=data)
     assert res.returncode == 0, show(res)
-    assert res.stdout == FINAL + "\n"
+    assert res.stdout == TEXT
     subs = list(srt.parse(hasrctl("transcribe", "-f", "srt", "-", env=env, stdin=data).stdout))
     assert "".join(s.content for s in subs) == FINAL
 
@@ -143,7 +145,7 @@ def test_several_files_with_one_bad_one(env: dict[str, str], wav: str, work: str
     Path(bad).write_text("this is text, not audio\n")
     res = hasrctl("transcribe", wav, bad, wav, env=env)
     assert res.returncode == 1, show(res)
-    assert res.stdout == (FINAL + "\n") * 2
+    assert res.stdout == TEXT * 2
     lines = res.stderr.splitlines()
     assert len(lines) == 3
     assert [("ok" in ln) for ln in lines] == [True, False, True]
@@ -187,7 +189,7 @@ def test_forced_progress_shows_loading_and_audio_seconds(base: str, wav: str) ->
     finally:
         assert d.stop() == 0
     for r in (res, upload):  # a path and an upload (stdin) show the same
-        assert r.returncode == 0 and r.stdout == FINAL + "\n", show(r)
+        assert r.returncode == 0 and r.stdout == TEXT, show(r)
         assert "/3.0 s audio" in r.stderr and "[####" in r.stderr
         assert r.stderr.endswith("\r\x1b[K")  # the line is erased when done
     assert "loading: starting worker" in res.stderr  # a cold start shows the loading phase

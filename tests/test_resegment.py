@@ -97,6 +97,11 @@ def test_four_pieces_of_the_same_text_in_a_row_are_a_loop_said_once() -> None:
     for p in [Piece([Word(t, i, i + 1)]) for i, t in enumerate(["No.", "No.", "No.", "Fine."])]:
         got += [t for t, _ in f.add(p.text, p)]
     assert got + [t for t, _ in f.flush()] == ["No.", "No.", "No.", "Fine."]  # three is speech, not a loop
+    f = LoopFilter()
+    got = []
+    for p in [Piece([Word("Again.", 10 * i, 10 * i + 2)]) for i in range(6)]:  # a refrain, with pauses
+        got += [t for t, _ in f.add(p.text, p)]
+    assert got + [t for t, _ in f.flush()] == ["Again."] * 6
 
 
 SENTENCE_WORDS = st.lists(st.sampled_from(["alpha", "beta", "gamma.", "delta,", "eps?", "zeta"]), min_size=1,

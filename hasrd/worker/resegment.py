@@ -208,21 +208,25 @@ class Resegmenter:
 
 
 LOOP_REPEATS = 4  # the file path's rule: a phrase said four times in a row is a decoding loop
+LOOP_GAP = 1.0  # ... back to back: the same sentence again after a real pause is speech (a refrain, a test file)
 
 
 class LoopFilter:
     """Pieces with the same text, one after another, four times or more: a decoding loop that spans decoder
     segments (whisper base hears "傻子" twenty times in a row in hard Mandarin), said once. Repeats are held back
-    until a different text (or the end) shows whether they were a loop; fewer than four go out as they came."""
+    until a different text, a pause (or the end) shows whether they were a loop; fewer than four go out as they
+    came."""
 
-    def __init__(self, limit: int = LOOP_REPEATS) -> None:
-        self.limit = limit
+    def __init__(self, limit: int = LOOP_REPEATS, gap: float = LOOP_GAP) -> None:
+        self.limit, self.gap = limit, gap
         self.last: str | None = None
+        self.last_end = float("-inf")
         self.held: list[tuple[str, Piece]] = []
 
     def add(self, text: str, piece: Piece) -> list[tuple[str, Piece]]:
         key = _loop_key(text)
-        if key and key == self.last:
+        close, self.last_end = piece.start - self.last_end < self.gap, piece.end
+        if key and key == self.last and close:
             self.held.append((text, piece))
             return []
         out = self.flush()

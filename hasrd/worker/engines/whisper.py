@@ -216,20 +216,16 @@ def timed_words(seg: Any, offset: float, source: int) -> list[resegment.Word]:
                            source)] if text.strip() else []
 
 
-def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], claimed: set[int],
+def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], tokenize: Callable[[str], list[int]],
                    want_words: bool) -> dict[str, Any]:
     """One ``per_sentence`` entry: the piece's text and times, the scores of the decoder segment most of its
-    words came from, and the tokens of each decoder segment it is the first piece of (``claimed`` remembers
-    which segments gave theirs already, so no token is counted twice)."""
+    words came from, and its own text's tokens (a decoder segment may hold several sentences)."""
     counts: dict[int, int] = {}
     for w in piece.words:
         counts[w.source] = counts.get(w.source, 0) + 1
     main = sources[max(counts, key=lambda k: counts[k])]
-    tokens: list[int] = []
-    for k in sorted(counts):
-        if k not in claimed:
-            claimed.add(k)
-            tokens.extend(int(t) for t in (getattr(sources[k], "tokens", None) or []))
+    raw = "".join(w.text for w in piece.words)
+    tokens = tokenize(raw if raw.strip() == text else " " + text)
     entry: dict[str, Any] = {"text": text, "engine": "fw", "start_s": round(piece.start, 3),
                              "end_s": round(piece.end, 3),
                              "avg_logprob": round(float(main.avg_logprob), 4),
@@ -338,7 +334,6 @@ class WhisperEngine:
         calls = 0
         cuts = resegment.Resegmenter()
         sources: list[Any] = []  # the decoder's segments, by index: scores and tokens for the pieces
-        claimed: set[int] = set()
         want_words = bool(options.get("word_timestamps"))
 
         loops = resegment.LoopFilter()
@@ -353,7 +348,7 @@ class WhisperEngine:
             if end:
                 kept.extend(loops.flush())
             for text, piece in kept:
-                entry = sentence_entry(piece, text, sources, claimed, want_words)
+                entry = sentence_entry(piece, text, sources, self._tokens, want_words)
                 if first_text_s is None:
                     first_text_s = entry["end_s"]
                 emit.sentence(len(per_sentence), text, "fw", entry["start_s"], entry["end_s"])
@@ -404,6 +399,13 @@ class WhisperEngine:
         _name, code = language_of(language or self.settings.language)
         return WhisperLive(self.model, whisper_code(self.model, code), task_of(options), prompt_of(options), emit,
                            cancelled, options)
+
+    def _tokens(self, text: str) -> list[int]:
+        """The model's text tokens for ``text`` (verbose_json's ``tokens``), as whisper would write it."""
+        tok = getattr(self.model, "hf_tokenizer", None)
+        if tok is None:
+            return []
+        return [int(t) for t in tok.encode(text, add_special_tokens=False).ids]
 
     @property
     def batch(self) -> int:
