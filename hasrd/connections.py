@@ -26,6 +26,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 log = logging.getLogger("hasrd")
 
 DRAIN_WAIT_SEC = 2.0  # how long an accepted connection with no request yet may take to send one at exit
+PEEKS_PER_ACCEPT = 4  # at most this many candidates are looked at when a connection over the cap arrives
 OBSERVE = frozenset({"/health", "/api/ps", "/api/version", "/api/events"})  # GETs that only observe
 
 
@@ -72,6 +73,7 @@ class PeerProtocol(H11Protocol):
     read_timeout = 30.0
     on_activity: Callable[[], None] = staticmethod(lambda: None)
     _open: dict[PeerProtocol, None] = {}
+    _evictable: dict[PeerProtocol, None] = {}  # between requests, oldest idle first (an ordered set)
     _shed = [0, 0.0]  # connections closed by the cap since the last log line, and when that was
     _got_data = False
     _draining = False
@@ -87,7 +89,7 @@ class PeerProtocol(H11Protocol):
                   on_activity: Callable[[], None] = lambda: None) -> type[PeerProtocol]:
         """A subclass with its own limits and connection registry (one per server)."""
         return type("HasrProtocol", (cls,), {"max_connections": max_connections, "read_timeout": read_timeout,
-                                             "on_activity": staticmethod(on_activity), "_open": {},
+                                             "on_activity": staticmethod(on_activity), "_open": {}, "_evictable": {},
                                              "_shed": [0, 0.0], "_work_ended": [0.0]})
 
     @classmethod
@@ -104,21 +106,38 @@ class PeerProtocol(H11Protocol):
         self.client = peer_of(transport) or self.client
         self._last_data = self._waiting_since = self.loop.time()
         self._open[self] = None
+        self._evictable[self] = None
         self._read_timer: asyncio.TimerHandle | None = self.loop.call_later(self.read_timeout, self._check_read)
         if len(self._open) > self.max_connections:
-            victim = next((c for c in self._open if c is not self and c._between_requests()
-                           and not c._request_waiting()), None)
+            victim = self._victim()
             if victim is not None:
                 victim._drop()
             else:  # answered once its request is in: closing on unread data would reset it unanswered
                 self._refusing = True
                 self._open.pop(self, None)
+                self._evictable.pop(self, None)
                 self.loop.call_later(1.0, self._refuse)
         self.on_activity()
+
+    def _victim(self) -> PeerProtocol | None:
+        """The connection to close for a new one over the cap: the one idle longest with no request waiting
+        unread. Bounded work per accept (issue 21: scanning and peeking every open connection on each accept
+        cost over-cap x cap syscalls during a burst and stalled the loop until the watchdog fired): at most
+        PEEKS_PER_ACCEPT candidates, taken from the front of the ordered set; one found with a request waiting
+        leaves the set until its next response, so each connection is peeked at most once per idle spell."""
+        for _ in range(PEEKS_PER_ACCEPT):
+            candidate = next((c for c in self._evictable if c is not self), None)
+            if candidate is None:
+                return None
+            self._evictable.pop(candidate, None)
+            if candidate._between_requests() and not candidate._request_waiting():
+                return candidate
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._open.pop(self, None)
+        self._evictable.pop(self, None)
         if self._worked:
             self._work_ended[0] = time.monotonic()
         if self._read_timer is not None:
@@ -131,6 +150,7 @@ class PeerProtocol(H11Protocol):
             return
         self._got_data = True
         self._last_data = self.loop.time()
+        self._evictable.pop(self, None)
         super().data_received(data)
         if self.cycle is not None and self.cycle is not self._cycle_seen:  # a new request
             self._cycle_seen = self.cycle
@@ -147,6 +167,7 @@ class PeerProtocol(H11Protocol):
         """A WebSocket (/v1/realtime) leaves the cap and the read timeouts: a live session is admitted and
         bounded like a job (HASR_MAX_QUEUE) and has its own idle limit (HASR_LIVE_IDLE_SEC)."""
         self._open.pop(self, None)
+        self._evictable.pop(self, None)
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
@@ -155,6 +176,9 @@ class PeerProtocol(H11Protocol):
     def on_response_complete(self) -> None:
         self._waiting_since = self.loop.time()
         super().on_response_complete()
+        if not self._evicted and not self.transport.is_closing() and self in self._open:
+            self._evictable.pop(self, None)
+            self._evictable[self] = None  # to the back: idle from now
 
     def _request_waiting(self) -> bool:
         """Whether bytes the loop has not read yet wait on this connection: in a burst of accepts, a client
@@ -202,6 +226,7 @@ class PeerProtocol(H11Protocol):
         on it since its last response, so the client can read one)."""
         self._evicted = True
         self._open.pop(self, None)
+        self._evictable.pop(self, None)
         if status:
             body = json.dumps({"error": {"code": "too_many_connections" if status.startswith(b"503") else
                                          "request_timeout", "message": message}}).encode()
