@@ -70,9 +70,9 @@ def test_a_job_that_stops_reporting_is_killed_after_the_stall_time_with_an_error
         t0 = time.monotonic()
         r = post_transcribe(d.sock, wav10, {"fake": {"hang": True}})
         took = time.monotonic() - t0
-        err = r.json()["error"]
+        err = r.json()["error"]  # "stalled" says the watchdog ended it, not a timeout or a crash
         assert r.status_code == 504 and err["code"] == "stalled" and "HASR_STALL_SEC" in err["message"]
-        assert 1.4 < took < 5.0
+        assert took > 1.4  # not before the stall time (a busy machine may only make it later)
         assert post_transcribe(d.sock, wav10).status_code == 200 and d.get("/api/ps")["pid"] != pid
     finally:
         d.stop()
@@ -120,13 +120,13 @@ def test_the_ttl_cannot_unload_the_worker_while_a_request_for_it_is_being_decode
             t = threading.Thread(target=lambda: done.append(post_transcribe(d.sock, big, timeout=300)))
             t.start()
             while t.is_alive():
-                seen.append(c.get("/api/ps").json())
+                seen.append({**c.get("/api/ps").json(), "_t": time.monotonic()})
                 time.sleep(0.05)
             t.join()
         assert done[0].status_code == 200, done[0].text
         assert done[0].json()["timings"]["decode_s"] > 1.0  # it really decoded for longer than the TTL
         admitted = [s for s in seen if s["in_flight"] == 1]
-        assert len(admitted) > 10  # the decode took many polls, each longer than... 0.05 s; TTL 0.3 s
+        assert admitted[-1]["_t"] - admitted[0]["_t"] > 0.9  # watched while admitted for three TTLs and more
         # never unloaded (nor reloaded for its own request) while it was admitted or after
         assert all(s["pid"] == pid and s["state"] == "ready" for s in seen[seen.index(admitted[0]):])
     finally:
@@ -141,12 +141,12 @@ def test_a_request_behind_long_decodes_gets_its_file_not_found_at_once(short_tmp
                    for _ in range(2)]
         for t in threads:
             t.start()
-        time.sleep(0.5)  # both are decoding now (each takes seconds) and hold both decode slots
-        t0 = time.monotonic()
+        assert wait_until(lambda: d.get("/api/ps")["in_flight"] == 2, 120)  # both decoding: both slots held
         r = post_transcribe(d.sock, os.path.join(short_tmp, "missing.wav"))
-        assert r.json()["error"]["code"] == "file_not_found" and time.monotonic() - t0 < 0.5
-        assert all(t.is_alive() for t in threads)  # still decoding: the answer did not wait for them
-        assert d.get("/api/ps")["in_flight"] == 2
+        assert r.json()["error"]["code"] == "file_not_found"
+        # Both still decoding: the answer waited for no decode slot (one would have come free only at the end
+        # of an hour of audio), however slowly this machine answers.
+        assert all(t.is_alive() for t in threads) and d.get("/api/ps")["in_flight"] == 2
         for t in threads:
             t.join()
     finally:
@@ -161,13 +161,14 @@ def test_uploads_waiting_to_decode_count_against_the_queue_bound(short_tmp: str)
                    for _ in range(2)]
         for t in threads:
             t.start()
-        time.sleep(0.5)  # both are decoding (seconds each): admitted, though neither has reached the queue
-        with d.client() as c, open(big, "rb") as f:
+        # both decoding: admitted, though neither has reached the queue
+        assert wait_until(lambda: d.get("/api/ps")["in_flight"] == 2, 120)
+        with d.client(120) as c, open(big, "rb") as f:
             data = f.read(200_000)
-            t0 = time.monotonic()
             r = c.post("/v1/audio/transcriptions", files={"file": ("x.flac", data)})
         assert r.status_code == 503 and r.json()["error"]["code"] == "queue_full"
-        assert time.monotonic() - t0 < 0.5  # refused at once, not after waiting for a decode slot
+        # refused while both still decode: it did not wait for a decode slot to come free
+        assert all(t.is_alive() for t in threads) and d.get("/api/ps")["in_flight"] == 2
         for t in threads:
             t.join()
     finally:
@@ -186,9 +187,9 @@ def raw_request(sock_path: str, method: str, path: str, body: bytes, ctype: str)
 
 
 @pytest.mark.parametrize("endpoint", ["/transcribe", "/v1/audio/transcriptions"])
-def test_a_client_leaving_a_plain_request_cancels_its_job_within_a_second_and_keeps_the_model(
+def test_a_client_leaving_a_plain_request_cancels_its_job_and_keeps_the_model(
         short_tmp: str, endpoint: str) -> None:
-    wav = write_wav(os.path.join(short_tmp, "long.wav"), 30.0)
+    wav = write_wav(os.path.join(short_tmp, "long.wav"), 600.0)  # ten minutes of paced work, were it not cancelled
     d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_FAKE_RTF": "1"})
     try:
         with d.client() as c:
@@ -199,11 +200,10 @@ def test_a_client_leaving_a_plain_request_cancels_its_job_within_a_second_and_ke
         else:
             body = (b"--B\r\nContent-Disposition: form-data; name=\"path\"\r\n\r\n" + wav.encode() + b"\r\n--B--\r\n")
             s = raw_request(d.sock, "POST", endpoint, body, "multipart/form-data; boundary=B")
-        assert wait_until(lambda: d.get("/api/ps")["running"] == 1, 10)
+        assert wait_until(lambda: d.get("/api/ps")["running"] == 1, 120)
         s.close()  # the OpenAI SDK's timeout, Ctrl-C on curl
-        t0 = time.monotonic()
-        assert wait_until(lambda: d.get("/api/ps")["in_flight"] == 0, 5)
-        assert time.monotonic() - t0 < 1.0
+        # Done within two minutes: the job was cancelled, for it had ten minutes of work left.
+        assert wait_until(lambda: d.get("/api/ps")["in_flight"] == 0, 120)
         ps = d.get("/api/ps")
         assert ps["running"] == 0 and ps["pid"] == pid and ps["state"] == "ready"
     finally:
