@@ -57,6 +57,8 @@ def error_response(e: errors.HasrError) -> JSONResponse:
     headers = {}
     if e.status == 503:
         headers["Retry-After"] = str(int(max(1, round(e.retry_after or 5))))
+    if e.status == 413:  # refused before the body was read: close rather than read and discard the rest of it
+        headers["Connection"] = "close"  # (a connection kept open would linger, then get an unsolicited 408)
     return JSONResponse(e.to_json(), status_code=e.status, headers=headers)
 
 

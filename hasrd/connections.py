@@ -175,6 +175,11 @@ class PeerProtocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         self._waiting_since = self.loop.time()
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            # Answered before its body was read (413, a malformed form): reading and discarding the rest (up
+            # to HASR_MAX_UPLOAD_MB) would hold the connection and the idle exit, and end in a 408 nobody asked
+            # for (issue 21 #4). Close instead.
+            self.transport.close()
         super().on_response_complete()
         if not self._evicted and not self.transport.is_closing() and self in self._open:
             self._evictable.pop(self, None)

@@ -329,3 +329,38 @@ def test_an_idle_daemon_exits_idle_exit_seconds_after_the_last_request_not_after
     took = time.monotonic() - t0
     assert 2.5 < took < 4.5, took  # the old clock started at the unload: 2 + 3 = 5 s
     assert "unloading" in d.log()
+
+
+@pytest.mark.parametrize("route,ctype", [("/transcribe", b"application/json"),
+                                         ("/v1/audio/transcriptions", b"multipart/form-data; boundary=x")])
+def test_an_early_413_closes_the_connection_at_once_without_reading_the_body(quick: Hasrd, route: str,
+                                                                             ctype: bytes) -> None:
+    """Issue 21 #4: the daemon used to read and discard the rest of the body, keep the connection open for the
+    read timeout, then write an unsolicited 408 after the 413 (and hold its idle exit meanwhile)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(quick.sock)
+    s.settimeout(30)
+    s.sendall(b"POST " + route.encode() + b" HTTP/1.1\r\nHost: hasr\r\nContent-Type: " + ctype +
+              b"\r\nContent-Length: 2000000000\r\n\r\n" + b"x" * 65536)
+    out = b""
+    closed = False
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                closed = True
+                break
+            out += chunk
+    except socket.timeout:
+        pass
+    except ConnectionResetError:
+        closed = True
+    finally:
+        s.close()
+    assert out.startswith(b"HTTP/1.1 413"), out[:300]
+    assert b"connection: close" in out.lower()
+    assert b"408" not in out  # one answer, the 413, and nothing after it
+    assert closed
+    with quick.client() as c:
+        assert c.get("/health").status_code == 200
+    no_tracebacks(quick)
