@@ -121,9 +121,14 @@ def pinyin() -> Callable[[str], str]:
 
 def metric_for(reference: str, language: str | None) -> str:
     """cer for Chinese and Japanese (by language name or by the reference's script), else wer."""
-    lang = (language or "").strip().lower()
-    if lang:
-        return "cer" if lang in ("chinese", "zh", "cantonese", "yue", "japanese", "ja", "mandarin") else "wer"
+    from hasrd.languages import UnknownLanguage, parse
+
+    try:
+        code = parse(language).code
+    except UnknownLanguage:
+        code = ""
+    if code:
+        return "cer" if code in ("zh", "yue", "ja") else "wer"
     return "cer" if any(is_cjk(c) for c in reference) else "wer"
 
 

@@ -65,6 +65,8 @@ def test_homophones_compare_pinyin() -> None:
 def test_metric_follows_language_or_script() -> None:
     assert ev.metric_for("你好", None) == "cer" and ev.metric_for("hello", None) == "wer"
     assert ev.metric_for("hello", "Chinese") == "cer" and ev.metric_for("你好", "English") == "wer"
+    assert ev.metric_for("hello", "zh-TW") == ev.metric_for("hello", "yue") == ev.metric_for("hello", "ja") == "cer"
+    assert ev.metric_for("你好", "en-US") == "wer"
 
 
 # Hand-computed (see the comments): CER final 2/38, draft (only the last entry has one) 1/8, WER 2/5.
