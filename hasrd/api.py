@@ -247,7 +247,7 @@ async def health(request: Request) -> Response:
 async def transcribe(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)
-    body = await read_json(request, '{"audio_path": "/abs/file.wav"}')
+    body = await read_json(request, '{"audio_path": "/abs/file.wav"}', paths=("audio_path",))
     if not isinstance(body, dict):
         raise errors.BadRequest("the body must be a JSON object like {\"audio_path\": \"/abs/file.wav\"}")
     path = body.get("audio_path")

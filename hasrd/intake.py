@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import threading
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, TypeVar
 
@@ -115,9 +116,64 @@ MAX_JSON_BYTES = 1 << 20
 MAX_JSON_DEPTH = 16
 
 
-async def read_json(request: Request, example: str) -> Any:
+def check_path_text(path: str, field: str) -> None:
+    """A path a client names may hold any byte but NUL: one that is not UTF-8 arrives as a surrogate escape
+    (\\udc80-\\udcff, what os.fsdecode makes of it) and works. A lone surrogate that no byte maps to (\\ud800)
+    names no file; refused here with a 400 naming the field (issue 21 #2: os.stat raised a 500)."""
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        raise errors.BadRequest(f"{field} holds a lone surrogate (\\u{ord(path[_bad_at(path)]):04x}) that names "
+                                f"no file: send the path as valid UTF-8, or its undecodable bytes as \\udc80-"
+                                f"\\udcff escapes", code="invalid_request", param=field) from None
+    if "\0" in path:
+        raise errors.BadRequest(f"{field} holds a NUL character, which no file name can hold",
+                                code="invalid_request", param=field)
+
+
+def _bad_at(text: str) -> int:
+    return next((i for i, ch in enumerate(text) if 0xD800 <= ord(ch) <= 0xDFFF), 0)
+
+
+def check_text(obj: Any, field: str = "body", paths: tuple[str, ...] = ()) -> None:
+    """Every string of a request (keys and values, at any depth) must be encodable as UTF-8: a lone surrogate
+    (JSON's "\\ud800") cannot reach the worker, whose protocol refuses it only after the models were loaded
+    (issue 21 #2). 400 ``invalid_request`` naming the field, before anything starts. The top-level keys in
+    ``paths`` follow the path rule instead (:func:`check_path_text`)."""
+    todo: list[tuple[Any, str]] = [(obj, field)]
+    while todo:
+        item, where = todo.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise errors.BadRequest(f"{where} holds a lone surrogate (\\u{ord(item[_bad_at(item)]):04x}), "
+                                        f"which is not valid Unicode text", code="invalid_request",
+                                        param=where) from None
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                name = str(key) if where == field else f"{where}.{key}"
+                todo.append((str(key), f"a key of {where}" if _unencodable(str(key)) else where))
+                if where == field and key in paths and isinstance(value, str):
+                    check_path_text(value, str(key))
+                else:
+                    todo.append((value, name.encode("utf-8", "backslashreplace").decode("utf-8")))
+        elif isinstance(item, list):
+            todo.extend((x, f"{where}[{i}]") for i, x in enumerate(item))
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+async def read_json(request: Request, example: str, paths: tuple[str, ...] = ()) -> Any:
     """The body as JSON: 413 past MAX_JSON_BYTES (counted while reading, never read whole first), 400 when it
-    is not JSON or nests deeper than MAX_JSON_DEPTH."""
+    is not JSON, nests deeper than MAX_JSON_DEPTH or holds a string that is not valid Unicode (the keys in
+    ``paths`` may hold surrogate escapes of file-name bytes: :func:`check_text`)."""
     length = request.headers.get("content-length", "")
     too_big = errors.TooLarge(f"the JSON body is over the {MAX_JSON_BYTES // 1024} KiB limit")
     if length.isdigit() and int(length) > MAX_JSON_BYTES:
@@ -137,6 +193,7 @@ async def read_json(request: Request, example: str) -> Any:
         raise errors.BadRequest(f"the body must be JSON like {example}") from None
     if json_depth(obj) > MAX_JSON_DEPTH:
         raise errors.BadRequest(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+    check_text(obj, paths=paths)
     return obj
 
 

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from hasrd import errors, formats, subtitles
 from hasrd.api import (Daemon, JSONResponse, admitted, check_access, check_language, check_path_access, dumps,
                        shown)
-from hasrd.intake import check_path
+from hasrd.intake import check_path, check_path_text, check_text
 
 MODEL_IDS = ("hasr", "whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 """What ``model`` may name: hasr's engine under its own id and the ids OpenAI clients send by default (aliases
@@ -74,6 +74,12 @@ async def openai_audio(request: Request, task: str) -> Response:
     if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
     form = await read_form(request, limit)
+    for key, value in form.multi_items():  # no string that is not valid Unicode reaches the worker (issue 21 #2)
+        check_text(key, "a form field's name")
+        if isinstance(value, str):
+            (check_path_text if key == "path" else check_text)(value, key)
+        elif value.filename:
+            check_path_text(value.filename, key)
     check_model(str(form.get("model") or ""))
     fmt = str(form.get("response_format") or "json")
     try:
