@@ -258,3 +258,14 @@ def test_a_live_result_keeps_each_turn_equal_to_its_sentences() -> None:
            "per_sentence": [{"text": "软件很好,", "segment": 0}, {"text": "我们走吧.", "segment": 0}]}
     out = s.result(res)
     assert out["final"] == out["turns"][0]["text"] == "軟體很好，我們走吧。" and out["script_conversion"] == "s2twp"
+
+
+def test_without_opencc_the_characters_stay_the_punctuation_is_fixed_and_the_result_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(config: str) -> Any:
+        raise z.NoOpenCC("Chinese script conversion needs OpenCC: pip install opencc")
+
+    monkeypatch.setattr(z, "opencc", missing)
+    res = z.Scripter("zh", "simplified").result(whisper_like(["這個|軟件|很好,", "我们|走吧."]))
+    assert res["final"] == "這個軟件很好，我们走吧。"
+    assert res["script"] == "as-is" and res["script_conversion"] is None and "pip install opencc" in res["script_note"]
