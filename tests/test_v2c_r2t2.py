@@ -33,12 +33,19 @@ ALPHA = "天地玄黄宇宙洪荒日月盈昃辰宿列张"
 
 
 def model(hyps: list[tuple[float, str]], gens: dict[int, str] | None = None, *, legacy: bool = False,
-          observed: bool = True, language: str = "") -> Any:
-    """The stand-in as the engine loads it (observed generate step), max_new_tokens=4 as in the seed's load."""
+          observed: bool = True, language: str = "", bar_before_mark: str = "", mark_to_comma: str = "") -> Any:
+    """The stand-in as the engine loads it (observed generate step), max_new_tokens=4 as in the seed's load.
+
+    ``bar_before_mark`` / ``mark_to_comma``: the stand-in's behaviours 9 and 10 at those model calls.
+    """
     cls = observing(stand_in.R2T2ASRModel) if observed else stand_in.R2T2ASRModel
     opts = {"legacy_bar": ""} if legacy else {}
     if language:
         opts["language"] = language
+    if bar_before_mark:
+        opts["bar_before_mark"] = bar_before_mark
+    if mark_to_comma:
+        opts["mark_to_comma"] = mark_to_comma
     return cls(sorted(hyps, key=lambda h: h[0]), dict(gens or {}), opts, {}, 4)
 
 
@@ -109,16 +116,21 @@ def scripts(draw: st.DrawFn) -> tuple[list[tuple[float, str]], dict[int, str], i
     return hyps, gens, n, draw(st.integers(0, CH - 1))
 
 
-def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int, tail: int, legacy: bool) -> None:
+calls = st.lists(st.integers(0, 70), max_size=8).map(lambda xs: ",".join(map(str, xs)))
+
+
+def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int, tail: int, legacy: bool,
+                     bar_before_mark: str = "", mark_to_comma: str = "") -> None:
     pcm = audio(n, tail)
+    opts = {"legacy": legacy, "bar_before_mark": bar_before_mark, "mark_to_comma": mark_to_comma}
     # Stage 1 alone: the windows with their character offsets, and every version of the draft in order.
     shown: list[str] = []
     order: list[Any] = []
-    windows, full, _first = v2c.draft_windows(model(hyps, gens, legacy=legacy), pcm, "Chinese",
+    windows, full, _first = v2c.draft_windows(model(hyps, gens, **opts), pcm, "Chinese",  # type: ignore[arg-type]
                                               on_text=lambda t: (shown.append(t), order.append(t)),
                                               on_window=order.append)
     # Both stages: the result a client gets.
-    r, rec, fw = run(model(hyps, gens, legacy=legacy), pcm)
+    r, rec, fw = run(model(hyps, gens, **opts), pcm)  # type: ignore[arg-type]
     ws = r["sent_windows"]
     assert [(w.text, w.start_chunk, w.end_chunk, w.truncated_by) for w in windows] == [
         (w["text"], w["start_chunk"], w["end_chunk"], w["truncated_by"]) for w in ws]
@@ -146,7 +158,8 @@ def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int
         assert "".join(w.text for w in windows) == full
     # ... and the last one reaches the end of the final draft (when the draft said anything past the others)
     if windows:
-        assert windows[-1].start_char + len(windows[-1].text) >= len(full)
+        rest = full[windows[-1].start_char + len(windows[-1].text):]  # at most marks after the last one's own
+        assert all(stand_in_mark(ch) or ch.isspace() for ch in rest) and (not rest or v2c.ends_with_mark(full))
     # final is made of draft text and faster-whisper text only: each sentence is fw's or a piece of one version
     fw_texts = {f"<fw{i + 1}>" for i in range(len(fw.heard))}
     for s in r["per_sentence"]:
@@ -165,6 +178,21 @@ def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int
     fw_used = [p["text"] for p in r["per_sentence"] if p["engine"] == "fw" and p["text"].startswith("<fw")]
     assert len(fw_used) == len(set(fw_used))
     assert "|" not in "".join(p["text"] for p in r["per_sentence"])
+    # a sentence after one that closed on its mark starts with a mark only where the draft wrote both marks in a
+    # row: never with the mark that replaced the closed one's ("你好。" then "你好，我们" is not "你好。，我们")
+    for a, b in zip(windows, windows[1:]):
+        if v2c.ends_with_mark(a.text) and stand_in_mark(b.text.lstrip()[:1]):
+            assert any(a.text + b.text in v for v in shown), (a.text, b.text)
+    # the model's "|" regenerated before a closed sentence's mark is no symptom of any sentence: with no other
+    # "|" anywhere, no window is truncated by a bar
+    if not legacy and "|" not in "".join(h for _, h in hyps) + "".join(gens.values()):
+        assert all(w.truncated_by != "bar" for w in windows), [(w.text, w.truncated_by) for w in windows]
+    # first_text_s is a time within the audio
+    assert r["first_text_s"] is None or 0 < r["first_text_s"] <= r["duration_s"]
+
+
+def stand_in_mark(ch: str) -> bool:
+    return bool(ch) and (ch in v2c.SENT_END or ch in "，,、：")
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -179,6 +207,22 @@ def test_v2c_invariants_hold_over_random_rewriting_shrinking_drafts(script: Any)
 def test_v2c_invariants_hold_for_an_r2t2_that_leaves_the_bar_in_its_text(script: Any) -> None:
     hyps, gens, n, tail = script
     check_invariants(hyps, gens, n, tail, legacy=True)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scripts(), calls, calls)
+def test_v2c_invariants_hold_when_r2t2_regenerates_closed_marks_as_bars_or_commas(script: Any, bars: str,
+                                                                                  commas: str) -> None:
+    hyps, gens, n, tail = script
+    check_invariants(hyps, gens, n, tail, legacy=False, bar_before_mark=bars, mark_to_comma=commas)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scripts(), calls, calls)
+def test_v2c_invariants_hold_for_an_older_r2t2_that_regenerates_closed_marks(script: Any, bars: str,
+                                                                            commas: str) -> None:
+    hyps, gens, n, tail = script
+    check_invariants(hyps, gens, n, tail, legacy=True, bar_before_mark=bars, mark_to_comma=commas)
 
 
 # ---- scripted cases --------------------------------------------------------------------------------------
@@ -238,11 +282,40 @@ def test_a_bar_seen_before_the_text_shrinks_still_marks_the_sentence_it_was_in()
 
 
 @pytest.mark.parametrize("later, final", [("今天天气很好我们去公园。", "今天天气很好。我们去公园。"),
-                                          ("今天天气很好啊。我们去公园。", "今天天气很好。啊。我们去公园。")])
+                                          ("今天天气很好啊。我们去公园。", "今天天气很好。啊。我们去公园。"),
+                                          ("今天天气很好，我们去公园。", "今天天气很好。我们去公园。"),
+                                          ("今天天气很好？我们去公园。", "今天天气很好。我们去公园。")])
 def test_a_closing_mark_regenerated_as_other_text_loses_no_character(later: str, final: str) -> None:
     # the sentence closed on its final "。" (unchanged for a chunk); then R2T2 regenerated that last token
     r, _, _ = run(model([(0.3, "今天天气很好。"), (1.5, later)]), audio(20))
     assert r["final"] == final
+
+
+def test_a_bar_regenerated_before_a_closed_sentences_mark_flags_no_sentence() -> None:
+    # "你好。" is closed (its mark regenerated unchanged); then R2T2 regenerates that mark as "|。" (the library
+    # cuts at "|": the text is "你好" for a chunk). The next sentence is complete: no faster-whisper call.
+    hyps = [(0.3, "你好。"), (1.5, "你好。我们今天很好。")]
+    m = model(hyps, bar_before_mark="3,4,5")
+    r, rec, fw = run(m, audio(20))
+    assert "你好" in rec.drafts  # the bar took the mark away for a chunk
+    assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [("你好。", None), ("我们今天很好。", None)]
+    assert r["fw_calls"] == 0 and fw.heard == [] and r["final"] == "你好。我们今天很好。"
+
+
+def test_a_closing_mark_rewritten_to_a_comma_leaves_one_mark_in_the_final_text() -> None:
+    # "你好。" closed; R2T2 then reads the mark as "，" and goes on: "你好，我们今天很好。"
+    for later in ("你好。我们今天很好。", "你好，我们今天很好。"):
+        r, rec, _ = run(model([(0.3, "你好。"), (1.5, later)], mark_to_comma="4"), audio(20))
+        assert any(d.startswith("你好，") for d in rec.drafts)
+        assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [("你好。", None),
+                                                                              ("我们今天很好。", None)]
+        assert r["final"] == "你好。我们今天很好。" and r["fw_calls"] == 0
+
+
+def test_a_closing_mark_rewritten_to_a_comma_in_english_is_not_repeated() -> None:
+    r, _, _ = run(model([(0.3, "Hi there?"), (1.5, "Hi there, we are fine?")], language="English"), audio(20),
+                  language="English")
+    assert [w["text"].strip() for w in r["sent_windows"]] == ["Hi there?", "we are fine?"]
 
 
 def test_text_withdrawn_right_after_a_close_still_sends_the_rest_of_the_audio_to_faster_whisper() -> None:

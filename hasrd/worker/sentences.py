@@ -8,6 +8,7 @@ window sends to faster-whisper. v2c.py explains why each is so, and runs them ov
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 SENT_END = "。！？；?!;"
@@ -124,9 +125,22 @@ class Windows:
         self.open_chunk = 0  # the chunk after the previous close
 
     def cut(self, view: str) -> int:
-        """Where the open window starts in ``view``."""
+        """Where the open window starts in ``view``.
+
+        When the draft rewrote the closed text, a mark at that place is the closed sentence's, not the open
+        one's: R2T2 regenerated the closed sentence's mark as another (``你好。`` -> ``你好，我们``). The open
+        window starts after it, so the final text reads one sentence's mark, never ``你好。，我们``. (A draft
+        that kept the closed text and wrote a mark after it is taken as written: windows are the draft.)
+        """
         if view.startswith(self.closed):
             return len(self.closed)
+        cut = self._realign(view)
+        if ends_with_mark(self.closed):
+            while cut < len(view) and _replaced_mark(view[cut]):
+                cut += 1
+        return cut
+
+    def _realign(self, view: str) -> int:
         body = self.closed.rstrip(SENT_END + CLOSERS)
         if body and body != self.closed and view.startswith(body):
             return len(body)  # only the final mark was regenerated (or withdrawn)
@@ -142,7 +156,10 @@ class Windows:
         """The draft's latest full text (not yet committed) and whether the model generated a ``|``.
 
         A generated ``|`` stands where R2T2 cut its text, at the text's end; an older R2T2 leaves it in place.
-        A ``|`` right after a sentence's end mark belongs to the sentence that follows.
+        A ``|`` right after a sentence's end mark belongs to the sentence that follows. One that stands inside a
+        closed sentence's text (R2T2 regenerating that sentence's last token, its mark, as ``|``: the text is
+        shorter than the closed windows) is that sentence's, which is settled and may be out already: it is
+        not the open sentence's symptom, and is dropped.
         """
         c = self.cut(text)
         part = text[c:]
@@ -151,10 +168,9 @@ class Windows:
             self.seen_open = True
         # a shrink moves earlier bars back into the sentence that is open now (their offsets were in a longer text)
         self.bars = [min(b, max(c, len(text))) for b in self.bars]
-        if "|" in part:
-            self.bars.append(c + part.index("|"))
-        elif bar:
-            self.bars.append(max(c, len(text)))
+        at = c + part.index("|") if "|" in part else max(c, len(text)) if bar else -1
+        if at >= len(self.closed):
+            self.bars.append(at)
 
     def commit(self, fixed: str, chunk: int) -> Window | None:
         """Committed text after ``chunk``: close the open window at its last sentence-end mark, if any."""
@@ -186,6 +202,11 @@ class Windows:
         self.bars = [b for b in self.bars if b >= end and not last]
         self.seen_open = bool(self.open_text(self.last_text).strip())  # what the draft already said past it
         return w
+
+
+def _replaced_mark(ch: str) -> bool:
+    """A mark R2T2 may regenerate in place of a closed sentence's final mark (``，`` ``、`` ``？`` ``,`` ...)."""
+    return ch in SENT_END or ch in CLOSERS.strip() or unicodedata.category(ch) in ("Po", "Pd")
 
 
 def _latin(ch: str) -> bool:

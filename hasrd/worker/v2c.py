@@ -152,8 +152,8 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
         # until the next sentence starts).
         committed = text if text == shown and text and i < total - 1 else str(fixed or "")  # the last stays buffered
         if text != shown:
-            if first_text_s is None and text.strip():
-                first_text_s = round((i + 1) * CHUNK_SEC, 3)
+            if first_text_s is None and text.strip():  # the audio fed so far (the last chunk may be short)
+                first_text_s = round(min(len(pcm), (i + 1) * CHUNK) / SR, 3)
             shown = text
             on_text(text)
         ws.observe(text, bar)
@@ -168,7 +168,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
     bar = any("|" in g for g in take()) if take is not None else False
     if full != shown:
         if first_text_s is None and full.strip():
-            first_text_s = round(total * CHUNK_SEC, 3)
+            first_text_s = round(len(pcm) / SR, 3)
         on_text(full)
     ws.observe(full, bar)
     w = ws.finish(full, total - 1)
@@ -336,7 +336,7 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
         out.segments += 1
         out.draft.append(draft)
         if out.first_text_s is None and first is not None:
-            out.first_text_s = round(start / SR + first, 3)
+            out.first_text_s = round(min(n, start + round(first * SR)) / SR, 3)  # never past the audio's end
         for w in windows:
             out.sent_windows.append({"text": w.text, "start_chunk": chunk0 + w.start_chunk,
                                      "end_chunk": chunk0 + w.end_chunk, "truncated_by": w.truncated_by})

@@ -35,6 +35,14 @@ has to survive. Each behaviour, with where it comes from:
    decoded with the given budget (or the LLM default), and it prints ``finish state.text=...`` to stdout.
 8. Option ``!legacy_bar`` (older R2T2 versions, the seed's loop): no ``|`` cut anywhere, so ``|`` and what
    follows stay in ``state.text``, ``fixed_text`` and the next prompt.
+9. Option ``!bar_before_mark\t<n>,<n>...`` (measured on the real one: the regenerated last token of a closed
+   sentence is sometimes ``|``): at those model calls (0-based), when what the prompt forces ends just before a
+   sentence-end mark that the two previous calls already wrote there (a closed sentence's mark, regenerated),
+   the model writes ``|`` in front of it; the library cuts there, so the text loses that mark for the chunk
+   (it comes back on a later call).
+10. Option ``!mark_to_comma\t<n>,<n>...``: at those calls, a sentence-end mark the model is about to write right
+   after the forced prefix is written as ``，`` (``,`` after Latin) instead, and the model keeps that reading from
+   then on (the state remembers the rewritten place), so ``你好。`` becomes ``你好，我们...``.
 
 The script (``script.tsv`` in the weights directory), one item a line:
 
@@ -46,6 +54,8 @@ The script (``script.tsv`` in the weights directory), one item a line:
     @<n>\t<generation>    the raw generation of a state's n-th model call (0-based, finish included) verbatim,
                           overriding the hypothesis (for exact rewrites, repetitions that collapse, ``|``)
     !legacy_bar           behaviour 8
+    !bar_before_mark\t<n,...>   behaviour 9
+    !mark_to_comma\t<n,...>     behaviour 10
     !language\t<Name>     the language auto-detection "hears" (default: Chinese if the script has CJK, else
                           English)
 
@@ -74,6 +84,18 @@ REPEAT_LIMIT = 20
 _TOKEN = re.compile(r"\s*(?:<asr_text>|[A-Za-z0-9']+|\S)|\s+")
 _ZH_OF = {",": "，", ".": "。", "!": "！", "?": "？", ";": "；", ":": "：", "(": "（", ")": "）"}
 _EN_OF = {v: k for k, v in _ZH_OF.items()}
+
+
+SENT_END = "。！？；?!;"
+
+
+def _calls(spec: str) -> set[int]:
+    return {int(x) for x in spec.replace(" ", "").split(",") if x}
+
+
+def _comma(before: str) -> str:
+    prev = before.rstrip()[-1:]
+    return "," if prev.isascii() and prev.isalnum() else "，"
 
 
 def tokens(text: str) -> list[str]:
@@ -136,6 +158,8 @@ class ASRStreamingState:
     text: str = ""
     _raw_decoded: str = ""
     calls: int = 0  # model calls made for this state (the script's @n)
+    commas: set[int] = field(default_factory=set)  # target positions whose end mark the model reads as a comma
+    raws: list[str] = field(default_factory=list)  # the raw texts of the last two calls (behaviour 9)
     fed_samples: int = 0  # total audio re-fed to the model: grows quadratically, as in R2T2
 
 
@@ -147,6 +171,8 @@ class R2T2ASRModel:
         self.hypotheses = hypotheses
         self.generations = generations
         self.legacy_bar = "legacy_bar" in options
+        self.bar_before_mark = _calls(options.get("bar_before_mark", ""))
+        self.mark_to_comma = _calls(options.get("mark_to_comma", ""))
         text = "".join(t for _, t in hypotheses) + "".join(generations.values())
         self.heard_language = options.get("language") or ("Chinese" if any(_cjk(c) for c in text) else "English")
         self.kwargs = kwargs
@@ -253,9 +279,21 @@ class R2T2ASRModel:
             return "".join(tokens(self.generations[n])[:budget])
         said = prompt.split(PROMPT_END, 1)[-1]
         target = f"language {state.force_language or self.heard_language}{TAG}" + self._hypothesis(len(audio) / SR)
+        for at in state.commas:  # behaviour 10: a reading the model keeps
+            if at < len(target) and target[at] in SENT_END:
+                target = target[:at] + _comma(target[:at]) + target[at + 1:]
         if not target.startswith(said):
             return ""  # the forced prefix disagrees with what the model hears: it stops at once
-        return "".join(tokens(target[len(said):])[:budget])
+        rest = target[len(said):]
+        body = said.split(TAG)[-1]
+        if rest[:1] and rest[:1] in SENT_END and any(ch.isalnum() for ch in body):
+            if n in self.mark_to_comma:
+                state.commas.add(len(said))
+                rest = _comma(said) + rest[1:]
+            elif n in self.bar_before_mark and len(state.raws) == 2 and all(
+                    r.split(TAG)[-1][len(body):len(body) + 1] == rest[:1] for r in state.raws):
+                return "|" + "".join(tokens(rest)[:max(0, budget - 1)])
+        return "".join(tokens(rest)[:budget])
 
     # ---- helpers -----------------------------------------------------------------------------------------
 
@@ -275,6 +313,7 @@ class R2T2ASRModel:
         body = fix_repetitions(body).strip()
         state.language = lang
         state._raw_decoded = self._cut(meta + tagged + body)
+        state.raws = (state.raws + [state._raw_decoded])[-2:]
         return state._raw_decoded
 
     def _text_of(self, raw: str, state: ASRStreamingState) -> str:
