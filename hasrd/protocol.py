@@ -76,7 +76,7 @@ class Sentence(Msg):
     engine: str
     start_s: float
     end_s: float
-    segment: int = 0  # live: the utterance this sentence belongs to
+    segment: int = 0  # the segment (file: long-audio segment, as in Draft; live: the utterance) it belongs to
 
 
 class Turn(Msg):

@@ -53,8 +53,10 @@ follow each other, trailing the speech by the draft's lag.
 
 Long audio arrives as segments (segment.py), each with a fresh draft state and its offset; windows, chunk
 indices and times are global. Events: ``draft`` carries the current segment's draft whenever it changes
-(shrinks included; bounded in size for a 4-hour file), ``sentence`` each settled sentence in order,
-``progress`` per chunk and once more when everything is settled.
+(shrinks included; bounded in size for a 4-hour file), ``sentence`` each settled sentence in order, both
+labelled with their segment's index; ``progress`` per chunk, once per settled window, every HEARTBEAT_SEC
+while one faster-whisper call runs (:class:`Heartbeat`: the daemon's stall watchdog is about a worker gone
+silent, not about one long window on a slow device), and once more when everything is settled.
 
 Stage 2 may run while stage 1 continues (``mode="thread"``), at once in the draft loop (``"inline"``), or
 after the draft (``"after"``, the seed's order). Each window's result depends only on its own audio and text,
@@ -80,7 +82,7 @@ from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, 
                                     choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,
                                     window_span, window_start)
 
-__all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "LAG_CHUNKS", "MAX_NEW_TOKENS", "MODES", "PAD",
+__all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "Heartbeat", "LAG_CHUNKS", "MAX_NEW_TOKENS", "MODES", "PAD",
            "SENT_END", "SR", "DraftModel", "FinalStage", "Outcome", "Window", "Windows", "choose",
            "draft_windows", "ends_with_mark", "is_truncated", "last_mark", "n_chunks", "result",
            "run", "truncation", "window_span", "window_start"]
@@ -177,13 +179,76 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
     return ws.windows, full, first_text_s
 
 
+HEARTBEAT_SEC = 1.0
+
+
+class Heartbeat:
+    """The job's progress, re-sent while one faster-whisper call runs, so that the daemon's stall watchdog
+    (HASR_STALL_SEC) measures silence, not the length of a single call on a slow device.
+
+    ``report`` is the one way this job's progress reaches the emitter (a lock keeps the draft loop's reports and
+    the beats from interleaving); ``during()`` beats every ``every`` seconds from a small daemon thread while the
+    block runs, and ``again()`` re-sends the current position (once per settled window).
+    """
+
+    def __init__(self, emit: Emitter, every: float = HEARTBEAT_SEC) -> None:
+        self.emit, self.every = emit, max(0.05, every)
+        self.lock = threading.Lock()
+        self.last: tuple[float, float] | None = None
+        self.beats = 0
+
+    def report(self, done_s: float, total_s: float) -> None:
+        with self.lock:
+            self.last = (done_s, total_s)
+            self.emit.progress(done_s, total_s)
+
+    def again(self) -> None:
+        with self.lock:
+            if self.last is not None:
+                self.beats += 1
+                self.emit.progress(*self.last)
+
+    @contextlib.contextmanager
+    def during(self) -> Any:
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.every):
+                self.again()
+
+        t = threading.Thread(target=beat, name="hasr-v2c-heartbeat", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+
+
+def _takes_segment(fn: Callable[..., Any]) -> bool:
+    """Whether an emitter's ``sentence`` takes ``segment`` (the worker's does; simple test emitters need not)."""
+    import inspect
+
+    try:
+        ps = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "segment" in ps or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values())
+
+
 class FinalStage:
-    """Stage 2 for one segment: settles windows in order and emits each sentence once it and all earlier are."""
+    """Stage 2 for one segment: settles windows in order and emits each sentence once it and all earlier are.
+
+    ``segment``: the long-audio segment these windows belong to, carried by each ``sentence`` event (as the
+    segment's ``draft`` events carry it). ``heartbeat``: the job's progress, kept alive while a window runs.
+    """
 
     def __init__(self, pcm: np.ndarray, window_fn: WindowFn | None, mode: str, emit: Emitter,
-                 cancelled: Callable[[], bool], *, index0: int = 0, offset: int = 0) -> None:
+                 cancelled: Callable[[], bool], *, index0: int = 0, offset: int = 0, segment: int = 0,
+                 heartbeat: Heartbeat | None = None) -> None:
         self.pcm, self.window_fn, self.mode, self.emit, self.cancelled = pcm, window_fn, mode, emit, cancelled
-        self.index0, self.offset = index0, offset
+        self.index0, self.offset, self.segment, self.heartbeat = index0, offset, segment, heartbeat
+        self.with_segment = _takes_segment(emit.sentence)
         self.windows: list[Window] = []
         self.settled: list[dict[str, Any] | None] = []
         self.next_emit = 0
@@ -261,10 +326,13 @@ class FinalStage:
         if self.window_fn is not None and w.truncated_by is not None:
             a0, a1 = window_span(w.start_chunk, w.end_chunk, len(self.pcm))
             t0 = time.monotonic()
-            fw_text = self.window_fn(self.pcm[a0:a1])
+            with self.heartbeat.during() if self.heartbeat is not None else contextlib.nullcontext():
+                fw_text = self.window_fn(self.pcm[a0:a1])
             with self.lock:
                 self.fw_s += time.monotonic() - t0
                 self.fw_calls += 1
+            if self.heartbeat is not None:
+                self.heartbeat.again()  # progress per window
         text, engine = choose(w.text, fw_text, w.truncated_by)
         start_s = round((self.offset + w.open_chunk * CHUNK) / SR, 3)  # the draft's clock: contiguous cues
         end_s = round((self.offset + min(len(self.pcm), (w.end_chunk + 1) * CHUNK)) / SR, 3)
@@ -275,7 +343,11 @@ class FinalStage:
                 s = self.settled[self.next_emit]
                 assert s is not None
                 if s["text"]:  # a withdrawn tail that faster-whisper found silent is no sentence
-                    self.emit.sentence(self.index0 + self.emitted, s["text"], s["engine"], s["start_s"], s["end_s"])
+                    args = (self.index0 + self.emitted, s["text"], s["engine"], s["start_s"], s["end_s"])
+                    if self.with_segment:
+                        self.emit.sentence(*args, segment=self.segment)  # type: ignore[call-arg]
+                    else:
+                        self.emit.sentence(*args)
                     self.emitted += 1
                 self.next_emit += 1
 
@@ -298,26 +370,29 @@ class Outcome:
 def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: WindowFn | None, *,
         emit: Emitter, cancelled: Callable[[], bool] = lambda: False, mode: str = "thread",
         segments: Iterable[tuple[int, int]] | None = None,
-        on_language: Callable[[str], None] = lambda name: None) -> Outcome:
+        on_language: Callable[[str], None] = lambda name: None, heartbeat_s: float = HEARTBEAT_SEC) -> Outcome:
     """v2c over ``pcm``, one fresh draft state per segment (``(start, end)`` samples; chunk-aligned starts).
 
     ``on_language`` hears the draft state's language after every chunk (what R2T2 detected, when asked to).
+    ``heartbeat_s``: how often the progress is re-sent while one faster-whisper call runs.
     """
     if mode not in MODES:
         raise ValueError(f"v2c mode must be one of {MODES}, not {mode!r}")
     n = len(pcm)
     total_s = round(n / SR, 3)
     out = Outcome()
+    beat = Heartbeat(emit, heartbeat_s)
     for seg_no, (start, end) in enumerate(segments if segments is not None else [(0, n)]):
         if start % CHUNK:
             raise ValueError(f"segment start {start} is not a multiple of {CHUNK} samples")
         seg = pcm[start:end]
         chunk0 = start // CHUNK
-        stage = FinalStage(seg, window_fn, mode, emit, cancelled, index0=len(out.per_sentence), offset=start)
+        stage = FinalStage(seg, window_fn, mode, emit, cancelled, index0=len(out.per_sentence), offset=start,
+                           segment=seg_no, heartbeat=beat)
 
         def on_chunk(i: int, start: int = start, stage: FinalStage = stage) -> None:
             stage.check()
-            emit.progress(round(min(n, start + (i + 1) * CHUNK) / SR, 3), total_s)
+            beat.report(round(min(n, start + (i + 1) * CHUNK) / SR, 3), total_s)
 
         t0 = time.monotonic()
         try:
@@ -341,7 +416,7 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
             out.sent_windows.append({"text": w.text, "start_chunk": chunk0 + w.start_chunk,
                                      "end_chunk": chunk0 + w.end_chunk, "truncated_by": w.truncated_by})
         out.per_sentence.extend(settled)
-    emit.progress(total_s, total_s)  # everything settled: the last event before the result
+    beat.report(total_s, total_s)  # everything settled: the last event before the result
     return out
 
 

@@ -211,11 +211,13 @@ def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], 
     detected = Detected(code)
     ranges = segment.speech_ranges(segment.iter_segments(pcm, settings.max_segment_sec))
     out = v2c.run(draft, pcm, name or None, window(lambda: detected.code) if window else None, emit=emit,
-                  cancelled=cancelled, mode=settings.v2c_final, segments=ranges, on_language=detected.set)
+                  cancelled=cancelled, mode=settings.v2c_final, segments=ranges, on_language=detected.set,
+                  heartbeat_s=min(v2c.HEARTBEAT_SEC, settings.stall_sec / 4) if settings.stall_sec > 0 else v2c.HEARTBEAT_SEC)
     if not name:
         name, code = detected.name, detected.code
     res = v2c.result(engine_name, name, code, out, len(pcm))
-    res["language_detected"] = not bool(language or settings.language)
+    # detected = asked to detect and R2T2 named one (nothing heard, or a name we do not know: not detected)
+    res["language_detected"] = not bool(language or settings.language) and bool(name)
     res["bar_signal"] = bar_signal(draft)
     return plain_result(res)
 
