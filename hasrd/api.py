@@ -97,6 +97,7 @@ def check_access(d: Daemon, request: Request, *, control: bool = False, names: b
     """
     uid = caller_uid(request)
     if uid is None:
+        check_tcp_origin(d, request)
         if control:
             raise errors.Forbidden("a caller over TCP cannot be identified, so it may not load, unload or stop "
                                    "the daemon; use the Unix socket")
@@ -114,6 +115,34 @@ def check_access(d: Daemon, request: Request, *, control: bool = False, names: b
                                f"and root may")
     raise errors.Forbidden(f"uid {uid} may not use this daemon (it belongs to uid {d.uid}"
                            + ("; members of HASR_SHARED_GROUP may" if d.shared_gid is not None else "") + ")")
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def check_tcp_origin(d: Daemon, request: Request) -> None:
+    """Over TCP, a web page must not be able to use the daemon (issue 21 #6): DNS rebinding sends the page's own
+    host name as Host, so only the bound address (or localhost on a loopback socket) is accepted; a browser
+    sends Origin with a cross-site request, refused unless HASR_ALLOWED_ORIGINS names it."""
+    server = request.scope.get("server") or ("", 0)
+    bound_host, bound_port = str(server[0] or ""), int(server[1] or 0)
+    host = request.headers.get("host", "")
+    name, _, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+    if not name or not port.isdigit():
+        name, port = host, ""
+    name = name.strip("[]").lower()
+    if port and bound_port and int(port) != bound_port:
+        name = ""
+    hosts = {bound_host.lower()} | (set(LOOPBACK) if bound_host in LOOPBACK else set())
+    if not name or name not in hosts:
+        raise errors.Forbidden(f"over TCP the Host header must name the address the daemon listens on "
+                               f"({bound_host}:{bound_port}), not {host!r}")
+    origin = request.headers.get("origin")
+    if origin is not None:
+        allowed = {o.strip().rstrip("/") for o in d.settings.allowed_origins.split(",") if o.strip()}
+        if origin.rstrip("/") not in allowed:
+            raise errors.Forbidden(f"requests from web pages (Origin {origin}) are refused; name the origin in "
+                                   f"HASR_ALLOWED_ORIGINS to allow it")
 
 
 def check_path_access(d: Daemon, request: Request) -> None:
@@ -227,6 +256,7 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
 
 async def health(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
+    check_access(d, request)  # the same rule as every route: the daemon's state is its owner's business
     try:
         snap = d.supervisor.snapshot()
         return JSONResponse({
@@ -363,6 +393,7 @@ async def events(request: Request) -> Response:
 
 
 async def version(request: Request) -> Response:
+    check_access(request.app.state.daemon, request)
     return JSONResponse({"version": __version__, "protocol": proto.PROTOCOL_VERSION, "pid": os.getpid()})
 
 

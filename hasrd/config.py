@@ -81,6 +81,9 @@ class Settings:
     read_timeout_sec: float = _s(30.0, "a request's headers must arrive, and its body may not stall, within this")
     shared_group: str = _s("", "members of this group may use a group-accessible socket (the system-wide "
                                "install sets hasr); load, unload and stop stay the owner's and root's")
+    allowed_origins: str = _s("", "browser origins (comma-separated, e.g. http://localhost:3000) whose pages may "
+                                  "call the optional TCP socket; any other Origin gets 403 ('' = none)",
+                              since="0.2.0")
     max_audio_sec: float = _s(4 * 3600.0, "longest audio accepted")
     max_upload_mb: float = _s(512.0, "largest upload accepted")
     max_segment_sec: float = _s(60.0, "long audio is split at silences into segments of at most this")

@@ -198,8 +198,10 @@ def _model(model_id: str) -> dict[str, Any]:
 
 
 async def models(request: Request) -> Response:
+    check_access(request.app.state.daemon, request)
     return JSONResponse({"object": "list", "data": [_model(m) for m in MODEL_IDS]})
 
 
 async def model(request: Request) -> Response:
+    check_access(request.app.state.daemon, request)
     return JSONResponse(_model(check_model(str(request.path_params["model_id"]))))
