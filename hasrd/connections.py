@@ -74,7 +74,7 @@ class PeerProtocol(H11Protocol):
     on_activity: Callable[[], None] = staticmethod(lambda: None)
     _open: dict[PeerProtocol, None] = {}
     _evictable: dict[PeerProtocol, None] = {}  # between requests, oldest idle first (an ordered set)
-    _shed = [0, 0.0]  # connections closed by the cap since the last log line, and when that was
+    _shed: list[Any] = []  # the Burst that counts connections closed by the cap (one per server)
     _got_data = False
     _draining = False
     _evicted = False
@@ -90,7 +90,7 @@ class PeerProtocol(H11Protocol):
         """A subclass with its own limits and connection registry (one per server)."""
         return type("HasrProtocol", (cls,), {"max_connections": max_connections, "read_timeout": read_timeout,
                                              "on_activity": staticmethod(on_activity), "_open": {}, "_evictable": {},
-                                             "_shed": [0, 0.0], "_work_ended": [0.0]})
+                                             "_shed": [], "_work_ended": [0.0]})
 
     @classmethod
     def working(cls) -> int:
@@ -245,14 +245,14 @@ class PeerProtocol(H11Protocol):
         self.transport.close()
 
     def _count_shed(self) -> None:
-        """One log line per 10 s at most while a flood is shed, never one per connection."""
-        shed = self._shed
-        shed[0] += 1
-        now = self.loop.time()
-        if now - shed[1] >= 10.0:
-            log.warning("connection cap (%d, HASR_MAX_CONNECTIONS) reached: %d connection(s) closed",
-                        self.max_connections, shed[0])
-            shed[0], shed[1] = 0, now
+        """The first connection shed logs at once; the rest of the flood is counted and reported when it ends."""
+        if not self._shed:
+            self._shed.append(Burst(f"connection(s) closed by the connection cap ({self.max_connections}, "
+                                    f"HASR_MAX_CONNECTIONS)"))
+        burst = self._shed[0]
+        assert isinstance(burst, Burst)
+        burst.note(f"connection cap ({self.max_connections}, HASR_MAX_CONNECTIONS) reached: closing the oldest "
+                   f"idle connections (or answering 503); the count follows when the flood is over")
 
     def shutdown(self) -> None:
         if self.cycle is None and not self._got_data and not self._draining:
@@ -264,6 +264,65 @@ class PeerProtocol(H11Protocol):
     def _late_close(self) -> None:
         if self.cycle is None and not self.transport.is_closing():
             self.transport.close()
+
+
+BURST_QUIET_SEC = 5.0  # a burst of one kind of log line is over after this long without one
+
+
+class Burst:
+    """One kind of event that a flood can repeat (a malformed request, a connection shed): the first of a burst
+    is logged at once, the rest are counted, and when none came for BURST_QUIET_SEC one line reports the burst
+    ("312 invalid HTTP requests in the last 5 s"), so 5,000 of them write two lines, not 5,000 (issue 21 #5)."""
+
+    def __init__(self, what: str, quiet: float = BURST_QUIET_SEC) -> None:
+        self.what, self.quiet = what, quiet
+        self.count = 0
+        self.started = self.last = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+
+    def note(self, first_line: str | None = None) -> bool:
+        """Count one; True when it opens a burst (the caller logs it; ``first_line`` is logged here)."""
+        now = time.monotonic()
+        self.last = now
+        self.count += 1
+        opened = self.count == 1
+        if opened:
+            self.started = now
+            if first_line:
+                log.warning("%s", first_line)
+        if self.timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return opened
+            self.timer = loop.call_later(self.quiet, self._check)
+        return opened
+
+    def _check(self) -> None:
+        self.timer = None
+        now = time.monotonic()
+        if now - self.last < self.quiet:
+            self.timer = asyncio.get_running_loop().call_later(self.quiet - (now - self.last), self._check)
+            return
+        if self.count > 1:
+            log.warning("%d %s in the last %.0f s (the burst is over)", self.count, self.what,
+                        max(1.0, self.last - self.started))
+        self.count = 0
+
+
+class BurstFilter(logging.Filter):
+    """A log line that a flood repeats (uvicorn's "Invalid HTTP request received." per malformed request),
+    collapsed into bursts (:class:`Burst`): the first is kept, the rest are reported when the burst is over."""
+
+    def __init__(self, needle: str, what: str, quiet: float = BURST_QUIET_SEC) -> None:
+        super().__init__()
+        self.needle = needle
+        self.burst = Burst(what, quiet)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.needle not in str(record.msg):
+            return True
+        return self.burst.note()
 
 
 class RateLimited(logging.Filter):

@@ -29,7 +29,7 @@ from hasrd import __version__, config, policy
 from hasrd import systemd as sd
 from hasrd import openai_api, realtime  # noqa: F401  (make_app's OpenAI routes, imported with the rest at start)
 from hasrd.api import Daemon, make_app
-from hasrd.connections import PeerProtocol, PeerWebSocket, RateLimited, raise_nofile
+from hasrd.connections import BurstFilter, PeerProtocol, PeerWebSocket, RateLimited, raise_nofile
 from hasrd.events import Broadcaster
 from hasrd.supervisor import State, Supervisor
 from hasrd.workerproc import make_spawn
@@ -265,6 +265,7 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     cap = max(16, min(settings.max_connections, nofile - 64))  # fds left for the worker, memfds and logs
     protocol = PeerProtocol.configure(cap, settings.read_timeout_sec, on_activity=poke.set)
     logging.getLogger("asyncio").addFilter(RateLimited("socket.accept() out of system resource"))
+    logging.getLogger("uvicorn.error").addFilter(BurstFilter("Invalid HTTP request", "invalid HTTP requests"))
     # backlog: asyncio listen()s again on the sockets it is given, with uvicorn's 2048 unless told otherwise;
     # that would shrink our 4096 (and systemd's SOMAXCONN), and a burst of connects would fail with EAGAIN.
     cfg = uvicorn.Config(app, http=protocol, ws=PeerWebSocket, lifespan="off", log_config=None, access_log=settings.debug,
