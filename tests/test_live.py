@@ -52,14 +52,16 @@ def test_drafts_arrive_while_audio_is_still_coming_and_each_utterance_completes(
     try:
         assert c.wait_for("transcription_session.created")["session"]["object"] == "realtime.transcription_session"
         c.update(language="zh")
-        last_sent = c.feed(pcm16_24k(speech("en_quick_brown_fox", "en_hello_world")))
+        c.feed(pcm16_24k(speech("en_quick_brown_fox", "en_hello_world")))
         result = c.finish()
     finally:
         c.close()
     drafts = c.of("hasr.draft")
-    assert drafts and drafts[0]["_t"] < last_sent, "the first draft came only after the audio"
     started, completed = c.of("input_audio_buffer.speech_started"), c.of(
         "conversation.item.input_audio_transcription.completed")
+    # drafts come while an utterance is spoken: the first one before that utterance was even complete (the
+    # order of the daemon's events, which a busy machine keeps; when they came by the clock, it may not)
+    assert drafts and completed and c.events.index(drafts[0]) < c.events.index(completed[0]), c.events
     assert [e["item_id"] for e in started] == [e["item_id"] for e in completed] and len(started) == 2
     assert started[0]["audio_start_ms"] < 1200 < 3000 < started[1]["audio_start_ms"]
     # the scripted draft: sentence 1 complete (draft), sentence 2 has "|" (re-transcribed: cut at "|")

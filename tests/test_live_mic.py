@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -65,18 +66,25 @@ def test_hasrctl_listen_prints_the_sentences_played_into_the_microphone(pulse: d
     try:
         listen = subprocess.Popen([sys.executable, "-m", "hasrctl", "listen", "--socket", h.sock, "-l", "en"],
                                   env=pulse, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        printed: list[str] = []
+        stdout = listen.stdout
+        assert stdout is not None
+        reader = threading.Thread(target=lambda: printed.extend(iter(stdout.readline, "")), daemon=True)
+        reader.start()
         recording(pulse)
         for name in ("en_quick_brown_fox", "en_hello_world"):
             subprocess.run(["paplay", "--device=hasrmic", str(DATA / f"{name}.flac")], env=pulse, check=True)
-            time.sleep(1.0)  # a pause: the utterance ends
-        time.sleep(2.0)
+            time.sleep(1.0)  # a pause in the speech: the utterance ends (audio, not waiting)
+        # Ctrl-C once the last sentence is printed: what was played has been heard, however slow the machine
+        assert wait_until(lambda: len([x for x in printed if x.strip()]) >= 2, 300), printed  # a line each
         listen.send_signal(signal.SIGINT)
-        out, err = listen.communicate(timeout=60)
+        _out, err = listen.communicate(timeout=300)
+        reader.join(60)
     finally:
         h.stop()
     assert listen.returncode == 0, err
-    lines = [x for x in out.splitlines() if x.strip()]
-    assert len(lines) >= 2, (out, err)
+    lines = [x for x in printed if x.strip()]
+    assert len(lines) >= 2, (printed, err)
     text = " ".join(lines)
     ref = CLIPS["en_quick_brown_fox"][1] + " " + CLIPS["en_hello_world"][1]
     assert error_rate("en", ref, text) <= 0.3, (text, err)
@@ -100,11 +108,12 @@ def test_dictate_types_each_final_sentence_and_toggle_stops_it(pulse: dict[str, 
                                capture_output=True, text=True)
         assert again.returncode == 1 and "already running" in again.stderr
         subprocess.run(["paplay", "--device=hasrmic", str(DATA / "en_hello_world.flac")], env=pulse, check=True)
-        time.sleep(2.5)
+        # toggle once the sentence was typed (the program's own record of it), however slow the machine
+        assert wait_until(lambda: typed.exists() and typed.read_text().strip() != "", 300)
         toggle = subprocess.run([sys.executable, "-m", "hasrctl", "dictate", "--toggle"], env=env,
                                 capture_output=True, text=True)
         assert toggle.returncode == 0 and "stopped" in toggle.stderr, toggle.stderr
-        _out, err = dictate.communicate(timeout=60)
+        _out, err = dictate.communicate(timeout=300)
     finally:
         h.stop()
     assert dictate.returncode == 0, err
