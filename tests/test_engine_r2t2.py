@@ -176,3 +176,42 @@ def test_the_worker_serves_the_r2t2_engine_with_the_stand_in(weights: Path) -> N
         assert any(isinstance(e, p.Draft) for e in events)
     finally:
         w.close()
+
+
+def test_close_ends_the_engine_thread_r2t2_left_running(stand_in: None, weights: Path) -> None:
+    (weights / "script.tsv").write_text(SCRIPT + "!engine_thread\t\n", encoding="utf-8")
+    eng = engine(weights)
+    eng.load(lambda s: None)
+    core = eng.draft.model.llm_engine.engine_core
+    assert core.thread.is_alive() and not core.thread.daemon  # what kept the worker from exiting
+    eng.close()
+    assert core.shutdowns == 1 and not core.thread.is_alive() and eng.draft is None
+
+
+@pytest.mark.parametrize("kind", ["r2t2", "hybrid"])
+def test_a_shutdown_ends_the_worker_by_itself_with_r2t2_loaded_many_times_in_a_row(weights: Path, kind: str) -> None:
+    """The stand-in's engine core runs a non-daemon thread until it is shut down (vLLM's background engine):
+    after Shutdown the worker must exit on its own, with status 0, every time (no SIGTERM, no kill)."""
+    import subprocess
+
+    from speech import model_dir
+
+    (weights / "script.tsv").write_text(SCRIPT + "!engine_thread\t\n", encoding="utf-8")
+    env = {"PYTHONPATH": with_path(STAND_IN / "real", STAND_IN / "cuda"), "HASR_R2T2_MODEL": str(weights),
+           "HASR_FW_MODEL": model_dir(), "HASR_FW_DEVICE": "cpu"}
+    for round_ in range(5 if kind == "r2t2" else 2):
+        w = WorkerClient(kind, env=env)
+        try:
+            ready = w.handshake()[-1]
+            assert isinstance(ready, p.Ready), ready
+            if round_ % 2 == 0:  # with and without a job served first
+                _events, res = w.transcribe(1, np.zeros(int(2.6 * 16000), np.float32), language="Chinese")
+                assert isinstance(res, p.Result), res
+            w.send(p.Shutdown())
+            try:  # the channel stays open: the worker must leave because of the Shutdown, not an EOF
+                rc = w.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"round {round_}: the worker did not exit after Shutdown") from None
+            assert rc == 0, (round_, rc)
+        finally:
+            w.close()

@@ -142,5 +142,9 @@ class HybridEngine:
         return result
 
     def close(self) -> None:
-        self.draft = None
-        self.fw = None
+        """End R2T2's background engine (r2t2.shutdown_draft) so that the worker exits by itself."""
+        from hasrd.worker.engines.r2t2 import shutdown_draft
+
+        draft, self.draft, self.fw = self.draft, None, None
+        if not self.scripted:
+            shutdown_draft(draft)

@@ -169,6 +169,44 @@ def load_draft(weights: Path, cuda: Callable[[], tuple[bool, str]] = cuda_usable
         raise EngineError("model_unavailable", f"R2T2 failed to load from {weights}: {msg}") from None
 
 
+def shutdown_draft(draft: Any) -> list[str]:
+    """End what the loaded R2T2 runs besides this thread, so that the worker can exit by itself -> what was shut.
+
+    vLLM's ``LLM`` (qwen_asr keeps it as the model's ``model``) runs its engine core in the background (a
+    process and the threads that talk to it) until ``llm_engine.engine_core.shutdown()``; dropping the
+    reference leaves that to the garbage collector and to interpreter-exit hooks, and a worker that returned
+    from main then hung in its shutdown until the daemon's SIGTERM (6 of 10 Shutdowns, issue 21). Each step is
+    best-effort: a close must not fail.
+    """
+    done: list[str] = []
+    if draft is None:
+        return done
+    for where in ("model", "llm", ""):
+        llm = getattr(draft, where, None) if where else draft
+        engine = getattr(llm, "llm_engine", None)
+        for name, obj in (("engine_core", getattr(engine, "engine_core", None)), ("llm_engine", engine)):
+            fn = getattr(obj, "shutdown", None)
+            if callable(fn):
+                try:
+                    fn()
+                    done.append(f"{where or 'draft'}.llm_engine{'.engine_core' if name == 'engine_core' else ''}")
+                except Exception as e:  # pragma: no cover - a real vLLM's teardown
+                    print(f"hasr worker: R2T2 shutdown ({name}): {type(e).__name__}: {e}", file=sys.stderr)
+                break
+        if done:
+            break
+    dist = sys.modules.get("torch.distributed")  # only when vLLM brought torch in: never import it here
+    if dist is not None:
+        with contextlib.suppress(Exception):
+            if dist.is_initialized():
+                dist.destroy_process_group()
+                done.append("torch.distributed")
+    import gc
+
+    gc.collect()
+    return done
+
+
 def draft_language(language: str, settings: Settings) -> tuple[str, str]:
     """(full name for R2T2, whisper code); ("", "") lets R2T2 detect the language (``language=None``).
 
@@ -268,4 +306,5 @@ class R2T2Engine:
                          code=code)
 
     def close(self) -> None:
-        self.draft = None
+        draft, self.draft = self.draft, None
+        shutdown_draft(draft)

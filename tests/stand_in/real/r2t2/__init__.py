@@ -43,6 +43,10 @@ has to survive. Each behaviour, with where it comes from:
 10. Option ``!mark_to_comma\t<n>,<n>...``: at those calls, a sentence-end mark the model is about to write right
    after the forced prefix is written as ``，`` (``,`` after Latin) instead, and the model keeps that reading from
    then on (the state remembers the rewritten place), so ``你好。`` becomes ``你好，我们...``.
+11. Option ``!engine_thread`` (vLLM's engine): ``LLM(...)`` keeps the vLLM object as ``model`` (as qwen_asr's
+   vLLM backend does), whose ``llm_engine.engine_core`` runs a background worker that is NOT a daemon thread
+   and ends only when ``shutdown()`` is called; until then the interpreter cannot exit (a process that
+   returns from main hangs in its shutdown, the way a worker with the real R2T2 loaded needed SIGTERM).
 
 The script (``script.tsv`` in the weights directory), one item a line:
 
@@ -56,6 +60,7 @@ The script (``script.tsv`` in the weights directory), one item a line:
     !legacy_bar           behaviour 8
     !bar_before_mark\t<n,...>   behaviour 9
     !mark_to_comma\t<n,...>     behaviour 10
+    !engine_thread              behaviour 11
     !language\t<Name>     the language auto-detection "hears" (default: Chinese if the script has CJK, else
                           English)
 
@@ -67,6 +72,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,6 +169,29 @@ class ASRStreamingState:
     fed_samples: int = 0  # total audio re-fed to the model: grows quadratically, as in R2T2
 
 
+class _EngineCore:
+    """Behaviour 11: a non-daemon background worker, ended only by ``shutdown()``."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.stop.wait, name="stand-in-engine-core", daemon=False)
+        self.thread.start()
+        self.shutdowns = 0
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+        self.stop.set()
+        self.thread.join()
+
+
+class _LLM:
+    """The vLLM ``LLM`` object's shape that matters here: ``llm_engine.engine_core``."""
+
+    def __init__(self) -> None:
+        self.llm_engine = type("LLMEngine", (), {})()
+        self.llm_engine.engine_core = _EngineCore()
+
+
 class R2T2ASRModel:
     loads: list[dict[str, Any]] = []  # every LLM(...) call's arguments, for tests
 
@@ -179,6 +208,7 @@ class R2T2ASRModel:
         self.default_budget = max_new_tokens
         self.generate_calls = 0
         self._state: ASRStreamingState | None = None
+        self.model: Any = _LLM() if "engine_thread" in options else None
 
     @classmethod
     def LLM(cls, model: str, forced_aligner: Any = None, forced_aligner_kwargs: Any = None,
