@@ -39,7 +39,9 @@ class _Sentences:
         pass
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
-        self.live._say(self.live.segment_at(start_s), text, engine, start_s, end_s)
+        entry = self.live.stage.current or {}
+        self.live._say(self.live.segment_at(start_s), text, engine, start_s, end_s,
+                       truncated_by=entry.get("truncated_by"))
 
 
 class DraftLive(LiveBase):
@@ -174,7 +176,12 @@ class DraftLive(LiveBase):
         return self.fed if self.open is not None else self.audio.end
 
     def result(self) -> dict[str, Any]:
+        """The file result's fields (docs/API.md) for the session: ``sent_windows`` on the session's chunk grid,
+        ``truncated_by`` in each sentence, ``language`` (the name asked for, else the one R2T2 named, else "")."""
         out = super().result()
-        out.update(engine=self.engine, language_code=self.code, draft=" ".join(self.drafts),
-                   fw_calls=self.stage.fw_calls)
+        with self.stage.lock:
+            windows = [{"text": w.text, "start_chunk": w.start_chunk, "end_chunk": w.end_chunk,
+                        "truncated_by": w.truncated_by} for w in self.stage.windows]
+        out.update(engine=self.engine, language=self.language or self.detected, language_code=self.code,
+                   draft=" ".join(self.drafts), fw_calls=self.stage.fw_calls, sent_windows=windows)
         return out

@@ -249,6 +249,7 @@ class FinalStage:
         self.pcm, self.window_fn, self.mode, self.emit, self.cancelled = pcm, window_fn, mode, emit, cancelled
         self.index0, self.offset, self.segment, self.heartbeat = index0, offset, segment, heartbeat
         self.with_segment = _takes_segment(emit.sentence)
+        self.current: dict[str, Any] | None = None
         self.windows: list[Window] = []
         self.settled: list[dict[str, Any] | None] = []
         self.next_emit = 0
@@ -343,6 +344,7 @@ class FinalStage:
                 s = self.settled[self.next_emit]
                 assert s is not None
                 if s["text"]:  # a withdrawn tail that faster-whisper found silent is no sentence
+                    self.current = s  # the entry being emitted (an emitter may read its truncated_by)
                     args = (self.index0 + self.emitted, s["text"], s["engine"], s["start_s"], s["end_s"])
                     if self.with_segment:
                         self.emit.sentence(*args, segment=self.segment)  # type: ignore[call-arg]
