@@ -42,6 +42,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from hasrd import errors, formats
 from hasrd.api import Daemon, check_access
 from hasrd.audio import frames_bytes, s16_mono_frame
+from hasrd.languages import UnknownLanguage, resolve
 from hasrd.openai_api import MODEL_IDS
 
 log = logging.getLogger("hasrd.realtime")
@@ -120,7 +121,12 @@ class Config:
                 raise BadEvent("model_not_found", f"the model {model!r} does not exist; this daemon serves "
                                f"{', '.join(MODEL_IDS)}", "model")
             self.model = model or self.model
-            self.language = str(tr.get("language") or "")
+            lang = str(tr.get("language") or "")
+            try:
+                resolve(lang)
+            except UnknownLanguage as e:  # refused at the update, not at the first audio as invalid_audio
+                raise BadEvent("unknown_language", str(e), "language") from None
+            self.language = lang
             self.prompt = str(tr.get("prompt") or "")
         if isinstance(td, dict) and td.get("silence_duration_ms") is not None:
             try:

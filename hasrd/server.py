@@ -307,7 +307,7 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
         # would kill us half-way through stopping the worker; we are stopping already, so a first one is noted
         # and a second one forces the worker down.
         loop = asyncio.get_running_loop()
-        hold_signals(lambda name: loop.call_soon_threadsafe(sup.kill_now) if len(EARLY_SIGNALS) > 1 else None)
+        hold_signals(lambda name: loop.call_soon_threadsafe(sup.kill_now) if len(EARLY_SIGNALS) + server.signals > 1 else None)
         for t in tasks:
             t.cancel()
         loaded = sup.state in (State.STARTING, State.READY, State.STOPPING)

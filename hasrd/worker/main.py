@@ -345,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         engine.close()
     finally:
         sock.close()
-    return 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # The results are out: nothing is lost by skipping the interpreter's teardown, where a non-daemon thread or
+    # an atexit hook of vLLM, torch or CTranslate2 could keep the worker alive until SIGTERM.
+    os._exit(0)
 
 
 if __name__ == "__main__":
