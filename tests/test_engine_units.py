@@ -97,10 +97,11 @@ def test_word_timestamps_from_numpy_values_cross_the_worker_channel() -> None:
     (s,) = r["per_sentence"]
     assert s["words"] == [{"word": " hello", "start": 0.1, "end": 0.4, "probability": 0.9123},
                           {"word": " world", "start": 0.4, "end": 2.0, "probability": 0.5}]
-    assert (s["start_s"], s["end_s"]) == (0.0, 2.0) and type(r["first_text_s"]) is float
+    # a sentence is timed by its words now (the decoder's segment began at 0.0, its first word at 0.1)
+    assert (s["start_s"], s["end_s"]) == (0.1, 2.0) and type(r["first_text_s"]) is float
     assert len(wire.frames) >= 3  # progress and sentence events were encoded too
     sentence = [m for m in map(p.decode_worker, (f[4:] for f in wire.frames)) if isinstance(m, p.Sentence)]
-    assert [(m.text, m.start_s, m.end_s) for m in sentence] == [("hello world", 0.0, 2.0)]
+    assert [(m.text, m.start_s, m.end_s) for m in sentence] == [("hello world", 0.1, 2.0)]
 
 
 def test_plain_turns_numpy_values_into_python_ones() -> None:
