@@ -9,7 +9,6 @@ Timing: clips of 1-5 s take 0.6-2 s each here; a 5 s clip is allowed 6 s (the un
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 from typing import Any
 
@@ -28,7 +27,6 @@ EN = [k for k, (lang, _) in CLIPS.items() if lang == "en"]
 ZH = [k for k, (lang, _) in CLIPS.items() if lang == "zh"]
 MAX_WER = 0.15
 MAX_MEAN_CER = 0.35
-FIVE_S_BUDGET = 6.0
 
 
 class Rec(NullEmitter):
