@@ -68,12 +68,18 @@ class Settings:
     stall_sec: float = _s(120.0, "a job whose worker reports no progress for this long is killed (504 stalled)")
     max_job_sec: float = _s(0.0, "hard cap on one job's running time, however it progresses (0 = none)")
     live_idle_sec: float = _s(120.0, "a live session that sends nothing (not even silence) this long is closed")
+    live_queue_sec: float = _s(60.0, "a live session that waits this long behind a running job is refused "
+                                     "(queue_full; 0 = wait for it however long)", since="0.2.0")
+    live_max_pending_sec: float = _s(120.0, "audio a live session may have waiting in front of the worker "
+                                           "(queued, loading, or a worker behind); appends past it are refused "
+                                           "with an error event", since="0.2.0")
     max_queue: int = _s(16, "requests waiting behind the running one before '503 queue full'")
     max_concurrent: int = _s(1, "transcriptions run at once (the seed's single lock)")
     max_load_failures: int = _s(5, "consecutive failed loads before the fatal state")
     backoff_base_sec: float = _s(0.5, "first retry delay after a failed load (doubles each time)")
     backoff_max_sec: float = _s(30.0, "longest retry delay after failed loads")
-    stop_grace_sec: float = _s(3.0, "wait after Shutdown, then after SIGTERM, before escalating")
+    stop_grace_sec: float = _s(3.0, "wait after Shutdown, then after SIGTERM, before escalating; and how long a "
+                                    "stopping daemon lets live sessions finish the utterances in flight")
     cancel_grace_sec: float = _s(60.0, "a cancelled job may take this long to stop before its worker is killed")
     stop_max_sec: float = _s(3600.0, "longest a stopping daemon keeps finishing accepted work before it kills it")
     max_connections: int = _s(1024, "open connections at most; past it the oldest idle one is closed (or, when "

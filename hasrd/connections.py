@@ -27,6 +27,7 @@ log = logging.getLogger("hasrd")
 
 DRAIN_WAIT_SEC = 2.0  # how long an accepted connection with no request yet may take to send one at exit
 PEEKS_PER_ACCEPT = 4  # at most this many candidates are looked at when a connection over the cap arrives
+SHUTDOWN_HOOK = "hasr.on_shutdown"  # a WebSocket scope's key: called at the daemon's stop instead of a close
 OBSERVE = frozenset({"/health", "/api/ps", "/api/version", "/api/events"})  # GETs that only observe
 
 
@@ -45,11 +46,40 @@ def peer_of(transport: asyncio.BaseTransport) -> tuple[str, int] | None:
 
 class PeerWebSocket(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol (the ``websockets`` library, sans-I/O) with the peer's credentials in
-    ``scope["client"]``, as :class:`PeerProtocol` gives them to HTTP requests."""
+    ``scope["client"]``, as :class:`PeerProtocol` gives them to HTTP requests.
+
+    Two departures from uvicorn's: at the daemon's stop a connection whose application left a shutdown hook in
+    its scope (``SHUTDOWN_HOOK``: a live session finishing the speech it received) is asked to close itself
+    instead of being closed with 1012 at once, and closed anyway once the seconds the hook returns (plus a
+    margin) are past; a message over the size limit is answered with an ``error`` event before the 1009 close
+    the ``websockets`` library sends, instead of the bare close."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.client = peer_of(transport) or self.client  # type: ignore[assignment]
+
+    def shutdown(self) -> None:
+        hook = getattr(self, "scope", {}).get(SHUTDOWN_HOOK)
+        if hook is not None and self.handshake_complete and not self.close_sent and not self.transport.is_closing():
+            grace = float(hook())
+            self.loop.call_later(grace + 2.0, self._shutdown_now)
+            return
+        super().shutdown()
+
+    def _shutdown_now(self) -> None:
+        if not self.transport.is_closing():
+            super().shutdown()
+
+    def handle_parser_exception(self) -> None:
+        sent = self.conn.close_sent
+        if sent is not None and sent.code == 1009 and self.handshake_complete and not self.transport.is_closing():
+            from websockets.frames import Frame, Opcode
+
+            from hasrd.realtime_events import too_large_event
+
+            ev = json.dumps(too_large_event()).encode()
+            self.transport.write(Frame(Opcode.TEXT, ev).serialize(mask=False))  # ahead of the close frame
+        super().handle_parser_exception()
 
 
 class PeerProtocol(H11Protocol):

@@ -24,6 +24,14 @@ Lifecycle: the session is admitted at connect (a lease: no TTL unload and no idl
 loads the worker at the first audio, and takes the worker ahead of queued files (supervisor.live). A client
 that goes away ends it (the worker stays loaded); one that sends nothing for HASR_LIVE_IDLE_SEC is told so
 and closed.
+
+Limits (docs/API.md "Live transcription"): a client event is at most 16 MiB (a larger one hears
+``message_too_large``, then the 1009 close); audio waiting in front of the worker is bounded by
+HASR_LIVE_MAX_PENDING_SEC (past it appends are dropped, with at most one ``input_audio_buffer_full`` error a
+second saying how much); a client that does not read its events is not read either (its events wait, bounded);
+a session that waits HASR_LIVE_QUEUE_SEC behind a running job is refused with ``queue_full``. A daemon that
+stops sends the audio already received to the worker, lets the utterance in flight finish within
+HASR_STOP_GRACE_SEC, sends its finals, then an ``error`` ``shutting_down`` and the 1012 close.
 """
 
 from __future__ import annotations
@@ -34,119 +42,21 @@ import binascii
 import itertools
 import json
 import logging
+import time
 from typing import Any
 
-import av
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hasrd import errors, formats
 from hasrd.api import Daemon, check_access
-from hasrd.audio import frames_bytes, s16_mono_frame
-from hasrd.languages import UnknownLanguage, resolve
-from hasrd.openai_api import MODEL_IDS
+from hasrd.connections import SHUTDOWN_HOOK
+from hasrd.realtime_events import (OUT_BYTES_PER_S, BadEvent, Config, Pcm16To16k, error_event, event, usage)
+from hasrd.workerproc import LiveSession
 
 log = logging.getLogger("hasrd.realtime")
 
-IN_RATE = 24000
 _sessions = itertools.count(1)
-_events = itertools.count(1)
-
-
-class BadEvent(Exception):
-    def __init__(self, code: str, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.param = code, message, param
-
-
-class Pcm16To16k:
-    """24 kHz PCM16 mono in, 16 kHz float32 mono out, streaming (FFmpeg's resampler through PyAV)."""
-
-    def __init__(self) -> None:
-        self.resampler = av.AudioResampler(format="flt", layout="mono", rate=16000)
-
-    def convert(self, data: bytes) -> bytes:
-        if len(data) % 2:
-            raise BadEvent("invalid_audio", f"PCM16 audio is 2 bytes a sample; this chunk has {len(data)} bytes",
-                           "audio")
-        if not data:
-            return b""
-        return frames_bytes(self.resampler.resample(s16_mono_frame(data, IN_RATE)), 4)
-
-
-def _event(kind: str, **fields: Any) -> dict[str, Any]:
-    return {"type": kind, "event_id": f"event_{next(_events)}", **fields}
-
-
-def error_event(code: str, message: str, param: str | None = None, kind: str = "invalid_request_error",
-                event_id: str | None = None) -> dict[str, Any]:
-    return _event("error", error={"type": kind, "code": code, "message": message, "param": param,
-                                  "event_id": event_id})
-
-
-class Config:
-    """What the client asked for in its session updates."""
-
-    def __init__(self, beta: bool) -> None:
-        self.beta = beta
-        self.model = "gpt-4o-transcribe"
-        self.language = ""
-        self.prompt = ""
-        self.silence_ms = 500
-
-    def update(self, event: dict[str, Any]) -> None:
-        s = event.get("session")
-        if not isinstance(s, dict):
-            raise BadEvent("invalid_value", "session must be an object", "session")
-        if event["type"] == "session.update":
-            audio = ((s.get("audio") or {}).get("input") or {})
-            fmt = audio.get("format")
-            tr = audio.get("transcription")
-            td = audio.get("turn_detection")
-            if fmt is not None:
-                if not isinstance(fmt, dict) or fmt.get("type") != "audio/pcm" or int(fmt.get("rate") or IN_RATE) != IN_RATE:
-                    raise BadEvent("unsupported_audio_format", f"hasr takes audio/pcm at 24000 Hz (PCM16 mono), "
-                                   f"not {fmt!r}", "session.audio.input.format")
-        else:
-            fmt = s.get("input_audio_format")
-            tr = s.get("input_audio_transcription")
-            td = s.get("turn_detection")
-            if fmt is not None and fmt != "pcm16":
-                raise BadEvent("unsupported_audio_format", f"hasr takes input_audio_format pcm16 (24 kHz mono), "
-                               f"not {fmt!r}", "session.input_audio_format")
-        if tr is not None:
-            if not isinstance(tr, dict):
-                raise BadEvent("invalid_value", "transcription settings must be an object")
-            model = tr.get("model")
-            if model and model not in MODEL_IDS:
-                raise BadEvent("model_not_found", f"the model {model!r} does not exist; this daemon serves "
-                               f"{', '.join(MODEL_IDS)}", "model")
-            self.model = model or self.model
-            lang = str(tr.get("language") or "")
-            try:
-                resolve(lang)
-            except UnknownLanguage as e:  # refused at the update, not at the first audio as invalid_audio
-                raise BadEvent("unknown_language", str(e), "language") from None
-            self.language = lang
-            self.prompt = str(tr.get("prompt") or "")
-        if isinstance(td, dict) and td.get("silence_duration_ms") is not None:
-            try:
-                ms = int(td["silence_duration_ms"])
-            except (TypeError, ValueError):
-                raise BadEvent("invalid_value", "silence_duration_ms must be a number", "turn_detection") from None
-            if not 100 <= ms <= 10000:
-                raise BadEvent("invalid_value", f"silence_duration_ms must be 100-10000, not {ms}",
-                               "turn_detection.silence_duration_ms")
-            self.silence_ms = ms
-
-    def session(self, sid: str) -> dict[str, Any]:
-        tr = {"model": self.model, "language": self.language or None, "prompt": self.prompt}
-        td = {"type": "server_vad", "silence_duration_ms": self.silence_ms, "prefix_padding_ms": 300}
-        if self.beta:
-            return {"id": sid, "object": "realtime.transcription_session", "input_audio_format": "pcm16",
-                    "input_audio_transcription": tr, "turn_detection": td}
-        return {"id": sid, "object": "realtime.transcription_session", "type": "transcription",
-                "audio": {"input": {"format": {"type": "audio/pcm", "rate": IN_RATE}, "transcription": tr,
-                                    "turn_detection": td}}}
+OUT_HIGH, OUT_LOW = 256, 64  # events waiting for a client that does not read: past HIGH it is not read either
 
 
 class Live:
@@ -161,80 +71,122 @@ class Live:
         self.cfg = Config(beta=q.get("intent") == "transcription" and "model" not in q)
         # hasr's own events only when asked for: the OpenAI SDK parses every event as one of its own types
         self.hasr_events = ws.query_params.get("hasr_events", "").lower() in ("1", "true", "yes")
-        self.inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()  # audio, commit, finish, gone
         self.out: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.out_room = asyncio.Event()  # clear while a client that does not read has OUT_HIGH events waiting
+        self.out_room.set()
+        self.last_input = time.monotonic()
+        self.pending = 0  # bytes of audio (16 kHz float32) received and not yet handed to the worker
+        self.dropped_s = 0.0
+        self.refused_at = 0.0
         self.joiners: dict[int, formats.DeltaJoiner] = {}
+        self.spans: dict[int, list[float]] = {}  # utterance -> [start_s, end_s]
         self.resample = Pcm16To16k()
         self.closed = False
+        self.close_code = 1000
+        self.session: LiveSession | None = None
+        self.runner: asyncio.Future[None] | None = None
+        self.stopping = False
 
     def item(self, seg: int) -> str:
         return f"item_{self.sid[10:]}_{seg}"
 
-    async def send(self, ev: dict[str, Any]) -> None:
-        await self.out.put(ev)
+    def send(self, ev: dict[str, Any]) -> None:
+        self.out.put_nowait(ev)
+        if self.out.qsize() >= OUT_HIGH:
+            self.out_room.clear()
 
     async def sender(self) -> None:
-        while True:
-            ev = await self.out.get()
-            if ev is None:
-                return
-            try:
-                await self.ws.send_text(json.dumps(ev, ensure_ascii=False))
-            except (WebSocketDisconnect, RuntimeError, OSError):
-                self.closed = True
-                return
-
-    async def reader(self) -> None:
-        """Client events -> inbox ("audio", bytes) / ("commit",) / ("finish",) / ("gone",); the rest here."""
         try:
             while True:
+                ev = await self.out.get()
+                if self.out.qsize() <= OUT_LOW:
+                    self.out_room.set()
+                if ev is None:
+                    return
+                await self.ws.send_text(json.dumps(ev, ensure_ascii=False))
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            self.closed = True
+        finally:
+            self.out_room.set()  # nothing will drain the queue any more: the reader must not wait on it
+
+    async def reader(self) -> None:
+        """Client events -> inbox ("audio", bytes) / ("commit",) / ("finish",) / ("gone",); the rest here.
+
+        Every event that cannot be applied is answered with an ``error`` event and the session goes on."""
+        try:
+            while True:
+                await self.out_room.wait()  # a client that does not read its events is not read either
                 msg = await self.ws.receive()
                 if msg["type"] == "websocket.disconnect":
                     break
-                await self.inbox.put(("activity", None))
+                self.last_input = time.monotonic()
+                if self.stopping:
+                    continue  # the daemon is stopping: what was received is being finished
                 text = msg.get("text")
                 if text is None:
-                    await self.send(error_event("invalid_event", "send JSON text frames (client events); a binary "
-                                                "frame is not one"))
+                    self.send(error_event("invalid_event", "send JSON text frames (client events); a binary "
+                                          "frame is not one"))
                     continue
                 try:
                     await self.handle(text)
                 except BadEvent as e:
-                    await self.send(error_event(e.code, e.message, e.param))
+                    self.send(error_event(e.code, e.message, e.param))
+                except Exception as e:  # a case no check foresaw: said, logged, and the session goes on
+                    log.warning("live session %s: a client event could not be applied: %r", self.sid, e)
+                    log.debug("live session %s: the event's traceback", self.sid, exc_info=True)
+                    self.send(error_event("invalid_event", f"this event could not be applied: {e}"))
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass
-        await self.inbox.put(("gone", None))
+        self.inbox.put_nowait(("gone", None))
 
     async def handle(self, text: str) -> None:
         try:
-            event = json.loads(text)
+            ev = json.loads(text)
         except ValueError as e:
             raise BadEvent("invalid_json", f"not JSON: {e}") from None
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        if not isinstance(ev, dict) or not isinstance(ev.get("type"), str):
             raise BadEvent("invalid_event", "a client event is a JSON object with a string \"type\"", "type")
-        kind = event["type"]
+        kind = ev["type"]
         if kind in ("transcription_session.update", "session.update"):
+            self.cfg.update(ev)
             self.cfg.beta = kind == "transcription_session.update"
-            self.cfg.update(event)
             updated = "transcription_session.updated" if self.cfg.beta else "session.updated"
-            await self.send(_event(updated, session=self.cfg.session(self.sid)))
+            self.send(event(updated, session=self.cfg.session(self.sid)))
         elif kind == "input_audio_buffer.append":
-            audio = event.get("audio")
+            audio = ev.get("audio")
             if not isinstance(audio, str):
                 raise BadEvent("invalid_value", "input_audio_buffer.append needs \"audio\": base64 PCM16", "audio")
             try:
                 raw = base64.b64decode(audio, validate=True)
             except (binascii.Error, ValueError):
                 raise BadEvent("invalid_audio", "\"audio\" is not valid base64", "audio") from None
-            await self.inbox.put(("audio", self.resample.convert(raw)))
+            self.take_audio(self.resample.convert(raw))
         elif kind == "input_audio_buffer.commit":  # the open utterance ends: its committed event follows
-            await self.inbox.put(("commit", None))
+            self.inbox.put_nowait(("commit", None))
         elif kind == "input_audio_buffer.clear":
-            await self.send(_event("input_audio_buffer.cleared"))
+            self.send(event("input_audio_buffer.cleared"))
         elif kind == "hasr.finish":
-            await self.inbox.put(("finish", None))
+            self.inbox.put_nowait(("finish", None))
         else:
             raise BadEvent("unknown_event", f"unknown client event type {kind!r}", "type")
+
+    def take_audio(self, pcm: bytes) -> None:
+        """Queue audio for the worker, up to HASR_LIVE_MAX_PENDING_SEC waiting in front of it; past that it is
+        dropped, and the client hears so at most once a second (how much so far)."""
+        limit = self.d.settings.live_max_pending_sec * OUT_BYTES_PER_S
+        if limit > 0 and self.pending + len(pcm) > limit:
+            self.dropped_s += len(pcm) / OUT_BYTES_PER_S
+            now = time.monotonic()
+            if now - self.refused_at >= 1.0:
+                self.refused_at = now
+                raise BadEvent("input_audio_buffer_full", f"{self.pending / OUT_BYTES_PER_S:.0f} s of audio already "
+                               f"wait for the worker (HASR_LIVE_MAX_PENDING_SEC="
+                               f"{self.d.settings.live_max_pending_sec:g}): audio is dropped until it catches up "
+                               f"({self.dropped_s:.1f} s so far)", "audio")
+            return
+        self.pending += len(pcm)
+        self.inbox.put_nowait(("audio", pcm))
 
     def on_event(self, ev: dict[str, Any]) -> None:
         """The worker's events (on the loop's thread) -> Realtime events."""
@@ -244,79 +196,98 @@ class Live:
             seg, item = int(ev["segment"]), self.item(int(ev["segment"]))
             if ev["kind"] == "started":
                 self.joiners[seg] = formats.DeltaJoiner()
-                out.append(_event("input_audio_buffer.speech_started", item_id=item,
-                                  audio_start_ms=int(ev["start_s"] * 1000)))
+                self.spans[seg] = [float(ev.get("start_s", 0.0)), float(ev.get("start_s", 0.0))]
+                out.append(event("input_audio_buffer.speech_started", item_id=item,
+                                 audio_start_ms=int(ev["start_s"] * 1000)))
             elif ev["kind"] == "stopped":
+                self.spans.setdefault(seg, [0.0, 0.0])[1] = float(ev.get("end_s", 0.0))
                 prev = self.item(seg - 1) if seg else None
-                out += [_event("input_audio_buffer.speech_stopped", item_id=item,
-                               audio_end_ms=int(ev["end_s"] * 1000)),
-                        _event("input_audio_buffer.committed", item_id=item, previous_item_id=prev),
-                        _event("conversation.item.created", previous_item_id=prev,
-                               item={"id": item, "object": "realtime.item", "type": "message", "status": "completed",
-                                     "role": "user", "content": [{"type": "input_audio", "transcript": None}]})]
+                out += [event("input_audio_buffer.speech_stopped", item_id=item,
+                              audio_end_ms=int(ev["end_s"] * 1000)),
+                        event("input_audio_buffer.committed", item_id=item, previous_item_id=prev),
+                        event("conversation.item.created", previous_item_id=prev,
+                              item={"id": item, "object": "realtime.item", "type": "message", "status": "completed",
+                                    "role": "user", "content": [{"type": "input_audio", "transcript": None}]})]
             else:
                 joiner = self.joiners.pop(seg, formats.DeltaJoiner())
-                out.append(_event("conversation.item.input_audio_transcription.completed", item_id=item,
-                                  content_index=0, transcript=joiner.text or ev.get("text", "")))
+                start, end = self.spans.pop(seg, [0.0, 0.0])
+                out.append(event("conversation.item.input_audio_transcription.completed", item_id=item,
+                                 content_index=0, transcript=joiner.text or ev.get("text", ""),
+                                 usage=usage(start, end)))
         elif kind == "sentence":
             seg = int(ev.get("segment", 0))
             item = self.item(seg)
             delta = self.joiners.setdefault(seg, formats.DeltaJoiner()).add(ev["text"])
-            out.append(_event("hasr.sentence", item_id=item, index=ev["index"], text=ev["text"], engine=ev["engine"],
-                              start_s=ev["start_s"], end_s=ev["end_s"]))
+            extra = {k: ev[k] for k in ("decode",) if k in ev}
+            out.append(event("hasr.sentence", item_id=item, index=ev["index"], text=ev["text"], engine=ev["engine"],
+                             start_s=ev["start_s"], end_s=ev["end_s"], **extra))
             if delta:
-                out.append(_event("conversation.item.input_audio_transcription.delta", item_id=item,
-                                  content_index=0, delta=delta))
+                out.append(event("conversation.item.input_audio_transcription.delta", item_id=item,
+                                 content_index=0, delta=delta))
         elif kind == "draft":
-            out.append(_event("hasr.draft", item_id=self.item(int(ev.get("segment", 0))), text=ev["text"]))
-        elif kind == "progress":
-            out.append(_event("hasr.progress", done_s=ev["done_s"], received_s=ev["total_s"],
-                              lag_s=round(max(0.0, ev["total_s"] - ev["done_s"]), 3)))
+            out.append(event("hasr.draft", item_id=self.item(int(ev.get("segment", 0))), text=ev["text"]))
+        elif kind == "progress":  # received: what the worker has plus what still waits here in front of it
+            received = float(ev["total_s"]) + self.pending / OUT_BYTES_PER_S
+            out.append(event("hasr.progress", done_s=ev["done_s"], received_s=round(received, 3),
+                             lag_s=round(max(0.0, received - ev["done_s"]), 3)))
         elif kind == "queued":
-            out.append(_event("hasr.queued", position=ev["position"]))
+            out.append(event("hasr.queued", position=ev["position"]))
         elif kind == "loading":
-            out.append(_event("hasr.loading", phase=ev.get("phase", ""), elapsed_s=ev.get("elapsed_s", 0.0)))
+            out.append(event("hasr.loading", phase=ev.get("phase", ""), elapsed_s=ev.get("elapsed_s", 0.0)))
         for e in out:
             if self.hasr_events or not e["type"].startswith("hasr."):
-                self.out.put_nowait(e)
+                self.send(e)
 
     async def next_input(self) -> tuple[str, Any]:
-        """The next audio/commit/finish/gone, or ("idle", None) after HASR_LIVE_IDLE_SEC without any event."""
+        """The next audio/commit/finish/gone; ("stop", None) once the daemon stops; ("idle", None) after
+        HASR_LIVE_IDLE_SEC without any client event."""
         while True:
-            try:
-                kind, value = await asyncio.wait_for(self.inbox.get(), self.d.settings.live_idle_sec)
-            except asyncio.TimeoutError:
+            if self.stopping:
+                return "stop", None
+            left = self.d.settings.live_idle_sec - (time.monotonic() - self.last_input)
+            if left <= 0:
                 return "idle", None
-            if kind != "activity":
-                return kind, value
+            try:
+                return await asyncio.wait_for(self.inbox.get(), left)
+            except asyncio.TimeoutError:
+                continue
+
+    async def to_worker(self, session: LiveSession, pcm: bytes) -> None:
+        try:
+            await session.audio(pcm)
+        finally:
+            self.pending -= len(pcm)
 
     async def run(self) -> None:
         sup = self.d.supervisor
         created = "transcription_session.created" if self.cfg.beta else "session.created"
-        await self.send(_event(created, session=self.cfg.session(self.sid)))
+        self.send(event(created, session=self.cfg.session(self.sid)))
         try:
             lease = sup.admit()
         except errors.HasrError as e:
-            await self.send(error_event(e.code, e.message, kind="server_error"))
+            self.send(error_event(e.code, e.message, kind="server_error"))
             return
         try:
             while True:  # nothing runs until there is audio: the session's settings come first
                 kind, first = await self.next_input()
                 if kind == "audio":
                     break
-                if kind in ("gone", "finish"):
+                if kind in ("gone", "finish", "stop"):
                     if kind == "finish":
-                        await self.send(_event("hasr.done", result={"final": "", "per_sentence": []}))
+                        self.send(event("hasr.done", result={"final": "", "per_sentence": []}))
+                    if kind == "stop":
+                        self.stopped(True)
                     return
                 if kind == "idle":
-                    await self.idle()
+                    self.idle()
                     return
             options: dict[str, Any] = {"silence_ms": self.cfg.silence_ms}
             if self.cfg.prompt:
                 options["prompt"] = self.cfg.prompt
             async with sup.live(language=self.cfg.language, options=options, on_event=self.on_event,
-                                lease=lease) as session:
-                await session.audio(first)  # what came while the worker loaded waits in the inbox
+                                lease=lease, max_wait=self.d.settings.live_queue_sec) as session:
+                self.session = session
+                await self.to_worker(session, first)  # what came while the worker loaded waits in the inbox
                 while True:
                     getter: asyncio.Future[Any] = asyncio.ensure_future(self.next_input())
                     done: asyncio.Future[Any] = session.done
@@ -327,27 +298,69 @@ class Live:
                         return
                     kind, value = getter.result()
                     if kind == "audio":
-                        await session.audio(value)
+                        await self.to_worker(session, value)
                     elif kind == "commit":
                         await session.commit()
                     elif kind == "finish":
                         result = await session.end()
-                        await self.send(_event("hasr.done", result=result))
+                        self.send(event("hasr.done", result=result))
+                        return
+                    elif kind == "stop":
+                        await self.wind_down(session)
                         return
                     elif kind == "idle":
-                        await self.idle()
+                        self.idle()
                         return
                     else:  # gone: the session is cancelled on the way out
                         return
         except errors.HasrError as e:
-            await self.send(error_event(e.code, e.message, kind="server_error"))
+            self.send(error_event(e.code, e.message, kind="server_error"))
         finally:
+            self.session = None
             lease.release()
 
-    async def idle(self) -> None:
+    def on_shutdown(self) -> float:
+        """The daemon is stopping (uvicorn's shutdown, through connections.PeerWebSocket): a running session
+        winds down (:meth:`wind_down`); one that has not started yet ends now. Returns the seconds it may take."""
+        if not self.stopping:
+            self.stopping = True
+            self.inbox.put_nowait(("stop", None))  # wakes next_input, which then says "stop"
+            if self.session is None and self.runner is not None:
+                self.runner.cancel()
+        return self.d.settings.stop_grace_sec
+
+    async def wind_down(self, session: LiveSession) -> None:
+        """The audio already received goes to the worker, the utterance in flight is closed and its finals are
+        sent, all within HASR_STOP_GRACE_SEC; then the client hears why the session ends."""
+        async def finish() -> dict[str, Any]:
+            while not self.inbox.empty():
+                kind, value = self.inbox.get_nowait()
+                if kind == "audio":
+                    await self.to_worker(session, value)
+            return await session.end()
+
+        finished = False
+        try:
+            result = await asyncio.wait_for(finish(), self.d.settings.stop_grace_sec)
+            if self.hasr_events:
+                self.send(event("hasr.done", result=result))
+            finished = True
+        except (asyncio.TimeoutError, errors.HasrError) as e:
+            log.info("live session %s: not finished as the daemon stops: %r", self.sid, e)
+        self.stopped(finished)
+
+    def stopped(self, finished: bool) -> None:
+        grace = self.d.settings.stop_grace_sec
+        how = ("the speech received was transcribed and sent" if finished else
+               f"the speech in flight could not be finished within {grace:g} s (HASR_STOP_GRACE_SEC)")
+        self.send(error_event("shutting_down", f"the daemon is stopping: {how}; the session is closed "
+                              f"(reconnect to go on once it is back)", kind="server_error"))
+        self.close_code = 1012  # service restart: the client may reconnect
+
+    def idle(self) -> None:
         secs = self.d.settings.live_idle_sec
-        await self.send(error_event("idle_timeout", f"nothing arrived for {secs:g} s (HASR_LIVE_IDLE_SEC): the "
-                                    f"session is closed; send audio (silence included) to keep one open"))
+        self.send(error_event("idle_timeout", f"nothing arrived for {secs:g} s (HASR_LIVE_IDLE_SEC): the "
+                              f"session is closed; send audio (silence included) to keep one open"))
 
 
 async def realtime(ws: WebSocket) -> None:
@@ -359,20 +372,27 @@ async def realtime(ws: WebSocket) -> None:
         return
     await ws.accept()
     live = Live(d, ws)
+    ws.scope[SHUTDOWN_HOOK] = live.on_shutdown
     sender = asyncio.ensure_future(live.sender())
     reader = asyncio.ensure_future(live.reader())
+    live.runner = runner = asyncio.ensure_future(live.run())
     try:
-        await live.run()
+        await runner
+    except asyncio.CancelledError:
+        if not (live.stopping and runner.cancelled()):
+            raise
+        live.stopped(False)  # it had not started: nothing was in flight
     except Exception:
         log.exception("live session %s failed", live.sid)
-        live.out.put_nowait(error_event("internal_error", "the live session failed in the daemon (see its log)",
-                                        kind="server_error"))
+        live.send(error_event("internal_error", "the live session failed in the daemon (see its log)",
+                              kind="server_error"))
     finally:
+        ws.scope.pop(SHUTDOWN_HOOK, None)
         live.out.put_nowait(None)
         await sender
         reader.cancel()
         if not live.closed:
             try:
-                await ws.close(code=1000)
-            except (RuntimeError, OSError):
-                pass
+                await ws.close(code=live.close_code)
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                pass  # the client left first: nothing to close, nothing to log

@@ -325,10 +325,11 @@ class Supervisor:
             lease.release()
 
     @contextlib.asynccontextmanager
-    async def _slot(self, on_event: EventSink | None, live: bool = False) -> AsyncIterator[None]:
+    async def _slot(self, on_event: EventSink | None, live: bool = False, max_wait: float = 0.0
+                    ) -> AsyncIterator[None]:
         """Admission to one of ``max_concurrent`` running slots: FIFO, except that live sessions go ahead of
         waiting files (in their own FIFO order): a running job is never interrupted, files run between live
-        sessions."""
+        sessions. ``max_wait`` (> 0): QueueFull after waiting that long."""
         if self.running >= self.s.max_concurrent or self.waiting or self._hold:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             if live:
@@ -345,12 +346,17 @@ class Supervisor:
             self._tell_positions()  # a live session went ahead: the files behind it hear their new place
             self._changed()
             try:
-                await fut
-            except BaseException:
+                await (asyncio.wait_for(fut, max_wait) if max_wait > 0 else fut)
+            except BaseException as e:
                 if fut in self.waiting:
                     self.waiting.remove(fut)
                 elif fut.done() and not fut.cancelled():
                     self._release_slot()  # we were handed the slot but are leaving
+                if isinstance(e, asyncio.TimeoutError):
+                    busy = f" with {self.job['name']}" if self.job and self.job.get("name") else ""
+                    raise errors.QueueFull(f"the worker is busy{busy}: this live session waited {max_wait:g} s "
+                                           f"for it (HASR_LIVE_QUEUE_SEC); try again once it is done",
+                                           retry_after=5) from None
                 raise
             finally:
                 self._live_waiting.discard(fut)
@@ -458,16 +464,17 @@ class Supervisor:
 
     @contextlib.asynccontextmanager
     async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
-                   on_event: EventSink | None = None, lease: Lease) -> AsyncIterator[LiveSession]:
+                   on_event: EventSink | None = None, lease: Lease, max_wait: float = 0.0
+                   ) -> AsyncIterator[LiveSession]:
         """A live session on the worker, under ``lease`` (so no TTL unload and no idle exit while it runs).
 
-        Loads if needed, then takes the running slot ahead of queued files (see :meth:`_slot`); the worker
-        serves only this session until it ends. Leaving the block without :meth:`LiveSession.end` (the client
+        Loads if needed, then takes the running slot ahead of queued files (see :meth:`_slot`; QueueFull after
+        ``max_wait`` s behind a running job, if > 0); the worker serves only this session until it ends. Leaving the block without :meth:`LiveSession.end` (the client
         went away, an error) cancels the session; the worker stays loaded unless it ignores the cancel.
         """
         assert not lease.released, "live() on a released lease"
         await self._await_load(on_event)
-        async with self._slot(on_event, live=True):
+        async with self._slot(on_event, live=True, max_wait=max_wait):
             worker = await self._await_load(on_event)
             self.job = {"name": "live session", "live": True, "done_s": 0.0, "total_s": 0.0, "progress": 0.0}
             self._changed()
@@ -496,7 +503,9 @@ class Supervisor:
         """ensure_ready(), telling this request about every loading phase while it waits."""
         if on_event is None or self.state == State.READY:
             return await self.ensure_ready()
-        on_event({"event": "loading", "phase": self.phase or "starting worker", "elapsed_s": 0.0})
+        # the phase of the load under way; an old one (a worker that died since) is not this request's
+        phase = self.phase if self.state == State.STARTING and self.phase else "starting worker"
+        on_event({"event": "loading", "phase": phase, "elapsed_s": 0.0})
         self._load_listeners.add(on_event)
         try:
             return await self.ensure_ready()

@@ -487,3 +487,39 @@ def test_a_live_session_goes_ahead_of_waiting_files_and_they_hear_their_new_plac
         assert result["live"] is True and sup.in_flight == 0
         await sup.close()
     run(main())
+
+
+def test_a_live_session_waiting_past_its_max_wait_gets_queue_full_and_leaves_the_queue() -> None:
+    """HASR_LIVE_QUEUE_SEC: a live session behind a running job is told, not left waiting in silence."""
+    async def main() -> None:
+        sup, _ = make()
+        running = asyncio.create_task(transcribe(sup, 3.0, name="long.wav", options={"fake": {"rtf": 1.0}}))
+        while not sup.running:
+            await asyncio.sleep(0.01)
+        lease = sup.admit()
+        with pytest.raises(errors.QueueFull) as e:
+            async with sup.live(language="zh", lease=lease, max_wait=0.2):
+                raise AssertionError("the worker is busy: no session may start")
+        lease.release()
+        assert "long.wav" in e.value.message and "HASR_LIVE_QUEUE_SEC" in e.value.message
+        assert not sup.waiting and sup.running == 1  # it left the queue; the job runs on
+        assert (await running)["final"] is not None
+        assert sup.running == 0 and sup.in_flight == 0
+        await sup.close()
+    run(main())
+
+
+def test_after_a_worker_crash_the_next_request_hears_the_new_load_not_the_dead_workers_phase() -> None:
+    async def main() -> None:
+        sup, knobs = make({"HASR_FAKE_LOAD_SEC": "0.3"})
+        await sup.load()
+        assert sup.worker is not None
+        os.kill(sup.worker.pid, signal.SIGKILL)
+        while sup.state == State.READY:
+            await asyncio.sleep(0.01)
+        heard: list[dict[str, Any]] = []
+        await transcribe(sup, 0.2, on_event=heard.append)
+        loading = [e for e in heard if e.get("event") == "loading"]
+        assert loading and loading[0]["phase"] == "starting worker", loading
+        await sup.close()
+    run(main())
