@@ -28,14 +28,15 @@ from starlette.responses import JSONResponse as _StarletteJSON
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 
-from hasrd import __version__, errors, subtitles
+from hasrd import __version__, errors, modelspec, subtitles
 from hasrd import protocol as proto
 from hasrd.config import Settings
 from hasrd.events import Broadcaster
 from hasrd.intake import LeasedStream, check_path, decode, read_json, until_disconnected
 from hasrd.pcm import PcmBuffer
 from hasrd.lifecycle import KeepAlive
-from hasrd.supervisor import Lease, Supervisor
+from hasrd.modelspec import ModelSpec
+from hasrd.scheduler import Pool, PoolLease
 
 log = logging.getLogger("hasrd.api")
 DECODES_AT_ONCE = 2
@@ -44,7 +45,7 @@ DECODES_AT_ONCE = 2
 @dataclass
 class Daemon:
     settings: Settings
-    supervisor: Supervisor
+    supervisor: Pool  # the worker pool (hasrd.scheduler): one Supervisor per worker below it
     events: Broadcaster
     request_stop: Callable[[], None] = lambda: None
     uid: int = field(default_factory=os.getuid)
@@ -186,13 +187,14 @@ def check_language(language: str) -> str:
     return language
 
 
-async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, lease: Lease, name: str,
+async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, lease: PoolLease, name: str,
                   audio_path: str | None, language: str, options: dict[str, Any],
-                  on_event: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+                  on_event: Callable[[dict[str, Any]], None] | None, model: ModelSpec | None = None
+                  ) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         result = await d.supervisor.transcribe(pcm, name=name, language=language, options=options,
-                                               on_event=on_event, lease=lease)
+                                               on_event=on_event, lease=lease, model=model)
     finally:
         pcm.close()
     result["audio_path"] = shown(audio_path) if audio_path is not None else None
@@ -287,15 +289,13 @@ async def transcribe(request: Request) -> Response:
     options = body.get("options") or {}
     if not isinstance(language, str) or not isinstance(options, dict):
         raise errors.BadRequest("language must be a string and options an object")
-    from hasrd.openai_api import check_model
-
-    check_model(str(options.get("model") or body.get("model") or ""))
+    spec = modelspec.resolve(str(options.get("model") or body.get("model") or ""), d.settings)
     subtitles.rules_from(options)  # subtitle limits are checked here too (docs/API.md), not when a file is done
     check_language(language)
     check_path_access(d, request)
     await check_path(path)
     name = shown(os.path.basename(path))
-    job: dict[str, Any] = dict(name=name, audio_path=path, language=language, options=options)
+    job: dict[str, Any] = dict(name=name, audio_path=path, language=language, options=options, model=spec)
     stream = "application/x-ndjson" in request.headers.get("accept", "")
     return await admitted(d, request, path, job, jsonl if stream else None, "application/x-ndjson", JSONResponse)
 
@@ -304,7 +304,7 @@ async def admitted(d: Daemon, request: Request, source: Any, job: dict[str, Any]
                    render: Callable[[dict[str, Any]], bytes | None] | None, media_type: str,
                    respond: Callable[[dict[str, Any]], Response]) -> Response:
     """Admit, decode and run one job; ``render`` streams its events (None: one response at the end)."""
-    lease = d.supervisor.admit()
+    lease = d.supervisor.admit(job.get("model"))
     handed_on = False
     try:
         pcm, info = await until_disconnected(request, decode(d, source, job["name"]))

@@ -74,7 +74,9 @@ class Settings:
                                            "(queued, loading, or a worker behind); appends past it are refused "
                                            "with an error event", since="0.2.0")
     max_queue: int = _s(16, "requests waiting behind the running one before '503 queue full'")
-    max_concurrent: int = _s(1, "transcriptions run at once (the seed's single lock)")
+    max_concurrent: int = _s(1, "transcriptions one worker runs at once (the seed's single lock)")
+    max_workers: int = _s(0, "workers (each one model on one device) that may run at once; 0 = one per GPU, or 2 on "
+                             "a CPU-only machine (a live session never waits behind a file)", since="0.2.0")
     max_load_failures: int = _s(5, "consecutive failed loads before the fatal state")
     backoff_base_sec: float = _s(0.5, "first retry delay after a failed load (doubles each time)")
     backoff_max_sec: float = _s(30.0, "longest retry delay after failed loads")

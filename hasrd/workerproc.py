@@ -707,3 +707,20 @@ def make_spawn(engine: str, *, python: str = "", gpu_spec: str = "", need_vram_m
         return await WorkerProcess.spawn(engine, python=python, env=worker_env(os.environ, env_extra))
 
     return spawn
+
+
+def make_pool_spawn(settings: Any, has_gpus: Callable[[], bool]) -> Callable[[Any, str], Any]:
+    """The pool's spawn factory: a worker for (model, device), device "cpu" or a GPU UUID (hasrd.placement)."""
+    def for_worker(spec: Any, device: str) -> Callable[[Callable[[str], None]], Any]:
+        env: dict[str, str] = {}
+        if spec.fw_model:
+            env["HASR_FW_MODEL"] = spec.fw_model
+        gpu_spec = "" if device == "cpu" else device
+        if device == "cpu" and has_gpus():  # placed on the CPU of a GPU machine: keep it off the GPUs
+            env.update(HASR_FW_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
+        elif device == "cpu":
+            gpu_spec = settings.gpu
+        return make_spawn(spec.engine, python=settings.worker_python, gpu_spec=gpu_spec,
+                          need_vram_mb=settings.need_vram_mb if gpu_spec else 0,
+                          vram_wait_sec=settings.vram_wait_sec, extra_env=env)
+    return for_worker
