@@ -1,12 +1,16 @@
-"""The live session's pure parts: local agreement, sentence cuts, the session audio and the streaming VAD."""
+"""The live session's pure parts (local agreement, sentence cuts, the session audio, the streaming VAD), and
+WhisperLive driven by a fake faster-whisper: the file path's loop rules and the beam of a final."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Callable
 
 import numpy as np
 from speech import load
 
 from hasrd.worker.live import FRAME, Audio, StreamingVad
-from hasrd.worker.live_whisper import Word, agreed, sentence_cut
+from hasrd.worker.live_whisper import PAUSE_BEAM, WhisperLive, Word, agreed, sentence_cut
 
 SR = 16000
 
@@ -60,3 +64,140 @@ def test_the_energy_vad_needs_no_model() -> None:
     events = StreamingVad("energy", silence_ms=300).feed(np.concatenate([np.zeros(SR, np.float32), tone,
                                                                          np.zeros(SR, np.float32)]))
     assert [k for k, _ in events] == ["start", "end"] and abs(events[0][1] - SR) <= FRAME
+
+
+# ---- WhisperLive driven by a fake faster-whisper: what it decodes, and what it says ---------------------------
+
+
+class FakeWord:
+    def __init__(self, word: str, start: float, end: float) -> None:
+        self.word, self.start, self.end, self.probability = word, start, end, 0.9
+
+
+class FakeSegment:
+    no_speech_prob, avg_logprob = 0.01, -0.2
+
+    def __init__(self, words: list[FakeWord]) -> None:
+        self.words = words
+        self.text = "".join(w.word for w in words)
+
+
+class FakeModel:
+    """``transcribe`` as faster-whisper's: ``say(seconds, beam)`` gives the words (spread over the audio) and
+    every call is recorded as (seconds of audio, beam_size)."""
+
+    def __init__(self, say: Callable[[float, int], list[str]]) -> None:
+        self.say = say
+        self.calls: list[tuple[float, int]] = []
+
+    def transcribe(self, audio: np.ndarray, **kw: Any) -> tuple[Any, Any]:
+        seconds, beam = len(audio) / SR, int(kw["beam_size"])
+        self.calls.append((seconds, beam))
+        texts = self.say(seconds, beam)
+        span = seconds / max(1, len(texts))
+        words = [FakeWord(t, i * span, (i + 1) * span) for i, t in enumerate(texts)]
+        return iter([FakeSegment(words)] if words else []), SimpleNamespace(language=kw.get("language") or "en")
+
+
+class Events:
+    def __init__(self) -> None:
+        self.drafts: list[str] = []
+        self.sentences: list[str] = []
+        self.turns: list[tuple[int, str, str]] = []
+
+    def progress(self, done_s: float, total_s: float) -> None:
+        pass
+
+    def draft(self, text: str, segment: int = 0) -> None:
+        self.drafts.append(text)
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
+        self.sentences.append(text)
+
+    def turn(self, segment: int, kind: str, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None:
+        self.turns.append((segment, kind, text))
+
+
+def tone(seconds: float) -> np.ndarray:
+    return (0.3 * np.sin(np.arange(int(seconds * SR)) / 5)).astype(np.float32)
+
+
+def quiet(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SR), np.float32)
+
+
+def live_session(model: FakeModel, pcm: np.ndarray, piece_s: float = 0.16, language: str | None = "zh",
+                 **options: Any) -> Events:
+    """One session over ``pcm`` fed in pieces of ``piece_s`` (a worker that fell behind gets big pieces: the
+    audio that waited during a decode is fed as one), with the energy VAD (a tone is speech)."""
+    ev = Events()
+    live = WhisperLive(model, language, "transcribe", None, ev, lambda: False, {"vad": "energy", **options})
+    step = int(piece_s * SR)
+    for i in range(0, len(pcm), step):
+        live.feed(pcm[i:i + step])
+    live.finish()
+    return ev
+
+
+def test_a_decoding_loop_in_a_live_sentence_and_draft_is_said_once_as_in_files() -> None:
+    # whisper base on Mandarin fed in 160 ms pieces: "殿下" 15 times in a row
+    model = FakeModel(lambda s, beam: ["殿下"] * min(15, int(s * 5)))
+    ev = live_session(model, np.concatenate([quiet(1.0), tone(3.0), quiet(1.5)]))
+    assert ev.sentences == ["殿下"]
+    assert ev.turns[-1] == (0, "completed", "殿下")
+    assert ev.drafts and all("殿下殿下殿下殿下" not in d for d in ev.drafts)  # drafts too
+    assert any(d == "殿下" for d in ev.drafts)
+
+
+def test_the_same_live_sentence_four_times_back_to_back_is_said_once() -> None:
+    model = FakeModel(lambda s, beam: [" Thank", " you."] * 5 if s > 1.5 else [])
+    ev = live_session(model, np.concatenate([quiet(1.0), tone(3.0), quiet(1.5)]), language="en")
+    assert ev.sentences == ["Thank you."]
+    assert ev.turns[-1] == (0, "completed", "Thank you.")
+
+
+def test_a_sentence_said_twice_is_kept_twice() -> None:
+    model = FakeModel(lambda s, beam: [" Yes.", " Yes."] if s > 1.0 else [])
+    ev = live_session(model, np.concatenate([quiet(1.0), tone(2.0), quiet(1.5)]), language="en")
+    assert ev.sentences == ["Yes.", "Yes."]
+
+
+def by_beam(seconds: float, beam: int) -> list[str]:
+    """Words that say which beam decoded them (no sentence end: local agreement cuts nothing before the end)."""
+    return [" greedy", " words"] if beam == 1 else [" beam", f" {beam}"]
+
+
+def test_a_worker_that_fell_behind_still_finals_with_the_pause_beam() -> None:
+    # the whole utterance and its pause arrive as one piece (audio coalesced behind a slow decode): no decode at
+    # the pause ran, so the final is decoded at the utterance's end, with beam 5 as at a pause, not greedy
+    model = FakeModel(by_beam)
+    pcm = np.concatenate([quiet(1.0), tone(2.0), quiet(1.0)])
+    ev = live_session(model, pcm, piece_s=len(pcm) / SR)
+    assert ev.sentences == ["beam 5"]
+    assert [beam for _, beam in model.calls] == [PAUSE_BEAM]
+
+
+def test_a_greedy_step_that_reached_the_pause_is_not_the_final() -> None:
+    # half-second pieces: the last step's greedy decode covers the speech's end, and the next piece holds the
+    # whole pause: the final is still a beam decode
+    model = FakeModel(by_beam)
+    ev = live_session(model, np.concatenate([quiet(1.0), tone(2.0), quiet(1.5)]), piece_s=0.5)
+    assert 1 in [beam for _, beam in model.calls[:-1]]  # there were greedy steps
+    assert model.calls[-1][1] == PAUSE_BEAM
+    assert ev.sentences == ["beam 5"]
+
+
+def test_the_decode_at_the_pause_is_the_final_without_another() -> None:
+    model = FakeModel(by_beam)
+    ev = live_session(model, np.concatenate([quiet(1.0), tone(2.0), quiet(1.5)]), piece_s=0.064)
+    assert ev.sentences == ["beam 5"]
+    assert model.calls[-1][1] == PAUSE_BEAM and model.calls[-2][1] == 1  # the pause's decode, after greedy steps
+
+
+def test_final_beam_decodes_every_final_at_the_utterance_end_with_that_beam() -> None:
+    for final_beam, pieces in ((3, 0.064), (1, 4.0), (1, 0.064)):
+        model = FakeModel(by_beam)
+        ev = live_session(model, np.concatenate([quiet(1.0), tone(2.0), quiet(1.0)]), piece_s=pieces,
+                          final_beam=final_beam)
+        assert model.calls[-1][1] == final_beam
+        assert ev.sentences == (["greedy words"] if final_beam == 1 else [f"beam {final_beam}"])

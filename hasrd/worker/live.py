@@ -180,6 +180,7 @@ class LiveBase(abc.ABC):
         self.audio = Audio()
         self.open: int | None = None  # the open utterance's number
         self.open_start = 0
+        self.onset = 0  # where the VAD heard the open utterance's speech start (open_start is before it)
         self.last_end = 0  # where the last utterance ended (the next one's pre-roll stops there)
         self.segments = 0
         self.index = 0  # next sentence index (session-wide)
@@ -196,7 +197,7 @@ class LiveBase(abc.ABC):
         self.audio.append(pcm)
         for kind, at in self.vad.feed(pcm):
             if kind == "start" and self.open is None:
-                self._open(max(self.last_end, at - self.PRE_ROLL))
+                self._open(max(self.last_end, at - self.PRE_ROLL), onset=at)
             elif kind == "end" and self.open is not None:
                 self._close(at)
         if self.open is not None:
@@ -248,10 +249,11 @@ class LiveBase(abc.ABC):
         if self.cancelled():
             raise EngineError("cancelled", "the live session was cancelled")
 
-    def _open(self, start: int) -> None:
+    def _open(self, start: int, onset: int | None = None) -> None:
         seg = self.segments
         self.segments += 1
         self.open, self.open_start = seg, self._align(start)
+        self.onset = max(self.open_start, start if onset is None else onset)
         self.turns.append({"segment": seg, "start_s": round(self.open_start / SR, 3), "end_s": None, "text": None})
         self.turn_starts.append(self.turns[-1]["start_s"])
         self.emit.turn(seg, "started", round(self.open_start / SR, 3))

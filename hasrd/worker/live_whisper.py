@@ -5,28 +5,50 @@ again (greedy, word timestamps). Words on which two successive decodes agree are
 ends a sentence (``. ? ! 。 ？ ！ …``), everything up to it is final: emitted as a sentence and cut from the
 buffer, so the buffer stays short. The rest is the draft (``hasr.draft``), replaced by each decode.
 
+The first decode of an utterance waits until ``FIRST_S`` (0.3 s) of audio has come past the VAD's onset,
+which Silero finds 0.15-0.18 s into the speech: with less, whisper hears no word (the six test clips: a word in
+6 of 6 at 0.3 s past the onset, 5 of 6 at 0.2 s; 0.1 s, where the first decode used to run, gives nothing),
+and a decode costs most of a second whatever its length (the encoder always sees 30 s), so a decode of the
+onset alone only put the first words off by a decode. Later utterances mostly start while the last one's final
+is decoded and have that much speech by then; the first utterance of a session, met by an idle worker, paid
+that empty decode (benchmarks/live.py: first words 3.0 s after the onset against 1.4 s for the rest). Without a
+language the first decode also detects it (then kept for the session), for which faster-whisper would encode
+the audio twice; :class:`OneEncoding` makes it once.
+
 Pauses: once the speaker has been quiet for 160 ms, the utterance is decoded once more up to the speech's end
 (plus 0.2 s), with beam 5 as files are, and no further step runs while the quiet lasts. If the pause reaches
 ``silence_ms`` (the utterance's end) that decode's words are its final sentences at once; if speech resumes,
 steps go on. On two CPU cores a decode takes most of a second: decoding at the pause, inside the silence the
 VAD must wait out anyway, is what keeps the final text and the next utterance's first words from queueing
-behind it (benchmarks/live.py: both medians about halved, to 1.3 and 1.1 s). An utterance
-closed without such a decode (``commit``, the hard reset, ``final_beam=N``) is decoded at its end. Whisper's
-no-speech rule drops a segment that is probably silence ("you" after the speech). Every decode is at
-temperature 0, without earlier text as a prompt (as files): the same audio gives the same text. A buffer that grows past ``BUFFER_S`` without
-a sentence end (a run-on) is finalised at its stable words, or, when no two decodes agree, at what lies more
-than ``TAIL_S`` before its end. So the same ``Draft`` / ``Sentence`` / ``Turn`` events flow as with R2T2.
+behind it (benchmarks/live.py: both medians about halved, to 1.3 and 1.1 s). An utterance closed without such
+a decode (``commit``, the hard reset, or a worker that fell behind and got the pause and the utterance's end in
+one piece of audio) is decoded at its end, with the same beam 5, so a final is always a beam decode;
+``final_beam=N`` (1-10) asks for every final to be decoded at the utterance's end with beam N instead (1:
+greedy). Whisper's no-speech rule drops a segment that is probably silence ("you" after the speech). Every
+decode is at temperature 0, without earlier text as a prompt (as files): the same audio gives the same text.
+A buffer that grows past ``BUFFER_S`` without a sentence end (a run-on) is finalised at its stable words, or,
+when no two decodes agree, at what lies more than ``TAIL_S`` before its end. So the same ``Draft`` /
+``Sentence`` / ``Turn`` events flow as with R2T2.
+
+Loops: the file path's rules apply to live text. A phrase said four or more times in a row in a sentence or a
+draft is said once (:func:`~hasrd.worker.engines.whisper.collapse_loops`: whisper base looped "殿下" 15 times
+on Mandarin), and the same sentence four or more times back to back in an utterance is said once
+(:class:`~hasrd.worker.resegment.LoopFilter`; a repeat is held until a different sentence or the utterance's end
+shows whether it loops).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import numpy as np
 
+from hasrd.worker import resegment
 from hasrd.worker.engines import EngineError
-from hasrd.worker.engines.whisper import clean_text, token_cap
+from hasrd.worker.engines.whisper import clean_text, collapse_loops, token_cap
 from hasrd.worker.live import SR, LiveBase, LiveEmitter
 
 SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
@@ -35,6 +57,7 @@ TAIL_S = 3.0
 FINAL_PAD = int(0.2 * SR)
 PAUSE_WINDOWS = 5  # 160 ms of quiet: a pause (see _advance)
 PAUSE_BEAM = 5
+FIRST_S = 0.3  # an utterance's first decode: once this much audio has come past the VAD's onset
 
 
 @dataclass
@@ -70,6 +93,58 @@ def join(words: list[Word]) -> str:
     return "".join(w.text for w in words).strip()
 
 
+class OneEncoding:
+    """The encoder's output for one ``transcribe`` call that detects the language, computed once.
+
+    faster-whisper (1.2) detects the language by encoding the first 30 s window (``detect_language``), then
+    encodes that window again to decode it, from a mel spectrogram that differs from the first in one frame
+    (the decode leaves out the audio's last, partial frame and pads a zero frame in its place). Put on the
+    model for one call (:meth:`on`), this hands the decode the detection's encoding when the two inputs differ
+    in at most one frame, and encodes anything else as usual. Measured with whisper base on two cores: a first
+    decode without a language took 1.9-2.4 s, with a language 1.0 s.
+    """
+
+    def __init__(self, encode: Callable[[Any], Any]) -> None:
+        self.encode = encode
+        self.kept: tuple[np.ndarray, Any] | None = None
+        self.calls = 0
+        self.reused = 0
+
+    def __call__(self, features: Any) -> Any:
+        self.calls += 1
+        kept, self.kept = self.kept, None
+        if kept is not None and isinstance(features, np.ndarray) and _one_frame_apart(kept[0], features):
+            self.reused += 1
+            return kept[1]
+        out = self.encode(features)
+        if self.calls == 1 and isinstance(features, np.ndarray):  # the detection's: kept for the decode
+            self.kept = (features.copy(), out)
+        return out
+
+    @classmethod
+    @contextlib.contextmanager
+    def on(cls, model: Any) -> Iterator[OneEncoding | None]:
+        """Serve ``model.encode`` from this for the duration (None where the model has no ``encode``)."""
+        encode = getattr(model, "encode", None)
+        if not callable(encode) or "encode" in getattr(model, "__dict__", {"encode": None}):
+            yield None  # no encoder to share (a stand-in), or one of the instance's own: left alone
+            return
+        memo = cls(encode)
+        model.encode = memo  # the instance's attribute, over the class's method, for this call only
+        try:
+            yield memo
+        finally:
+            del model.encode
+
+
+def _one_frame_apart(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two mel spectrograms (..., mels, frames) of one shape that differ in at most one frame."""
+    if a.shape != b.shape or a.ndim < 2:
+        return False
+    differ = (a != b).reshape(-1, a.shape[-1]).any(axis=0)
+    return int(np.count_nonzero(differ)) <= 1
+
+
 class WhisperLive(LiveBase):
     def __init__(self, model: Any, code: str | None, task: str, prompt: str | None, emit: LiveEmitter,
                  cancelled: Callable[[], bool], options: dict[str, Any]) -> None:
@@ -87,7 +162,10 @@ class WhisperLive(LiveBase):
             raise EngineError("invalid_audio", "step_s must be 0.1-10 and final_beam 0-10")
         self.buf_start = 0
         self.decoded_to = 0
+        self.due = 0  # the next step's decode: once the audio reaches this (absolute samples)
+        self.paused_at = -1  # the pause (its quiet_from) that the last beam decode at a pause was for
         self.prev: list[Word] = []
+        self.loops = resegment.LoopFilter()
         self.decodes = 0
         self.language = ""
 
@@ -103,19 +181,21 @@ class WhisperLive(LiveBase):
         audio = self.audio[a:b]
         if len(audio) < SR // 10:
             return []
-        segments, info = self.model.transcribe(
-            audio, language=self.code, task=self.task, beam_size=max(1, beam), temperature=0.0, vad_filter=False,
-            max_new_tokens=token_cap(len(audio) / SR),
-            word_timestamps=True, condition_on_previous_text=False, initial_prompt=self._context(),
-            without_timestamps=False)
         words: list[Word] = []
-        for s in segments:
-            if float(s.no_speech_prob) > 0.6 and float(s.avg_logprob) < -1.0:
-                continue  # whisper's no-speech rule: "you" from the silence after the speech
-            for w in s.words or []:
-                text = clean_text(str(w.word), strip=False)
-                if text.strip():
-                    words.append(Word(text, a + int(float(w.start) * SR), a + int(float(w.end) * SR)))
+        # without a language this decode detects it: one encoding of the audio for both (OneEncoding)
+        with OneEncoding.on(self.model) if self.code is None else contextlib.nullcontext():
+            segments, info = self.model.transcribe(
+                audio, language=self.code, task=self.task, beam_size=max(1, beam), temperature=0.0,
+                vad_filter=False, max_new_tokens=token_cap(len(audio) / SR),
+                word_timestamps=True, condition_on_previous_text=False, initial_prompt=self._context(),
+                without_timestamps=False)
+            for s in segments:  # lazy: the decode runs here
+                if float(s.no_speech_prob) > 0.6 and float(s.avg_logprob) < -1.0:
+                    continue  # whisper's no-speech rule: "you" from the silence after the speech
+                for w in s.words or []:
+                    text = clean_text(str(w.word), strip=False)
+                    if text.strip():
+                        words.append(Word(text, a + int(float(w.start) * SR), a + int(float(w.end) * SR)))
         self.decodes += 1
         if self.code is None and getattr(info, "language", None):
             self.code = str(info.language)
@@ -123,20 +203,30 @@ class WhisperLive(LiveBase):
 
     def _opened(self, seg: int, start: int) -> None:
         self.buf_start = self.decoded_to = start
+        self.due = self.onset + int(FIRST_S * SR)  # no decode of the onset alone: it hears no word yet
+        self.paused_at = -1
         self.prev = []
+        self.loops = resegment.LoopFilter()  # per utterance: each is decoded on its own
 
     def _advance(self, upto: int) -> None:
-        if self.open is None or upto - self.decoded_to < self.step:
+        if self.open is None:
             return
         pause = self.vad.speaking and self.vad.quiet >= PAUSE_WINDOWS
-        if pause and self.decoded_to >= self.vad.quiet_from:
-            return  # still the same pause, already decoded: nothing new to show
-        if pause:  # the speech stopped: decode up to its end now, so that if this is the utterance's end its
-            upto = self.vad.quiet_from + FINAL_PAD  # final text needs no decode of its own (see _closed)
+        if pause:
+            if self.paused_at == self.vad.quiet_from:
+                return  # still the same pause, already decoded: nothing new to show
+            # the speech stopped: decode up to its end now, with beam search as files are, so that if this is
+            # the utterance's end its final text needs no decode of its own (see _closed); even right after a
+            # step's decode, whose words were greedy
+            upto = self.vad.quiet_from + FINAL_PAD
+        elif upto < self.due:
+            return
         self._check()
-        # at a pause the decode is likely the utterance's final text: beam search there, as for files
         words = self._decode(self.buf_start, min(upto, self.audio.end), PAUSE_BEAM if pause else 1)
         self.decoded_to = self.audio.end if pause else upto
+        self.due = self.decoded_to + self.step
+        if pause:
+            self.paused_at = self.vad.quiet_from
         stable = agreed(self.prev, words)
         cut = sentence_cut(words, stable)
         if not cut and upto - self.buf_start > BUFFER_S * SR:  # a run-on: bound the buffer anyway
@@ -146,22 +236,38 @@ class WhisperLive(LiveBase):
             self._say_sentences(self.open, done)
             self.buf_start = done[-1].end
         self.prev = words
-        self.emit.draft(join(words), self.open)
+        self.emit.draft(collapse_loops(join(words)), self.open)
 
     def _say_sentences(self, seg: int, words: list[Word]) -> None:
-        """One sentence per end mark; what follows the last mark is a sentence too."""
+        """One sentence per end mark; what follows the last mark is a sentence too. The file path's loop rules
+        apply: a phrase four times in a row is said once, and so is a sentence four times back to back (held
+        until a different one, or the utterance's end, shows it: :meth:`_say_held`)."""
         start = 0
         for i, w in enumerate(words):
             if SENTENCE_END.search(w.text.strip()) or i == len(words) - 1:
                 done = words[start:i + 1]
-                self._say(seg, join(done), "fw", done[0].start / SR, done[-1].end / SR)
                 start = i + 1
+                text = collapse_loops(join(done))
+                if not text:
+                    continue
+                piece = resegment.Piece([resegment.Word(text, done[0].start / SR, done[-1].end / SR)])
+                for kept, p in self.loops.add(text, piece):
+                    self._say(seg, kept, "fw", p.start, p.end)
+
+    def _say_held(self, seg: int) -> None:
+        for kept, p in self.loops.flush():
+            self._say(seg, kept, "fw", p.start, p.end)
 
     def _closed(self, seg: int, end: int) -> None:
         words = self.prev
-        if self.final_beam or self.decoded_to < end:  # no decode covers the speech yet
-            words = self._decode(self.buf_start, min(self.audio.end, end + FINAL_PAD), self.final_beam)
+        # the final is the beam decode made at this pause; without one (a commit, the hard reset, a worker that
+        # got the pause and the end in one piece of audio, or a greedy step that already reached the pause) the
+        # utterance is decoded now, with the same beam; final_beam=N: always decoded now, with beam N
+        if self.final_beam or self.paused_at != end or self.decoded_to < end:
+            words = self._decode(self.buf_start, min(self.audio.end, end + FINAL_PAD),
+                                 self.final_beam or PAUSE_BEAM)
         self._say_sentences(seg, words)
+        self._say_held(seg)
         self.prev = []
         self.emit.draft("", seg)
         self._completed(seg)
