@@ -325,12 +325,19 @@ async def ps(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request, names=True)
     snap = d.supervisor.snapshot()
+    for w in snap["workers"]:  # each GPU worker's VRAM, measured now (NVML or nvidia-smi; its process group)
+        if w["pid"] and w["device"] == "cuda":
+            w["vram_mb"] = await asyncio.to_thread(_group_vram_mb, int(w["pid"]))
     if snap["pid"] and str(snap["identity"].get("device") or "").startswith("cuda"):
-        from hasrd import gpu
-
-        pids = {int(x) for x in os.listdir("/proc") if x.isdigit() and _pgid(int(x)) == snap["pid"]}
-        snap["vram_mb"] = await asyncio.to_thread(gpu.process_vram_mb, pids | {snap["pid"]})
+        snap["vram_mb"] = await asyncio.to_thread(_group_vram_mb, int(snap["pid"]))
     return JSONResponse({**snap, "daemon_pid": os.getpid()})
+
+
+def _group_vram_mb(pid: int) -> int | None:
+    from hasrd import gpu
+
+    pids = {int(x) for x in os.listdir("/proc") if x.isdigit() and _pgid(int(x)) == pid}
+    return gpu.process_vram_mb(pids | {pid})
 
 
 def _pgid(pid: int) -> int | None:
@@ -343,8 +350,9 @@ def _pgid(pid: int) -> int | None:
 async def load(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request, control=True)
-    body = await read_json(request, '{"keep_alive": 600}')
+    body = await read_json(request, '{"keep_alive": 600, "model": "base"}')
     keep: KeepAlive | None = None
+    spec = _model_of(d, body)
     if isinstance(body, dict) and body.get("keep_alive") is not None:
         k = body["keep_alive"]
         if isinstance(k, bool) or not isinstance(k, (int, float, str)):
@@ -355,14 +363,27 @@ async def load(request: Request) -> Response:
             raise errors.BadRequest("keep_alive must be a number of seconds (<0 = forever)") from None
     elif body is not None and not isinstance(body, dict):
         raise errors.BadRequest("the body must be a JSON object like {\"keep_alive\": 600}")
-    return JSONResponse(await d.supervisor.load(keep))
+    return JSONResponse(await d.supervisor.load(keep, model=spec))
+
+
+def _model_of(d: Daemon, body: Any) -> ModelSpec | None:
+    """A load's or an unload's ``model`` (hasrd.modelspec), or None: the default (load), every worker (unload)."""
+    name = body.get("model") if isinstance(body, dict) else None
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise errors.BadRequest("model must be a string: a model's name (GET /v1/models lists them)")
+    return modelspec.resolve(name, d.settings)
 
 
 async def unload(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request, control=True)
-    await d.supervisor.unload()
-    return JSONResponse({"state": d.supervisor.state.value})
+    body = await read_json(request, '{"model": "base"}')
+    if body is not None and not isinstance(body, dict):
+        raise errors.BadRequest("the body must be empty or a JSON object like {\"model\": \"base\"}")
+    await d.supervisor.unload(_model_of(d, body))
+    return JSONResponse({"state": d.supervisor.state.value, "workers": d.supervisor.workers()})
 
 
 async def stop(request: Request) -> Response:

@@ -181,7 +181,8 @@ def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:
 # HASR_* variables that are not settings: the command line's option defaults and the test knobs.
 NOT_SETTINGS = ("HASR_FAKE_", "HASR_TEST_", "HASR_EVAL_", "HASR_DOCTOR_", "HASR_TRAY_", "HASR_SETUP_", "HASR_STATUS_",
                 "HASR_AUTOSTART", "HASR_BESIDE", "HASR_FORCE", "HASR_FORMAT", "HASR_OUTPUT", "HASR_PROGRESS",
-                "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE", "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR")
+                "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE", "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR", "HASR_PS_",
+                "HASR_UNLOAD_")
 
 
 # What each of NOT_SETTINGS is, for docs/CONFIG.md (a test checks that every prefix has a line here).
@@ -201,13 +202,15 @@ NOT_SETTINGS_DOC: dict[str, str] = {
     "HASR_PROGRESS": "`hasrctl transcribe --progress`",
     "HASR_QUIET": "`hasrctl transcribe --quiet`",
     "HASR_STREAM": "`hasrctl transcribe --stream`",
-    "HASR_MODEL": "`hasrctl transcribe --model`",
+    "HASR_MODEL": "`hasrctl transcribe --model` and `hasrctl load --model` (HASR_MODELS_JSON: `hasrctl models --json`)",
     "HASR_PROMPT": "`hasrctl transcribe --prompt`",
     "HASR_WORD_TIMESTAMPS": "`hasrctl transcribe --word-timestamps`",
     "HASR_TRANSLATE": "`hasrctl transcribe --translate`",
     "HASR_KEEP_ALIVE": "`hasrctl load --keep-alive`",
     "HASR_STOP_WAIT_SEC": "`hasrctl stop`: how long to wait for the daemon to exit",
     "HASR_UNITS_DIR": "`hasrctl setup --units-dir`",
+    "HASR_PS_": "`hasrctl ps` option defaults (HASR_PS_JSON)",
+    "HASR_UNLOAD_": "`hasrctl unload` option defaults (HASR_UNLOAD_MODEL)",
 }
 
 
