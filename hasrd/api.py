@@ -449,7 +449,7 @@ async def internal_error(request: Request, exc: Exception) -> Response:
 
 
 def make_app(d: Daemon) -> Starlette:
-    from hasrd import openai_api, realtime  # they build on this module (imported by server.py at start)
+    from hasrd import openai_api, pull, realtime  # they build on this module (imported by server.py at start)
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -465,6 +465,7 @@ def make_app(d: Daemon) -> Starlette:
         Route("/api/events", events, methods=["GET"]),
         Route("/api/version", version, methods=["GET"]),
         WebSocketRoute("/v1/realtime", realtime.realtime),
+        *pull.routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={errors.HasrError: hasr_error, HTTPException: http_error,
                                                        ClientDisconnect: client_gone, Exception: internal_error})
