@@ -21,7 +21,7 @@ from hasrd.pcm import PcmBuffer
 from hasrd.scheduler import PoolLease as Lease
 
 if TYPE_CHECKING:
-    from hasrd.api import Daemon
+    from hasrd.context import Daemon
 
 T = TypeVar("T")
 

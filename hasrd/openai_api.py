@@ -1,7 +1,7 @@
 """The OpenAI-compatible endpoints: /v1/audio/transcriptions, /v1/audio/translations, /v1/models[/{id}].
 
 Field by field as OpenAI's API reference has them (docs/API.md has the table); the job itself runs through
-the same admission, decoding and supervisor as /transcribe (``api.admitted``).
+the same admission, decoding and supervisor as /transcribe (``jobs.admitted``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hasrd import errors, formats, modelspec, subtitles
-from hasrd.api import (Daemon, JSONResponse, admitted, check_access, check_language, check_path_access, dumps,
-                       shown)
+from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, dumps, shown)
+from hasrd.jobs import admitted
 from hasrd.intake import check_path, check_path_text, check_text
 from hasrd.modelspec import ModelSpec
 

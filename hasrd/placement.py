@@ -9,7 +9,8 @@ The rules (docs/ARCHITECTURE.md "The worker pool"; Ollama's scheduler is the mod
 3. Otherwise the least recently used IDLE worker (of another model, or of this one on a device that cannot
    hold a second) is stopped to make room, if stopping it makes room; a busy worker is never stopped for
    another request.
-4. Otherwise the request waits (its queue position is reported) until a worker frees or stops.
+4. Otherwise the request waits (its queue position is reported) until a worker frees or stops; when none of
+   ours is busy (nothing will free), it starts where the most memory is free instead of waiting for ever.
 5. A model that no device could hold even empty is refused at once, with the numbers: waiting cannot help.
 """
 
@@ -85,15 +86,21 @@ def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[De
         d = best_device(devices, need_mb, gpu_only)
         if d is not None:
             return Decision("start", device=d.name)
-    # make room: the least recently used idle worker whose stop lets the new one start
-    by_name = {d.name: d for d in devices}
-    for victim in sorted((s for s in seats if not s.busy), key=lambda s: s.last_used):
-        dev = by_name.get(victim.device)
-        if dev is None or (gpu_only and dev.name == CPU):
-            continue
-        freed = Device(dev.name, dev.free_mb + victim.mb, dev.total_mb)
-        if fits(freed, need_mb):
+    # make room: the least recently used idle worker whose stop lets the new one start (at the cap: any)
+    by_name = {d.name: d for d in candidates}
+    idle = sorted((s for s in seats if not s.busy and s.device in by_name), key=lambda s: s.last_used)
+    for victim in idle:
+        dev = by_name[victim.device]
+        if fits(Device(dev.name, dev.free_mb + victim.mb, dev.total_mb), need_mb):
             return Decision("evict", victim=victim.key, device=dev.name)
+    if not any(s.busy for s in seats):
+        # nothing of ours will free memory (the estimate is a guess, and others' use may never change): start
+        # where the most is free rather than wait for ever; the spawn's VRAM wait and the worker take it from there
+        most = max(candidates, key=lambda d: (d.free_mb, d.name != CPU))
+        if len(seats) < max_workers:
+            return Decision("start", device=most.name)
+        if idle:
+            return Decision("evict", victim=idle[0].key, device=idle[0].device)
     return Decision("wait", reason="every worker is busy" if len(seats) >= max_workers
                     else "no device has room until a worker stops")
 

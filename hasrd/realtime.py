@@ -48,7 +48,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hasrd import errors, formats, modelspec
-from hasrd.api import Daemon, check_access
+from hasrd.context import Daemon, check_access
 from hasrd.connections import SHUTDOWN_HOOK
 from hasrd.realtime_events import (OUT_BYTES_PER_S, BadEvent, Config, Pcm16To16k, error_event, event, usage)
 from hasrd.workerproc import LiveSession

@@ -172,8 +172,11 @@ class Pool:
         if fatal and not fatal[0].reserved:
             return placement.Decision("use", worker=fatal[0].key)  # its requests hear the kept reason
         need = self.measured.get(spec.key) or spec.need_mb
-        return placement.choose(self._seats(), spec.key, need, self._devices(), self.max_workers,
-                                gpu_only=spec.gpu_only)
+        devices = self._devices()
+        # a GPU engine on a machine without GPUs goes to the CPU, and the worker says what it lacks (or runs
+        # there: the hybrid with a scripted draft in tests), as a single worker always did
+        gpu_only = spec.gpu_only and any(d.name != placement.CPU for d in devices)
+        return placement.choose(self._seats(), spec.key, need, devices, self.max_workers, gpu_only=gpu_only)
 
     def _take(self, spec: ModelSpec, d: placement.Decision) -> Entry:
         """Act on a decision synchronously (reserve the worker, or create the new one), so that the next

@@ -27,8 +27,8 @@ import uvicorn
 
 from hasrd import __version__, config, modelspec, placement, policy
 from hasrd import systemd as sd
-from hasrd import openai_api, realtime  # noqa: F401  (make_app's OpenAI routes, imported with the rest at start)
-from hasrd.api import Daemon, make_app
+from hasrd.app import make_app
+from hasrd.context import Daemon
 from hasrd.connections import BurstFilter, PeerProtocol, PeerWebSocket, RateLimited, raise_nofile
 from hasrd.events import Broadcaster
 from hasrd.lifecycle import State

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hasrd.api import Daemon, make_app
+from hasrd.app import make_app
+from hasrd.context import Daemon
 from tests.daemon import Hasrd, write_wav
 
 

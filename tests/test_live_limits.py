@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
