@@ -34,7 +34,7 @@ from hasrd.events import Broadcaster
 from hasrd.lifecycle import State
 from hasrd.scheduler import Pool
 from hasrd.gpu import Inventory
-from hasrd.workerproc import make_pool_spawn
+from hasrd.spawn import make_pool_spawn
 
 log = logging.getLogger("hasrd")
 

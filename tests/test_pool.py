@@ -17,7 +17,8 @@ from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
 from hasrd.scheduler import Pool
-from hasrd.workerproc import WorkerProcess, worker_env
+from hasrd.workerenv import worker_env
+from hasrd.workerproc import WorkerProcess
 from tests.conftest import pid_alive, run
 from tests.test_supervisor import settings
 
