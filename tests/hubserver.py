@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 CHUNK = 1 << 20
 _HASHES: dict[tuple[str, int, float], tuple[str, str]] = {}
@@ -231,7 +231,7 @@ class _HubHandler(_Handler):
             return self._error(404, "RepoNotFound", "Repository not found")
         if rev and rev not in ("main", repo.sha):
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
-        blobs = "blobs=true" in (urlsplit(self.path).query or "")
+        blobs = parse_qs(urlsplit(self.path).query).get("blobs", [""])[0].lower() == "true"  # True from requests
         siblings: list[dict[str, Any]] = []
         for f in repo.files.values():
             s: dict[str, Any] = {"rfilename": f.name}
