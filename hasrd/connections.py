@@ -27,6 +27,7 @@ log = logging.getLogger("hasrd")
 
 DRAIN_WAIT_SEC = 2.0  # how long an accepted connection with no request yet may take to send one at exit
 PEEKS_PER_ACCEPT = 4  # at most this many candidates are looked at when a connection over the cap arrives
+TOO_LARGE_DRAIN_SEC = 10.0  # after a message over the size limit: how long its rest is read and discarded
 SHUTDOWN_HOOK = "hasr.on_shutdown"  # a WebSocket scope's key: called at the daemon's stop instead of a close
 OBSERVE = frozenset({"/health", "/api/ps", "/api/version", "/api/events"})  # GETs that only observe
 
@@ -72,14 +73,20 @@ class PeerWebSocket(WebSocketsSansIOProtocol):
 
     def handle_parser_exception(self) -> None:
         sent = self.conn.close_sent
-        if sent is not None and sent.code == 1009 and self.handshake_complete and not self.transport.is_closing():
-            from websockets.frames import Frame, Opcode
+        if sent is None or sent.code != 1009 or not self.handshake_complete or self.transport.is_closing():
+            super().handle_parser_exception()
+            return
+        from websockets.frames import Frame, Opcode
 
-            from hasrd.realtime_events import too_large_event
+        from hasrd.realtime_events import too_large_event
 
-            ev = json.dumps(too_large_event()).encode()
-            self.transport.write(Frame(Opcode.TEXT, ev).serialize(mask=False))  # ahead of the close frame
-        super().handle_parser_exception()
+        ev = json.dumps(too_large_event()).encode()
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": sent.code, "reason": sent.reason})
+        # the error ahead of the close frame; then the rest of the message is read and discarded for a while
+        # instead of closing at once: a client still sending it would meet a reset and could lose both unread
+        self.transport.write(Frame(Opcode.TEXT, ev).serialize(mask=False) + b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        self.close_timer = self.loop.call_later(TOO_LARGE_DRAIN_SEC, self.transport.close)
 
 
 class PeerProtocol(H11Protocol):
