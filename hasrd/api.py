@@ -23,7 +23,7 @@ from hasrd import protocol as proto
 from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl,
                            shown)
 from hasrd.intake import check_path, read_json
-from hasrd.jobs import admitted
+from hasrd.jobs import Job, admitted
 from hasrd.lifecycle import KeepAlive
 from hasrd.modelspec import ModelSpec
 
@@ -104,7 +104,7 @@ async def transcribe(request: Request) -> Response:
     check_path_access(d, request)
     await check_path(path)
     name = shown(os.path.basename(path))
-    job: dict[str, Any] = dict(name=name, audio_path=path, language=language, options=options, model=spec)
+    job = Job(name=name, audio_path=path, language=language, options=options, model=spec)
     stream = "application/x-ndjson" in request.headers.get("accept", "")
     return await admitted(d, request, path, job, jsonl if stream else None, "application/x-ndjson", JSONResponse)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
 import anyio
@@ -25,18 +26,28 @@ from hasrd.scheduler import PoolLease
 log = logging.getLogger("hasrd.api")
 
 
-async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, lease: PoolLease, name: str,
-                  audio_path: str | None, language: str, options: dict[str, Any],
-                  on_event: Callable[[dict[str, Any]], None] | None, model: ModelSpec | None = None
-                  ) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Job:
+    """What a request asks for, checked: the name shown for its audio, the file (None for an upload), the
+    language, the engine options and the model (None: the default)."""
+
+    name: str
+    audio_path: str | None
+    language: str
+    options: dict[str, Any]
+    model: ModelSpec | None = None
+
+
+async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, lease: PoolLease,
+                  on_event: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
-        result = await d.supervisor.transcribe(pcm, name=name, language=language, options=options,
-                                               on_event=on_event, lease=lease, model=model)
+        result = await d.supervisor.transcribe(pcm, name=job.name, language=job.language, options=job.options,
+                                               on_event=on_event, lease=lease, model=job.model)
     finally:
         pcm.close()
-    result["audio_path"] = shown(audio_path) if audio_path is not None else None
-    result.setdefault("language", language)
+    result["audio_path"] = shown(job.audio_path) if job.audio_path is not None else None
+    result.setdefault("language", job.language)
     result.setdefault("duration_s", info.get("duration_s"))
     timings = dict(result.get("timings") or {})
     timings["decode_s"] = round(float(info.get("decode_s") or 0), 4)
@@ -46,11 +57,11 @@ async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], *, lease: Poo
 
 
 def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable[[dict[str, Any]], bytes | None],
-               **job: Any) -> AsyncIterator[bytes]:
+               job: Job, *, lease: PoolLease) -> AsyncIterator[bytes]:
     """Run a job while yielding its events rendered by ``render``; the client leaving cancels the job."""
     async def gen() -> AsyncIterator[bytes]:
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        task = asyncio.create_task(run_job(d, pcm, info, on_event=q.put_nowait, **job))
+        task = asyncio.create_task(run_job(d, pcm, info, job, lease=lease, on_event=q.put_nowait))
         getter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         try:
             while True:
@@ -91,19 +102,19 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
     return gen()
 
 
-async def admitted(d: Daemon, request: Request, source: Any, job: dict[str, Any],
+async def admitted(d: Daemon, request: Request, source: Any, job: Job,
                    render: Callable[[dict[str, Any]], bytes | None] | None, media_type: str,
                    respond: Callable[[dict[str, Any]], Response]) -> Response:
     """Admit, decode and run one job; ``render`` streams its events (None: one response at the end)."""
-    lease = d.supervisor.admit(job.get("model"))
+    lease = d.supervisor.admit(job.model)
     handed_on = False
     try:
-        pcm, info = await until_disconnected(request, decode(d, source, job["name"]))
+        pcm, info = await until_disconnected(request, decode(d, source, job.name))
         if render is not None:
             handed_on = True  # the response releases the lease, however it ends
-            return LeasedStream(stream_job(d, pcm, info, render, lease=lease, **job), lease, pcm,
+            return LeasedStream(stream_job(d, pcm, info, render, job, lease=lease), lease, pcm,
                                 media_type=media_type, headers={"Cache-Control": "no-cache"})
-        return respond(await until_disconnected(request, run_job(d, pcm, info, on_event=None, lease=lease, **job)))
+        return respond(await until_disconnected(request, run_job(d, pcm, info, job, lease=lease, on_event=None)))
     finally:
         if not handed_on:
             lease.release()

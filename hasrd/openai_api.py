@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from hasrd import errors, formats, modelspec, subtitles
 from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, dumps, shown)
-from hasrd.jobs import admitted
+from hasrd.jobs import Job, admitted
 from hasrd.intake import check_path, check_path_text, check_text
 from hasrd.modelspec import ModelSpec
 
@@ -115,7 +115,7 @@ async def openai_audio(request: Request, task: str) -> Response:
     else:
         raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required",
                                   param="file")
-    job: dict[str, Any] = dict(name=name, audio_path=audio_path, language=language, options=options, model=spec)
+    job = Job(name=name, audio_path=audio_path, language=language, options=options, model=spec)
     try:
         return await admitted(d, request, source, job, SseRenderer(hasr_events) if stream else None,
                               "text/event-stream",

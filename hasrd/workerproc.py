@@ -268,9 +268,7 @@ class WorkerProcess:
                 self.hs.ready = msg
                 return msg
             elif isinstance(msg, p.LoadFailed):
-                cls = errors.ProtocolMismatch if msg.code == "protocol_mismatch" else (
-                    errors.ModelUnavailable if msg.code == "model_unavailable" else errors.LoadFailed)
-                raise cls(msg.message)
+                raise errors.from_worker_load(msg.code, msg.message)
             else:
                 raise errors.ProtocolMismatch(f"unexpected {type(msg).__name__} during loading")
 
