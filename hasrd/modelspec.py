@@ -10,7 +10,8 @@ A name is, in this order (docs/API.md "Models"):
 - a faster-whisper size or a Hugging Face repo id found in the local Hugging Face cache (``large-v3``,
   ``Systran/faster-whisper-large-v3``, ``distil-large-v3``, ...).
 
-Anything else is OpenAI's 404 ``model_not_found``, before any work. A named model runs on the whisper engine
+Anything else is OpenAI's 404 ``model_not_found``, before any work. (With HASR_ENGINE=fake, ``fake:N`` is a fake
+worker that holds N MB of GPU memory: GPU placement on a GPU host without the real engines.) A named model runs on the whisper engine
 (faster-whisper alone); only the default may be the hybrid.
 """
 
@@ -28,6 +29,7 @@ EMBEDDED = "base"
 GPU_ENGINES = ("hybrid", "r2t2")
 CPU_OVERHEAD_MB = 400  # a worker process with faster-whisper loaded, before the model
 GPU_NEED_MB = {"hybrid": 12000, "r2t2": 9000}
+FAKE_OVERHEAD_MB = 600  # a fake worker's CUDA context beside the memory it was asked to hold
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,9 @@ def resolve(name: str, settings: Any) -> ModelSpec:
         return default_spec(settings)
     if name in (EMBEDDED, "embedded"):
         return _whisper(EMBEDDED, "embedded", 145, settings)
+    if settings.engine == "fake" and name.startswith("fake:") and name[5:].isdigit():
+        # the fake engine holding N MB of GPU memory with torch (GPU placement runs, benchmarks/gpu_pool.py)
+        return ModelSpec(name, "fake", name, int(name[5:]) + FAKE_OVERHEAD_MB, gpu_only=True)
     p = Path(name)
     if p.is_absolute():
         if (p / "model.bin").is_file():

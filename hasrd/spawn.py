@@ -46,7 +46,9 @@ def make_pool_spawn(settings: Any, has_gpus: Callable[[], bool]) -> Callable[[An
     """The pool's spawn factory: a worker for (model, device), device "cpu" or a GPU UUID (hasrd.placement)."""
     def for_worker(spec: Any, device: str) -> Callable[[Callable[[str], None]], Any]:
         env: dict[str, str] = {}
-        if spec.fw_model:
+        if spec.engine == "fake" and spec.fw_model.startswith("fake:"):
+            env["HASR_FAKE_ALLOC_MB"] = spec.fw_model[5:]  # modelspec's sized fake worker
+        elif spec.fw_model:
             env["HASR_FW_MODEL"] = spec.fw_model
         gpu_spec = "" if device == "cpu" else device
         if device == "cpu" and has_gpus():  # placed on the CPU of a GPU machine: keep it off the GPUs

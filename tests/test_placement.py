@@ -95,3 +95,15 @@ def test_the_inventory_honours_a_pinned_gpu_and_lists_the_cpu() -> None:
     inv = Inventory(pin="GPU-bbbb", read=lambda: gpus, memory=lambda: (12000, 24000))
     assert inv() == [Device("GPU-bbbb", 130000, 140000), Device(CPU, 12000, 24000)]
     assert Inventory(read=lambda: [], memory=lambda: (1, 2))() == [Device(CPU, 1, 2)]
+
+
+def test_a_sized_fake_model_is_gpu_only_and_its_worker_holds_that_much() -> None:
+    from types import SimpleNamespace
+
+    from hasrd.modelspec import resolve
+    from hasrd.spawn import make_pool_spawn
+
+    spec = resolve("fake:40000", SimpleNamespace(engine="fake", fw_model=""))
+    assert spec.gpu_only and spec.need_mb > 40000 and spec.engine == "fake"
+    assert callable(make_pool_spawn(SimpleNamespace(gpu="", worker_python="", need_vram_mb=0, vram_wait_sec=1.0),
+                                    lambda: True)(spec, "GPU-a"))
