@@ -260,6 +260,11 @@ def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
         rows.append(("loaded in", f"{float(ps['load_s']):.1f} s"))
     if ps.get("vram_mb") is not None:
         rows.append(("vram", f"{float(ps['vram_mb']) / 1024:.1f} GiB"))
+    workers = ps.get("workers") or []
+    if workers:
+        each = ", ".join(f"{w.get('model')} (pid {w.get('pid') or '-'}, {'busy' if w.get('busy') else w.get('state')})"
+                         for w in workers)
+        rows.append(("workers", f"{len(workers)} of {ps.get('max_workers') or len(workers)}: {each}"))
     rows.append(("queue", f"{ps.get('queue') or 0} waiting, {ps.get('in_flight') or 0} running"))
     if ps.get("expires_in_s") is not None:
         rows.append(("unload in", _duration(ps["expires_in_s"])))
@@ -276,7 +281,7 @@ def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
               help="Follow state changes (one line each; with --json the raw events) until Ctrl-C.")
 @socket_option
 def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
-    """Show the daemon's state: worker, engine and models, load time, VRAM, queue, time until unload.
+    """Show the daemon's state: worker, engine and models, load time, VRAM, the workers, queue, time until unload.
 
     Does not start a daemon: exit 3 when none runs.
     """
