@@ -36,7 +36,7 @@ from hasrctl import evaluate  # noqa: E402
 from hasrd import config  # noqa: E402
 from hasrd.audio import decode_to_array  # noqa: E402
 from hasrd.languages import join_sentences, resolve  # noqa: E402
-from hasrd.worker.engines import NullEmitter  # noqa: E402
+from hasrd.worker.engine import NullEmitter  # noqa: E402
 from hasrd.worker.engines.whisper import WhisperEngine  # noqa: E402
 
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import corpus  # noqa: E402
 from hasrd import config, formats, subtitles  # noqa: E402
 from hasrd.audio import decode_to_array  # noqa: E402
-from hasrd.worker.engines import NullEmitter  # noqa: E402
+from hasrd.worker.engine import NullEmitter  # noqa: E402
 from hasrd.worker.engines.whisper import BATCHED_KW, WhisperEngine, speech_clips  # noqa: E402
 
 

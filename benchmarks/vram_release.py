@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from hasrd import config  # noqa: E402
 from hasrd.gpu import list_gpus  # noqa: E402
 from hasrd.supervisor import Supervisor  # noqa: E402
-from hasrd.workerproc import WorkerProcess, worker_env  # noqa: E402
+from hasrd.workerenv import worker_env
+from hasrd.workerproc import WorkerProcess  # noqa: E402
 
 
 def used_mb(index: int = 0) -> int:

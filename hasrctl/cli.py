@@ -35,7 +35,8 @@ class LazyGroup(click.Group):
                 "load": "hasrctl.commands:load", "unload": "hasrctl.commands:unload",
                 "stop": "hasrctl.commands:stop", "doctor": "hasrctl.doctor:doctor",
                 "setup": "hasrctl.install:setup", "eval": "hasrctl.evalcmd:eval_command",
-                "listen": "hasrctl.live:listen", "dictate": "hasrctl.live:dictate"}
+                "listen": "hasrctl.live:listen", "dictate": "hasrctl.live:dictate", "ps": "hasrctl.pool:ps",
+                "models": "hasrctl.pool:models", "pull": "hasrctl.pool:pull", "rm": "hasrctl.pool:rm"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.COMMANDS)
@@ -63,6 +64,10 @@ def cli() -> None:
       hasrctl listen                                 # the microphone, live
       hasrctl dictate --toggle                       # type what you say (bind it to a shortcut)
       hasrctl status --watch                         # follow the daemon's state
+      hasrctl ps                                     # the workers: model, CPU/GPU, memory, until when
+      hasrctl transcribe --model large-v3 talk.wav   # another installed model (hasrctl models lists them)
+      hasrctl pull large-v3                          # download a model (resumable, sha256-checked)
+      hasrctl rm large-v3                            # remove a downloaded model
       hasrctl doctor                                 # what is missing, and how to fix it
     """
 

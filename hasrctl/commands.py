@@ -260,6 +260,11 @@ def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
         rows.append(("loaded in", f"{float(ps['load_s']):.1f} s"))
     if ps.get("vram_mb") is not None:
         rows.append(("vram", f"{float(ps['vram_mb']) / 1024:.1f} GiB"))
+    workers = ps.get("workers") or []
+    if workers:
+        each = ", ".join(f"{w.get('model')} (pid {w.get('pid') or '-'}, {'busy' if w.get('busy') else w.get('state')})"
+                         for w in workers)
+        rows.append(("workers", f"{len(workers)} of {ps.get('max_workers') or len(workers)}: {each}"))
     rows.append(("queue", f"{ps.get('queue') or 0} waiting, {ps.get('in_flight') or 0} running"))
     if ps.get("expires_in_s") is not None:
         rows.append(("unload in", _duration(ps["expires_in_s"])))
@@ -276,7 +281,7 @@ def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
               help="Follow state changes (one line each; with --json the raw events) until Ctrl-C.")
 @socket_option
 def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
-    """Show the daemon's state: worker, engine and models, load time, VRAM, queue, time until unload.
+    """Show the daemon's state: worker, engine and models, load time, VRAM, the workers, queue, time until unload.
 
     Does not start a daemon: exit 3 when none runs.
     """
@@ -325,13 +330,18 @@ def _watch(client: Client, as_json: bool) -> int:
 @click.command()
 @click.option("--keep-alive", type=float, metavar="SEC", envvar="HASR_KEEP_ALIVE", show_envvar=True,
               help="Keep the models this long after the last request (<0: until unload) [default: HASR_IDLE_TTL_SEC].")
+@click.option("--model", metavar="NAME", envvar="HASR_MODEL", show_envvar=True,
+              help="Load this model's worker instead of the default's (`hasrctl models` lists them).")
 @daemon_options
-def load(keep_alive: float | None, daemon: Daemon) -> int:
+def load(keep_alive: float | None, model: str | None, daemon: Daemon) -> int:
     """Load the models now, so the next transcription starts at once (starts the daemon if needed)."""
     client = daemon.client()
     if terminal.is_tty(sys.stderr):
         say("loading the models...")
-    ps = client.post("/api/load", {} if keep_alive is None else {"keep_alive": keep_alive}, timeout=None)
+    body: dict[str, Any] = {} if keep_alive is None else {"keep_alive": keep_alive}
+    if model:
+        body["model"] = model
+    ps = client.post("/api/load", body, timeout=None)
     took = f" in {float(ps['load_s']):.1f} s" if ps.get("load_s") is not None else ""
     click.echo(f"{ps.get('state')}: engine {ps.get('engine')}, loaded{took}"
                + (f", unload in {_duration(ps['expires_in_s'])}" if ps.get("expires_in_s") is not None else ""))
@@ -339,16 +349,18 @@ def load(keep_alive: float | None, daemon: Daemon) -> int:
 
 
 @click.command()
+@click.option("--model", metavar="NAME", envvar="HASR_UNLOAD_MODEL", show_envvar=True,
+              help="Stop only this model's workers [default: all].")
 @socket_option
-def unload(daemon: Daemon) -> int:
-    """Stop the worker after the running job, so all its VRAM comes back (clears a fatal state too)."""
+def unload(model: str | None, daemon: Daemon) -> int:
+    """Stop the workers after their running jobs, so all their memory comes back (clears a fatal state too)."""
     try:
         client = daemon.client(autostart=False)
     except Unreachable:
         say("hasrd is not running: nothing to unload")
         return EXIT_OK
-    client.post("/api/unload", timeout=None)
-    click.echo("unloaded: the worker is stopped")
+    client.post("/api/unload", {"model": model} if model else None, timeout=None)
+    click.echo(f"unloaded: the workers{' of ' + model if model else ''} are stopped")
     return EXIT_OK
 
 

@@ -74,7 +74,9 @@ class Settings:
                                            "(queued, loading, or a worker behind); appends past it are refused "
                                            "with an error event", since="0.2.0")
     max_queue: int = _s(16, "requests waiting behind the running one before '503 queue full'")
-    max_concurrent: int = _s(1, "transcriptions run at once (the seed's single lock)")
+    max_concurrent: int = _s(1, "transcriptions one worker runs at once (the seed's single lock)")
+    max_workers: int = _s(0, "workers (each one model on one device) that may run at once; 0 = one per GPU, or 2 on "
+                             "a CPU-only machine (a live session never waits behind a file)", since="0.2.0")
     max_load_failures: int = _s(5, "consecutive failed loads before the fatal state")
     backoff_base_sec: float = _s(0.5, "first retry delay after a failed load (doubles each time)")
     backoff_max_sec: float = _s(30.0, "longest retry delay after failed loads")
@@ -179,7 +181,8 @@ def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:
 # HASR_* variables that are not settings: the command line's option defaults and the test knobs.
 NOT_SETTINGS = ("HASR_FAKE_", "HASR_TEST_", "HASR_EVAL_", "HASR_DOCTOR_", "HASR_TRAY_", "HASR_SETUP_", "HASR_STATUS_",
                 "HASR_AUTOSTART", "HASR_BESIDE", "HASR_FORCE", "HASR_FORMAT", "HASR_OUTPUT", "HASR_PROGRESS",
-                "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE", "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR")
+                "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE", "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR", "HASR_PS_",
+                "HASR_UNLOAD_")
 
 
 # What each of NOT_SETTINGS is, for docs/CONFIG.md (a test checks that every prefix has a line here).
@@ -199,13 +202,15 @@ NOT_SETTINGS_DOC: dict[str, str] = {
     "HASR_PROGRESS": "`hasrctl transcribe --progress`",
     "HASR_QUIET": "`hasrctl transcribe --quiet`",
     "HASR_STREAM": "`hasrctl transcribe --stream`",
-    "HASR_MODEL": "`hasrctl transcribe --model`",
+    "HASR_MODEL": "`hasrctl transcribe --model` and `hasrctl load --model` (HASR_MODELS_JSON: `hasrctl models --json`)",
     "HASR_PROMPT": "`hasrctl transcribe --prompt`",
     "HASR_WORD_TIMESTAMPS": "`hasrctl transcribe --word-timestamps`",
     "HASR_TRANSLATE": "`hasrctl transcribe --translate`",
     "HASR_KEEP_ALIVE": "`hasrctl load --keep-alive`",
     "HASR_STOP_WAIT_SEC": "`hasrctl stop`: how long to wait for the daemon to exit",
     "HASR_UNITS_DIR": "`hasrctl setup --units-dir`",
+    "HASR_PS_": "`hasrctl ps` option defaults (HASR_PS_JSON)",
+    "HASR_UNLOAD_": "`hasrctl unload` option defaults (HASR_UNLOAD_MODEL)",
 }
 
 

@@ -184,7 +184,7 @@ class ProtocolMismatch(WorkerError):
     code = "protocol_mismatch"
 
 
-# Codes a worker may put in Failed / LoadFailed, mapped to the daemon-side class.
+# Codes a worker may put in Failed, mapped to the daemon-side class (the one table; LoadFailed's is below).
 _WORKER_CODES: dict[str, type[HasrError]] = {
     "invalid_audio": InvalidAudio,
     "model_unavailable": ModelUnavailable,
@@ -197,10 +197,23 @@ _WORKER_CODES: dict[str, type[HasrError]] = {
 }
 
 
+# Codes of a LoadFailed: the models are missing (its own code) or the worker speaks another protocol; any other
+# failure to load is load_failed (503, retried after a backoff).
+_LOAD_CODES: dict[str, type[HasrError]] = {
+    "model_unavailable": ModelUnavailable,
+    "protocol_mismatch": ProtocolMismatch,
+}
+
+
 def from_worker(code: str, message: str) -> HasrError:
     """Map a worker's Failed{code, message} to the daemon's error class (unknown codes → runtime_failure)."""
     cls = _WORKER_CODES.get(code, WorkerError)
     return cls(message, code=code if code in _WORKER_CODES else "runtime_failure")
+
+
+def from_worker_load(code: str, message: str) -> HasrError:
+    """Map a worker's LoadFailed{code, message} to the daemon's error class (others → load_failed)."""
+    return _LOAD_CODES.get(code, LoadFailed)(message)
 
 
 # Codes of audio input errors (all 400), kept here so light clients need not import audio.py (it loads av).

@@ -155,3 +155,50 @@ async def wait_for_vram(need_mb: int, deadline_s: float, free_mb: Callable[[], A
                            f"(HASR_NEED_VRAM_MB); close other GPU programs or lower it")
         report(f"waiting for {need_mb} MB free VRAM (have {free} MB, {left:.0f} s left)")
         await asyncio.sleep(min(poll_s, left))
+
+
+def meminfo_mb() -> tuple[int, int]:
+    """(available, total) memory of this machine in MB (/proc/meminfo)."""
+    vals: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                k, _, rest = line.partition(":")
+                vals[k] = int(rest.split()[0]) // 1024
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    return vals.get("MemAvailable", 0), vals.get("MemTotal", 0)
+
+
+class Inventory:
+    """The devices workers may go to, for hasrd.placement: this machine's GPUs (HASR_GPU pins one) and the CPU,
+    with free and total memory; read at most every ``ttl`` seconds (nvidia-smi costs tens of ms)."""
+
+    def __init__(self, pin: str = "", ttl: float = 2.0, read: Callable[[], list[Gpu]] | None = None,
+                 memory: Callable[[], tuple[int, int]] = meminfo_mb) -> None:
+        self.pin = pin
+        self.ttl = ttl
+        self.read = read or (lambda: list_gpus(timeout=3.0))
+        self.memory = memory
+        self._at = -1e9
+        self._gpus: list[Gpu] = []
+
+    def gpus(self) -> list[Gpu]:
+        now = time.monotonic()
+        if now - self._at > self.ttl:
+            gpus = self.read()
+            if self.pin:
+                try:
+                    idx = resolve_index(self.pin, gpus)
+                    gpus = [g for g in gpus if g.index == idx]
+                except GpuError:
+                    gpus = []
+            self._gpus, self._at = gpus, now
+        return self._gpus
+
+    def __call__(self) -> list[Any]:
+        from hasrd.placement import CPU, Device
+
+        free, total = self.memory()
+        out = [Device(g.uuid, int(g.free_mb or 0), int(g.total_mb or 0)) for g in self.gpus()]
+        return out + [Device(CPU, free, total)]

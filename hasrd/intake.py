@@ -18,10 +18,10 @@ from starlette.responses import StreamingResponse
 
 from hasrd import errors
 from hasrd.pcm import PcmBuffer
-from hasrd.supervisor import Lease
+from hasrd.scheduler import PoolLease as Lease
 
 if TYPE_CHECKING:
-    from hasrd.api import Daemon
+    from hasrd.context import Daemon
 
 T = TypeVar("T")
 

@@ -1,11 +1,12 @@
 """The OpenAI-compatible endpoints: /v1/audio/transcriptions, /v1/audio/translations, /v1/models[/{id}].
 
 Field by field as OpenAI's API reference has them (docs/API.md has the table); the job itself runs through
-the same admission, decoding and supervisor as /transcribe (``api.admitted``).
+the same admission, decoding and supervisor as /transcribe (``jobs.admitted``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any, AsyncGenerator
@@ -13,22 +14,19 @@ from typing import Any, AsyncGenerator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hasrd import errors, formats, subtitles
-from hasrd.api import (Daemon, JSONResponse, admitted, check_access, check_language, check_path_access, dumps,
-                       shown)
+from hasrd import errors, formats, modelspec, subtitles
+from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, dumps, shown)
+from hasrd.jobs import Job, admitted
 from hasrd.intake import check_path, check_path_text, check_text
+from hasrd.modelspec import ModelSpec
 
-MODEL_IDS = ("hasr", "whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
-"""What ``model`` may name: hasr's engine under its own id and the ids OpenAI clients send by default (aliases
-of it: one daemon runs one engine). Anything else is OpenAI's 404 ``model_not_found``."""
 STARTED = int(time.time())
 
 
-def check_model(model: str) -> str:
-    if model and model not in MODEL_IDS:
-        raise errors.ModelNotFound(f"The model `{model}` does not exist: this hasr serves {', '.join(MODEL_IDS)}",
-                                   param="model")
-    return model or "hasr"
+def check_model(d: Daemon, model: str) -> ModelSpec:
+    """What ``model`` names (hasrd.modelspec): the default for hasr's and OpenAI's ids, else an installed model;
+    anything else is OpenAI's 404 ``model_not_found``, before any work."""
+    return modelspec.resolve(model, d.settings)
 
 
 def form_options(form: Any, task: str) -> dict[str, Any]:
@@ -80,7 +78,7 @@ async def openai_audio(request: Request, task: str) -> Response:
             (check_path_text if key == "path" else check_text)(value, key)
         elif value.filename:
             check_path_text(value.filename, key)
-    check_model(str(form.get("model") or ""))
+    spec = check_model(d, str(form.get("model") or ""))
     fmt = str(form.get("response_format") or "json")
     try:
         formats.check(fmt)
@@ -117,7 +115,7 @@ async def openai_audio(request: Request, task: str) -> Response:
     else:
         raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required",
                                   param="file")
-    job: dict[str, Any] = dict(name=name, audio_path=audio_path, language=language, options=options)
+    job = Job(name=name, audio_path=audio_path, language=language, options=options, model=spec)
     try:
         return await admitted(d, request, source, job, SseRenderer(hasr_events) if stream else None,
                               "text/event-stream",
@@ -193,15 +191,21 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + dumps(data) + b"\n\n"
 
 
-def _model(model_id: str) -> dict[str, Any]:
-    return {"id": model_id, "object": "model", "created": STARTED, "owned_by": "hasr"}
+def _model(m: dict[str, Any]) -> dict[str, Any]:
+    return {"id": m["id"], "object": "model", "created": STARTED, "owned_by": "hasr", "kind": m["kind"],
+            "path": m["path"], "size_mb": m["size_mb"]}
 
 
 async def models(request: Request) -> Response:
     check_access(request.app.state.daemon, request)
-    return JSONResponse({"object": "list", "data": [_model(m) for m in MODEL_IDS]})
+    found = await asyncio.to_thread(modelspec.installed)
+    return JSONResponse({"object": "list", "data": [_model(m) for m in found]})
 
 
 async def model(request: Request) -> Response:
-    check_access(request.app.state.daemon, request)
-    return JSONResponse(_model(check_model(str(request.path_params["model_id"]))))
+    d: Daemon = request.app.state.daemon
+    check_access(d, request)
+    name = str(request.path_params["model_id"])
+    check_model(d, name)
+    found = {m["id"]: m for m in await asyncio.to_thread(modelspec.installed)}
+    return JSONResponse(_model(found.get(name) or {"id": name, "kind": "model", "path": None, "size_mb": None}))

@@ -117,3 +117,17 @@ def status_text(snap: dict[str, Any]) -> str:
     if state == "ready":
         return "ready"
     return "idle"
+
+
+def pool_status_text(snap: dict[str, Any]) -> str:
+    """The STATUS= line of a pool: one worker's line as before; several summarised ("2 workers: base
+    transcribing x.wav 40%, base live session (12 s of audio)")."""
+    workers = snap.get("workers") or []
+    active = [w for w in workers if w.get("state") not in ("stopped",)]
+    if len(active) <= 1:
+        return status_text(snap)
+    parts = [f"{w.get('model')} {w.get('status_text') or w.get('state')}" for w in active]
+    text = f"{len(active)} workers: " + ", ".join(parts)
+    if snap.get("queue"):
+        text += f" (+{snap['queue']} queued)"
+    return text

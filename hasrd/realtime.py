@@ -47,8 +47,8 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from hasrd import errors, formats
-from hasrd.api import Daemon, check_access
+from hasrd import errors, formats, modelspec
+from hasrd.context import Daemon, check_access
 from hasrd.connections import SHUTDOWN_HOOK
 from hasrd.realtime_events import (OUT_BYTES_PER_S, BadEvent, Config, Pcm16To16k, error_event, event, usage)
 from hasrd.workerproc import LiveSession
@@ -68,7 +68,8 @@ class Live:
         self.sid = f"sess_hasr_{next(_sessions)}"
         # the beta protocol (transcription_session.*): ?intent=transcription alone; GA clients (the SDK) name a model
         q = ws.query_params
-        self.cfg = Config(beta=q.get("intent") == "transcription" and "model" not in q)
+        self.cfg = Config(beta=q.get("intent") == "transcription" and "model" not in q,
+                          resolve=lambda name: modelspec.resolve(name, d.settings))
         # hasr's own events only when asked for: the OpenAI SDK parses every event as one of its own types
         self.hasr_events = ws.query_params.get("hasr_events", "").lower() in ("1", "true", "yes")
         self.inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()  # audio, commit, finish, gone
@@ -285,7 +286,8 @@ class Live:
             if self.cfg.prompt:
                 options["prompt"] = self.cfg.prompt
             async with sup.live(language=self.cfg.language, options=options, on_event=self.on_event,
-                                lease=lease, max_wait=self.d.settings.live_queue_sec) as session:
+                                lease=lease, max_wait=self.d.settings.live_queue_sec,
+                                model=self.cfg.spec) as session:
                 self.session = session
                 await self.to_worker(session, first)  # what came while the worker loaded waits in the inbox
                 while True:

@@ -12,13 +12,14 @@ reader without a word).
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Callable
 
 import av
 
 from hasrd.audio import frames_bytes, s16_mono_frame
 from hasrd.languages import UnknownLanguage, resolve
-from hasrd.openai_api import MODEL_IDS
+from hasrd import errors
+from hasrd.modelspec import ModelSpec
 
 IN_RATE = 24000
 OUT_RATE = 16000
@@ -103,8 +104,10 @@ class Config:
     """What the client asked for in its session updates. :meth:`update` checks the whole event before it
     changes anything, so a refused update leaves the session as it was."""
 
-    def __init__(self, beta: bool) -> None:
+    def __init__(self, beta: bool, resolve: Callable[[str], ModelSpec | None] = lambda name: None) -> None:
         self.beta = beta
+        self.resolve = resolve  # a model's name -> what runs it (hasrd.modelspec), or ModelNotFound
+        self.spec: ModelSpec | None = None  # None: the default
         self.model = "gpt-4o-transcribe"
         self.language = ""
         self.prompt = ""
@@ -134,11 +137,13 @@ class Config:
                 raise BadEvent("unsupported_audio_format", f"hasr takes input_audio_format pcm16 (24 kHz mono), "
                                f"not {fmt!r}", "session.input_audio_format")
         model, language, prompt, silence_ms = self.model, self.language, self.prompt, self.silence_ms
+        spec = self.spec
         if tr is not None:
             model = _string(tr.get("model"), "model") or model
-            if model not in MODEL_IDS:
-                raise BadEvent("model_not_found", f"the model {model!r} does not exist; this daemon serves "
-                               f"{', '.join(MODEL_IDS)}", "model")
+            try:
+                spec = self.resolve(model)
+            except errors.ModelNotFound as e:
+                raise BadEvent("model_not_found", e.message, "model") from None
             language = _string(tr.get("language"), "language")
             try:
                 resolve(language)
@@ -151,6 +156,7 @@ class Config:
                 raise BadEvent("invalid_value", f"silence_duration_ms must be 100-10000, not {silence_ms}",
                                "turn_detection.silence_duration_ms")
         self.model, self.language, self.prompt, self.silence_ms = model, language, prompt, silence_ms
+        self.spec = spec
 
     def session(self, sid: str) -> dict[str, Any]:
         tr = {"model": self.model, "language": self.language or None, "prompt": self.prompt}

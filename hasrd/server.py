@@ -25,14 +25,16 @@ from typing import Any, Callable
 
 import uvicorn
 
-from hasrd import __version__, config, policy
+from hasrd import __version__, config, modelspec, placement, policy
 from hasrd import systemd as sd
-from hasrd import openai_api, realtime  # noqa: F401  (make_app's OpenAI routes, imported with the rest at start)
-from hasrd.api import Daemon, make_app
+from hasrd.app import make_app
+from hasrd.context import Daemon
 from hasrd.connections import BurstFilter, PeerProtocol, PeerWebSocket, RateLimited, raise_nofile
 from hasrd.events import Broadcaster
-from hasrd.supervisor import State, Supervisor
-from hasrd.workerproc import make_spawn
+from hasrd.lifecycle import State
+from hasrd.scheduler import Pool
+from hasrd.gpu import Inventory
+from hasrd.spawn import make_pool_spawn
 
 log = logging.getLogger("hasrd")
 
@@ -200,7 +202,7 @@ class HasrServer(uvicorn.Server):
         return self.working()
 
 
-async def idle_watch(server: HasrServer, sup: Supervisor, idle_exit: float, poke: asyncio.Event) -> None:
+async def idle_watch(server: HasrServer, sup: Pool, idle_exit: float, poke: asyncio.Event) -> None:
     """Exit ``idle_exit`` seconds after the last work: a request's end, a load, or the close of a connection
     that carried anything but observation (/health, /api/ps, /api/version, /api/events: a tray or a monitor
     polling never holds the daemon up). Counted from then, not from the worker's TTL unload; a worker kept loaded
@@ -208,8 +210,8 @@ async def idle_watch(server: HasrServer, sup: Supervisor, idle_exit: float, poke
     started = time.monotonic()
     while not server.should_exit:
         now = time.monotonic()
-        busy = server.open_connections > 0 or sup.in_flight > 0 or sup.state == State.STARTING
-        since = None if busy else max(started, server.last_work(), sup.last_used)
+        busy = server.open_connections > 0 or sup.in_flight > 0 or sup.loading
+        since = None if busy else max(started, server.last_work(), sup.quiet_since)
         left = policy.idle_exit_in(now, since, idle_exit, sup.state == State.READY, sup.unload_in())
         if left is not None and left <= 0:
             server.request_exit(f"idle for {idle_exit:g} s")
@@ -243,15 +245,16 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
                 idle_exit: float | None, owned_path: str | None) -> int:
     notifier = sd.Notifier()
     events = Broadcaster(on_status=notifier.status)
-    spawn = make_spawn(settings.engine, python=settings.worker_python, gpu_spec=settings.gpu,
-                       need_vram_mb=settings.need_vram_mb, vram_wait_sec=settings.vram_wait_sec)
+    inventory = Inventory(settings.gpu)
     poke = asyncio.Event()
 
     def changed(snap: dict[str, Any]) -> None:
         events.publish(snap)
         poke.set()
 
-    sup = Supervisor(settings, spawn, on_change=changed)
+    max_workers = settings.max_workers or placement.default_max_workers(len(inventory.gpus()))
+    sup = Pool(settings, make_pool_spawn(settings, lambda: bool(inventory.gpus())), modelspec.default_spec(settings),
+               inventory=inventory, max_workers=max_workers, on_change=changed)
     events.on_subscribers = poke.set
     group_socket = False
     for s in sockets:

@@ -78,6 +78,10 @@ class Supervisor:
         self.last_used = clock()
         self.keep_alive = SETTING
         self.in_flight = 0  # admitted requests not yet released (decoding, queued, loading or running)
+        # set by the pool (hasrd.scheduler): requests admitted for this worker's model and not yet routed, which
+        # hold its TTL as its own would; and how many wait for any worker (a cancelled job's grace shrinks then)
+        self.holds: Callable[[], int] = lambda: 0
+        self.waiters: Callable[[], int] = lambda: len(self.waiting)
         self.running = 0
         self.waiting: deque[asyncio.Future[None]] = deque()
         self._live_waiting: set[asyncio.Future[None]] = set()  # live sessions in ``waiting`` (ahead of files)
@@ -106,7 +110,7 @@ class Supervisor:
         """Seconds until the TTL unloads the worker (None: not loaded, busy or kept alive for ever)."""
         if self.state != State.READY:
             return None
-        return policy.unload_in(self.clock(), self.last_used, self.ttl, self.in_flight)
+        return policy.unload_in(self.clock(), self.last_used, self.ttl, self.in_flight + self.holds())
 
     def snapshot(self) -> dict[str, Any]:
         now = self.clock()
@@ -227,7 +231,7 @@ class Supervisor:
             raise self._load_failed(e) from None
         self._loading_worker = None
         worker.cancel_grace = self.s.cancel_grace_sec
-        worker.grace_now = lambda: policy.cancel_grace(self.s.cancel_grace_sec, self.load_s, len(self.waiting))
+        worker.grace_now = lambda: policy.cancel_grace(self.s.cancel_grace_sec, self.load_s, self.waiters())
         self.worker = worker
         self.identity = dict(ready.identity)
         self.load_s = ready.load_s

@@ -13,6 +13,11 @@ import pytest
 
 T = TypeVar("T")
 
+# The daemons these tests start run one worker (the single-worker lifecycle: queues, leases, cancels), as
+# before the pool; the pool's own tests (test_pool*.py) set HASR_MAX_WORKERS themselves, and the CPU default
+# (2) is checked there.
+os.environ.setdefault("HASR_MAX_WORKERS", "1")
+
 
 def run(coro: Awaitable[T], timeout: float = 120.0) -> T:
     """Run one coroutine on a fresh event loop with an overall timeout."""

@@ -56,8 +56,12 @@ def test_idle_exit_then_the_next_connection_activates_a_new_instance(activator: 
     assert activator.wait_for(lambda: activator.exits == [0, 0])
 
 
-def test_no_request_is_lost_across_idle_exits_under_concurrent_load(short_tmp: str) -> None:
-    act = Activator(short_tmp, env={"HASR_IDLE_EXIT_SEC": "0.3", "HASR_IDLE_TTL_SEC": "0.1"})
+@pytest.mark.parametrize("workers, models", [(1, 1), (2, 2)])
+def test_no_request_is_lost_across_idle_exits_under_concurrent_load(short_tmp: str, workers: int, models: int) -> None:
+    """With the pool too: two workers and two models (every other client names ``base``), so exits come while
+    workers of either model stop on their own TTLs, load, or are stopped to make room."""
+    act = Activator(short_tmp, env={"HASR_IDLE_EXIT_SEC": "0.3", "HASR_IDLE_TTL_SEC": "0.1",
+                                    "HASR_MAX_WORKERS": str(workers)})
     wav = write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
     failures: list[str] = []
     done = 0
@@ -76,7 +80,8 @@ def test_no_request_is_lost_across_idle_exits_under_concurrent_load(short_tmp: s
             time.sleep(rng.uniform(0, 0.08))
             try:
                 with client(act.path, timeout=60) as c:
-                    r = c.post("/transcribe", json={"audio_path": wav})
+                    model = "base" if models > 1 and seed % 2 else ""
+                    r = c.post("/transcribe", json={"audio_path": wav, "options": {"model": model}})
                 if r.status_code != 200 or not r.json().get("final"):
                     failures.append(f"client {seed} #{i}: {r.status_code} {r.text[:200]}")
             except Exception as e:  # noqa: BLE001 - every failure counts

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import wave
 from pathlib import Path
 from typing import Iterator, Sequence

@@ -266,7 +266,11 @@ def test_status_names_the_selected_engine_its_models_and_why() -> None:
     assert rows["why"] == "R2T2, CUDA and both models are available"
     assert not any("{" in v for v in rows.values())
     idle = dict(_describe({"state": "stopped", "engine": "auto", "identity": {}}, "/s"))
-    assert idle["engine"] == "auto; chosen when the models load" and "models" not in idle
+    assert idle["engine"] == "auto; chosen when the models load" and "models" not in idle and "workers" not in idle
+    pool = dict(_describe({**ps, "max_workers": 2, "workers": [
+        {"model": "base", "pid": 42, "busy": True, "state": "ready"},
+        {"model": "large-v3", "pid": 43, "busy": False, "state": "starting"}]}, "/s"))
+    assert pool["workers"] == "2 of 2: base (pid 42, busy), large-v3 (pid 43, starting)"
 
 
 def test_status_of_an_auto_daemon_shows_what_auto_chose(base: str) -> None:

@@ -32,11 +32,13 @@ def test_help_shows_examples_exit_codes_and_shell_completion(env: dict[str, str]
     for text in ("Examples:", "hasrctl transcribe meeting.wav", "Exit codes: 0 ok, 1", "3 daemon unreachable",
                  "_HASRCTL_COMPLETE=bash_source hasrctl", "zsh_source", "fish_source"):
         assert text in res.stdout
-    for cmd in ("transcribe", "status", "load", "unload", "stop", "doctor", "setup", "eval"):
+    for cmd in ("transcribe", "status", "load", "unload", "stop", "doctor", "setup", "eval", "ps", "models", "pull",
+                "rm"):
         assert cmd in res.stdout
 
 
-@pytest.mark.parametrize("cmd", ["transcribe", "status", "load", "unload", "stop", "doctor", "setup", "eval"])
+@pytest.mark.parametrize("cmd", ["transcribe", "status", "load", "unload", "stop", "doctor", "setup", "eval", "ps",
+                                 "models", "pull", "rm"])
 def test_every_option_of_every_command_names_its_hasr_variable(env: dict[str, str], cmd: str) -> None:
     import click
 

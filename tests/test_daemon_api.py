@@ -156,7 +156,7 @@ def test_lifecycle_endpoints_load_unload_version_and_models(daemon: Hasrd) -> No
     with daemon.client() as c:
         ps = c.post("/api/load", json={"keep_alive": 60}).json()
         assert ps["state"] == "ready" and ps["pid"] and ps["ttl_sec"] == 60 and ps["identity"]["engine"] == "fake"
-        assert c.post("/api/unload").json() == {"state": "stopped"}
+        assert c.post("/api/unload").json() == {"state": "stopped", "workers": []}
         assert c.get("/api/version").json()["protocol"] >= 1
         assert c.get("/v1/models").json()["data"][0]["id"] == "hasr"
         r = c.get("/nope")

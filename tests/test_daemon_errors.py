@@ -172,6 +172,7 @@ def test_an_unreadable_file_is_permission_denied_for_a_daemon_running_as_nobody(
     import uvicorn.lifespan.on  # noqa: F401
 
     import hasrd.api
+    import hasrd.app
     import hasrd.audio
     import hasrd.server
 

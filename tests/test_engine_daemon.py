@@ -129,7 +129,7 @@ def test_every_container_decodes_to_the_same_transcript(whisper_daemon: Hasrd, t
     # the daemon's text is what the engine gives in this process for the same PCM (deterministic decoding;
     # a fixed CER limit on one short clip is not portable across CPUs' int8 kernels)
     from hasrd.audio import decode_to_array
-    from hasrd.worker.engines import NullEmitter
+    from hasrd.worker.engine import NullEmitter
     from hasrd.worker.engines.whisper import WhisperEngine
 
     e = WhisperEngine(config.load(env={}), model_dir(), "cpu", "int8")

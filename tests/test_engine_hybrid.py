@@ -23,7 +23,7 @@ from workerclient import WorkerClient
 
 from hasrd import config
 from hasrd import protocol as p
-from hasrd.worker.engines import NullEmitter
+from hasrd.worker.engine import NullEmitter
 from hasrd.worker.engines.hybrid import HybridEngine
 
 NAMES = ["zh_nihao_shijie", "zh_jishu", "zh_pangrama"]

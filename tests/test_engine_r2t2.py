@@ -14,7 +14,7 @@ from workerclient import WorkerClient
 
 from hasrd import config
 from hasrd import protocol as p
-from hasrd.worker.engines import EngineError, NullEmitter
+from hasrd.worker.engine import EngineError, NullEmitter
 from hasrd.worker.engines.r2t2 import R2T2Engine, import_r2t2
 
 # R2T2 hears "你好世界。" and then writes "|" after "今天" for the rest of the audio: the library cuts it there, so

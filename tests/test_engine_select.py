@@ -12,7 +12,8 @@ from workerclient import WorkerClient
 from hasrd import config
 from hasrd import protocol as p
 from hasrd import embedded, models
-from hasrd.worker.engines import EngineError, select
+from hasrd.worker.engine import EngineError
+from hasrd.worker.engines import select
 from hasrd.worker.engines.select import Available, Choice, choose
 
 

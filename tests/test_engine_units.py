@@ -13,7 +13,7 @@ import pytest
 
 from hasrd import config
 from hasrd import protocol as p
-from hasrd.worker.engines import plain, plain_result
+from hasrd.worker.engine import plain, plain_result
 from hasrd.worker.engines.fake import FakeEngine
 from hasrd.worker.engines.hybrid import HybridEngine
 from hasrd.worker.engines.whisper import WhisperEngine

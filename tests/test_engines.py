@@ -19,7 +19,7 @@ from workerclient import WorkerClient
 
 from hasrd import config
 from hasrd import protocol as p
-from hasrd.worker.engines import NullEmitter
+from hasrd.worker.engine import NullEmitter
 from hasrd.worker.engines.whisper import WhisperEngine, token_cap, whisper_code
 from hasrd.languages import resolve
 

@@ -16,13 +16,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hasrd.api import Daemon, make_app
+from hasrd.app import make_app
+from hasrd.context import Daemon
 from tests.daemon import Hasrd, write_wav
 
 
 @pytest.fixture(scope="module")
 def daemon(module_tmp: str) -> Iterator[Hasrd]:
-    d = Hasrd(os.path.join(module_tmp, "s.sock"), env={"HASR_MAX_UPLOAD_MB": "0.5"})
+    # no hub is reachable, and a fuzzed DELETE /api/delete must find only this test's own models
+    d = Hasrd(os.path.join(module_tmp, "s.sock"), env={
+        "HASR_MAX_UPLOAD_MB": "0.5", "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": os.path.join(module_tmp, "hf"),
+        "XDG_DATA_HOME": os.path.join(module_tmp, "data")})
     yield d
     assert d.stop() == 0
 

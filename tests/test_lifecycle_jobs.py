@@ -20,7 +20,8 @@ from hasrd import config, errors
 from hasrd.pcm import PcmBuffer
 from hasrd.lifecycle import FOREVER, TRANSITIONS, IllegalTransition, KeepAlive, State, check_transition
 from hasrd.supervisor import Supervisor
-from hasrd.workerproc import WorkerProcess, worker_env
+from hasrd.workerenv import worker_env
+from hasrd.workerproc import WorkerProcess
 from tests.conftest import run, wait_until
 from tests.daemon import Hasrd, write_wav
 

@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from hasrd import config
-from hasrd.api import Daemon, make_app
+from hasrd.app import make_app
+from hasrd.context import Daemon
 from hasrd.intake import json_depth
 from hasrd.events import Broadcaster
 from hasrd.supervisor import Supervisor

@@ -14,7 +14,7 @@ DAEMON = textwrap.dedent("""
     import asyncio, os, sys
     from hasrd import config
     from hasrd.supervisor import Supervisor
-    from hasrd.workerproc import make_spawn
+    from hasrd.spawn import make_spawn
 
     async def main():
         sup = Supervisor(config.Settings(engine="fake"), make_spawn("fake"))

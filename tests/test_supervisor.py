@@ -16,7 +16,8 @@ import pytest
 from hasrd import config, errors
 from hasrd.pcm import PcmBuffer
 from hasrd.supervisor import State, Supervisor
-from hasrd.workerproc import WorkerProcess, worker_env
+from hasrd.workerenv import worker_env
+from hasrd.workerproc import WorkerProcess
 from tests.conftest import pid_alive, run
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from daemon import Hasrd
 
 from hasrctl.client import CliError
-from hasrctl.live import ffmpeg_source, typist
+from hasrctl.livesession import ffmpeg_source, typist
 from tray.dictation import Dictation
 
 DATA = Path(__file__).parent / "data"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hasrd.worker import v2c
-from hasrd.worker.engines import EngineError
+from hasrd.worker.engine import EngineError
 from hasrd.worker.engines.fake import FakeEngine
 from hasrd.worker.scripted import ScriptedDraft
 

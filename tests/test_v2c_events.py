@@ -126,7 +126,7 @@ def silent_r2t2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
 
 
 def test_language_detected_is_false_when_r2t2_named_no_language(silent_r2t2: Path) -> None:
-    from hasrd.worker.engines import NullEmitter
+    from hasrd.worker.engine import NullEmitter
 
     eng = R2T2Engine(config.load(env={"HASR_R2T2_MODEL": str(silent_r2t2)}), cuda=lambda: (True, "stand-in"))
     eng.load(lambda s: None)

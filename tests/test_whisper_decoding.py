@@ -20,7 +20,7 @@ from workerclient import WorkerClient
 from hasrd import config
 from hasrd import protocol as p
 from hasrd.worker import language_id
-from hasrd.worker.engines import NullEmitter
+from hasrd.worker.engine import NullEmitter
 from hasrd.worker.engines.whisper import WhisperEngine, clean_text, collapse_loops, speech_clips
 
 _spec = importlib.util.spec_from_file_location("hasr_corpus", Path(__file__).parent.parent / "benchmarks" / "corpus.py")

@@ -1,6 +1,6 @@
 """The tray's "Dictate" entry: the microphone to /v1/realtime, each final sentence typed into the focused window.
 
-It is ``hasrctl dictate`` on a thread (the same :class:`hasrctl.live.Session`, microphone source and typing
+It is ``hasrctl dictate`` on a thread (the same :class:`hasrctl.livesession.Session`, microphone source and typing
 tool), with what it hears reported to the drop window: the final sentences so far and the current draft. Seams
 (the audio source and the typist) are constructor arguments, so tests drive it with a file and a recorder.
 """
@@ -18,14 +18,14 @@ Source = Callable[[threading.Event], Iterator[bytes]]
 
 
 def microphone(stop: threading.Event) -> Iterator[bytes]:
-    from hasrctl.live import microphone_source
+    from hasrctl.livesession import microphone_source
 
     return microphone_source(None, stop)
 
 
 def keyboard() -> Callable[[str], None]:
-    """Types into the focused window with xdotool, wtype or ydotool (hasrctl.live.typist picks)."""
-    from hasrctl.live import typist
+    """Types into the focused window with xdotool, wtype or ydotool (hasrctl.livesession.typist picks)."""
+    from hasrctl.livesession import typist
 
     command = typist()
 
@@ -68,7 +68,7 @@ class Dictation:
         self.stop_event.set()
 
     def _run(self) -> None:
-        from hasrctl.live import run
+        from hasrctl.livesession import run
 
         error: str | None = None
         try:

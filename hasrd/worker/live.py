@@ -20,23 +20,15 @@ import abc
 import bisect
 import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import numpy as np
 
-from hasrd.worker.engines import EngineError
+from hasrd.worker.engine import EngineError, LiveEmitter
 
 SR = 16000
 FRAME = 512  # Silero's window at 16 kHz (32 ms)
 CONTEXT = 64  # the samples of the previous window Silero sees with each one
-
-
-class LiveEmitter(Protocol):
-    def progress(self, done_s: float, total_s: float) -> None: ...
-    def draft(self, text: str, segment: int = 0) -> None: ...
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float,
-                 segment: int = 0) -> None: ...
-    def turn(self, segment: int, kind: str, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None: ...
 
 
 class Audio:

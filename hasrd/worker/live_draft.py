@@ -19,8 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 from hasrd.worker import v2c
-from hasrd.worker.engines import EngineError
-from hasrd.worker.live import LiveBase, LiveEmitter
+from hasrd.worker.engine import EngineError, LiveEmitter
+from hasrd.worker.live import LiveBase
 from hasrd.worker.sentences import CHUNK, CHUNK_SEC, PAD, Window, Windows
 
 WindowFn = Callable[[np.ndarray], str]

@@ -47,9 +47,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from hasrd.worker import resegment
-from hasrd.worker.engines import EngineError
-from hasrd.worker.engines.whisper import clean_text, collapse_loops, token_cap
-from hasrd.worker.live import SR, LiveBase, LiveEmitter
+from hasrd.worker.engine import EngineError, LiveEmitter
+from hasrd.worker.textrules import clean_text, collapse_loops, token_cap
+from hasrd.worker.live import SR, LiveBase
 
 SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
 BUFFER_S = 20.0

@@ -209,7 +209,7 @@ def serve_one(ch: Channel, engine: Any, req: p.Transcribe, settings: Any = None)
 
 def fail_of(req_id: int, e: BaseException) -> p.Failed:
     """A request's failure as the message the daemon gets (one bad request never ends the worker)."""
-    from hasrd.worker.engines import EngineError
+    from hasrd.worker.engine import EngineError
 
     if isinstance(e, EngineError):
         return p.Failed(id=req_id, code=e.code, message=e.message)
@@ -237,7 +237,7 @@ def serve_live(ch: Channel, engine: Any, req: p.LiveStart, later: list[Any], set
     try:
         live = getattr(engine, "live", None)
         if live is None:
-            from hasrd.worker.engines import EngineError
+            from hasrd.worker.engine import EngineError
 
             raise EngineError("unsupported", f"the {getattr(engine, 'name', '?')} engine has no live mode")
         session = live(req.language, dict(req.options), emit, cancelled)
@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=ch.reader, name="hasr-reader", daemon=True).start()
     settings = load_settings()
 
-    from hasrd.worker.engines import EngineError, create
+    from hasrd.worker.engine import EngineError
+    from hasrd.worker.engines import create
 
     t0 = time.monotonic()
     try:

@@ -76,7 +76,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
-from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.engine import Emitter, EngineError
 from hasrd.languages import join_sentences
 from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
                                     choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,

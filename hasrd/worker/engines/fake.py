@@ -35,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hasrd.worker import v2c
-from hasrd.worker.engines import Emitter, EngineError, plain_result
+from hasrd.worker.engine import Emitter, EngineError, plain_result
 from hasrd.languages import UnknownLanguage, resolve
 from hasrd.worker.scripted import DEFAULT_SCRIPT, ScriptedDraft
 

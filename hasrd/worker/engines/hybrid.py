@@ -27,7 +27,7 @@ import numpy as np
 
 from hasrd.config import Settings
 from hasrd.models import resolve_fw, resolve_weights
-from hasrd.worker.engines import Emitter, EngineError
+from hasrd.worker.engine import Emitter, EngineError
 from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, load_draft, r2t2_knows, run_v2c,
                                        versions, warm_up)
 from hasrd.worker.engines.whisper import WhisperEngine, language_of, load_model, whisper_code, window_fn

@@ -36,7 +36,7 @@ import numpy as np
 from hasrd.config import Settings
 from hasrd.models import resolve_weights
 from hasrd.worker import segment, v2c
-from hasrd.worker.engines import Emitter, EngineError, plain_result
+from hasrd.worker.engine import Emitter, EngineError, plain_result
 from hasrd.worker.engines.whisper import language_of
 from hasrd.languages import R2T2_LANGUAGES, UnknownLanguage, resolve
 

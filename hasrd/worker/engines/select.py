@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hasrd import config
-from hasrd.worker.engines import Engine, EngineError
+from hasrd.worker.engine import Engine, EngineError
 from hasrd.models import GPU_DEFAULT, fw_repo, hf_snapshot, resolve_fw, resolve_weights
 from hasrd.worker.engines.whisper import compute_type_for
 

@@ -37,9 +37,7 @@ and the result goes through :func:`~hasrd.worker.engines.plain_result`.
 from __future__ import annotations
 
 import math
-import re
 import time
-import unicodedata
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -47,14 +45,13 @@ import numpy as np
 from hasrd.config import Settings
 from hasrd.worker import resegment, segment
 from hasrd.models import FwModel, resolve_fw
-from hasrd.worker.engines import Emitter, EngineError, plain_result
+from hasrd.worker.engine import Emitter, EngineError, plain_result
+from hasrd.worker.textrules import MAX_CAP, TOKENS_PER_S, clean_text, collapse_loops, token_cap  # noqa: F401
 from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
 
 SR = 16000
 WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
 TEMPERATURES = (0.0,)
-TOKENS_PER_S = 16
-MAX_CAP = 448 - 224 - 8
 WHOLE_KW: dict[str, Any] = {
     "beam_size": 5, "vad_filter": True, "vad_parameters": {"min_silence_duration_ms": 500},
     "temperature": TEMPERATURES, "compression_ratio_threshold": 2.4, "log_prob_threshold": -1.0,
@@ -104,16 +101,6 @@ def whisper_code(model: Any, code: str) -> str | None:
         raise EngineError("invalid_audio", f"this faster-whisper model does not know {NAMES.get(code, code)} "
                                            f"({code!r})")
     return code
-
-
-def token_cap(seconds: float) -> int | None:
-    """Tokens one decode of a short piece may produce: twice fast speech, so that noise VAD took for speech
-    cannot loop a repetition up to the 448-token limit in each of the fallback passes (none from 27 s on)."""
-    if seconds >= 27:
-        return None
-    # faster-whisper refuses prompt + max_new_tokens > 448 (the model's context); an initial prompt keeps at
-    # most 223 tokens (half the context, less one) plus a few task tokens, so a cap must leave room for that
-    return min(int(TOKENS_PER_S * seconds + 16), MAX_CAP)
 
 
 def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
@@ -255,26 +242,6 @@ class Word:
     def __init__(self, w: Any, offset: float) -> None:
         self.word, self.probability = w.word, w.probability
         self.start, self.end = float(w.start) + offset, float(w.end) + offset
-_INVISIBLE = {"\ufffd", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad"}
-
-
-_LOOP = re.compile(r"(\S.{1,29}?)\1{3,}")  # a phrase of 2-30 characters said four or more times in a row
-_STUTTER = re.compile(r"(\S)\1{7,}")  # one character eight or more times
-
-
-def clean_text(text: str, strip: bool = True) -> str:
-    """Text without replacement characters and zero-width or other invisible format characters."""
-    out = "".join(ch for ch in text if ch not in _INVISIBLE and unicodedata.category(ch) != "Cf")
-    return " ".join(out.split()) if strip else out
-
-
-def collapse_loops(text: str) -> str:
-    """A decoding loop said once: whisper repeats a phrase until its token limit when it loses the audio (on
-    hard speech its own compression-ratio rule misses Chinese loops: 寫下範圍的 x5 compresses only 2.25 times).
-    People do not say one phrase four times in a row, nor one character eight times."""
-    return _STUTTER.sub(r"\1", _LOOP.sub(r"\1", text))
-
-
 def is_no_speech(segment: Any) -> bool:
     return (float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR)
 

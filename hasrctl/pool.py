@@ -1,0 +1,278 @@
+"""The pool's commands: ``hasrctl ps`` (the workers, as Ollama's ``ps``), ``hasrctl models`` (what a request
+may name), and the models' management: ``hasrctl pull`` (a download with progress, /api/pull) and ``hasrctl rm``
+(/api/delete)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from hasrctl import terminal
+from hasrctl.client import EXIT_OK, EXIT_UNREACHABLE, CliError, DaemonError, Unreachable
+from hasrctl.common import Daemon, daemon_options, say, socket_option
+
+
+def _until(w: dict[str, Any]) -> str:
+    if w.get("busy"):
+        return "busy"
+    left = w.get("expires_in_s")
+    if left is None:
+        return "forever" if w.get("state") == "ready" else "-"
+    s = int(float(left))
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
+
+
+def _size(w: dict[str, Any]) -> str:
+    mb = w.get("vram_mb") if w.get("device") == "cuda" else w.get("rss_mb")
+    if mb is None:
+        return "-"
+    return f"{float(mb) / 1024:.1f} GB" if float(mb) >= 1024 else f"{int(mb)} MB"
+
+
+def _processor(w: dict[str, Any]) -> str:
+    if w.get("device") == "cuda":
+        return f"GPU {str(w.get('gpu_uuid') or '')[:12]}".rstrip()
+    return "CPU"
+
+
+def _doing(w: dict[str, Any]) -> str:
+    if w.get("state") != "ready":
+        return str(w.get("state"))
+    return str(w.get("status_text") or "ready")
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, envvar="HASR_PS_JSON", show_envvar=True,
+              help="Print the workers as JSON (/api/ps's \"workers\").")
+@socket_option
+def ps(as_json: bool, daemon: Daemon) -> int:
+    """List the running workers: model, process, where it runs, its memory, what it does, until when it stays.
+
+    \b
+    NAME     PID    PROCESSOR  SIZE    STATE                     UNTIL
+    base     4121   CPU        512 MB  transcribing talk.wav 40%  busy
+    base     4388   CPU        498 MB  ready                     14 min 59 s
+
+    Does not start a daemon: exit 3 when none runs.
+    """
+    try:
+        client = daemon.client(autostart=False)
+    except Unreachable as e:
+        say(f"hasrd is not running: {e.message}")
+        return EXIT_UNREACHABLE
+    snap = client.get("/api/ps", timeout=10.0)
+    workers = snap.get("workers") or []
+    if as_json:
+        click.echo(json.dumps(workers, ensure_ascii=False))
+        return EXIT_OK
+    if not workers:
+        click.echo(f"no workers: nothing is loaded (up to {snap.get('max_workers')} may run; the next request "
+                   f"starts one)")
+        return EXIT_OK
+    rows = [["NAME", "PID", "PROCESSOR", "SIZE", "STATE", "UNTIL"]]
+    rows += [[str(w.get("model")), str(w.get("pid") or "-"), _processor(w), _size(w), _doing(w), _until(w)]
+             for w in workers]
+    for line in table(rows):
+        click.echo(line)
+    if snap.get("queue"):
+        click.echo(f"{snap['queue']} request(s) waiting for a worker")
+    return EXIT_OK
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, envvar="HASR_MODELS_JSON", show_envvar=True,
+              help="Print /v1/models as JSON.")
+@socket_option
+def models(as_json: bool, daemon: Daemon) -> int:
+    """List the models a request may name (--model, the OpenAI `model` field), with their size and place.
+
+    The default's names (hasr and the OpenAI ids) run the configured engine; `base` is the embedded whisper
+    base; others are faster-whisper models under $XDG_DATA_HOME/hasr/models/ or in the Hugging Face cache.
+    """
+    try:
+        client = daemon.client(autostart=False)
+    except Unreachable as e:
+        say(f"hasrd is not running: {e.message}")
+        return EXIT_UNREACHABLE
+    data = client.get("/v1/models", timeout=30.0).get("data") or []
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False))
+        return EXIT_OK
+    rows = [["NAME", "KIND", "SIZE", "WHERE"]]
+    for m in data:
+        size = m.get("size_mb")
+        rows.append([str(m.get("id")), str(m.get("kind") or ""), "-" if size is None else f"{int(size)} MB",
+                     str(m.get("path") or "-")])
+    for line in table(rows):
+        click.echo(line)
+    return EXIT_OK
+
+
+class PullView:
+    """A pull as a person sees it on stderr: on a terminal one redrawn bar per file (kept when the file is done),
+    else one plain line per file and step."""
+
+    def __init__(self, stream: Any, tty: bool) -> None:
+        self.stream, self.tty = stream, tty
+        self.file: str | None = None
+        self.t0 = 0.0
+        self.start = 0
+        self.last = 0.0
+        self.drawn = False
+        self.pending = False  # "pulling manifest of NAME..." is on the line
+
+    def begin(self, name: str) -> None:
+        """On a terminal, say something while the daemon reads the manifest (the answer starts after it)."""
+        if self.tty:
+            self._out(f"pulling manifest of {name}...")
+            self.pending = True
+
+    def clear_pending(self) -> None:
+        if self.pending:
+            self._out("\r" + terminal.CLEAR_EOL)
+            self.pending = False
+
+    def _out(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def _end_line(self) -> None:
+        if self.drawn:
+            self._out("\n")
+            self.drawn = False
+
+    def note(self, text: str) -> None:
+        if self.tty:
+            self._end_line()
+            self._out(text + "\n")
+        else:
+            say(text)
+
+    def event(self, ev: dict[str, Any]) -> None:
+        status = str(ev.get("status") or "")
+        if status == "pulling manifest":
+            self.clear_pending()
+            files = ev.get("files") or []
+            self.note(f"pulling {ev.get('repo')} (revision {str(ev.get('revision') or '')[:12]}): {len(files)} files, "
+                      f"{_bytes(int(ev.get('total') or 0))}")
+        elif status == "downloading":
+            self._progress(str(ev.get("file")), int(ev.get("completed") or 0), int(ev.get("total") or 0))
+        elif status:
+            self.note(status)
+
+    def _progress(self, name: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if name != self.file:
+            self._end_line()
+            self.file, self.t0, self.start, self.last = name, now, done, 0.0
+            if done >= total:
+                self.note(f"{name}: {_bytes(total)}, already downloaded")
+                return
+            if not self.tty:
+                say(f"downloading {name} ({_bytes(total)}" + (f", resuming at {_bytes(done)})" if done else ")"))
+            elif done:
+                self.note(f"{name}: resuming at {_bytes(done)}")
+        if not self.tty or (now - self.last < 0.1 and done < total):
+            return
+        self.last = now
+        frac = min(1.0, done / total) if total else 1.0
+        rate = (done - self.start) / max(1e-3, now - self.t0)
+        bar = "#" * int(frac * 20) + "-" * (20 - int(frac * 20))
+        head, sizes = f"{name} {int(frac * 100):3d}%", f"{_bytes(done)}/{_bytes(total)}"
+        speed = f"  {_bytes(rate)}/s" if done > self.start else ""
+        cols = terminal.columns(self.stream) - 1
+        text = next((t for t in (f"{head} [{bar}] {sizes}{speed}", f"{head} [{bar}] {sizes}", f"{head} {sizes}")
+                     if terminal.width(t) <= cols), head)  # narrow: the name and the share come first
+        self._out("\r" + terminal.tail_to_fit(text, cols) + terminal.CLEAR_EOL)
+        self.drawn = True
+        if done >= total:
+            self._end_line()
+
+    def close(self) -> None:
+        if self.tty and self.drawn:
+            self._end_line()
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+@click.command()
+@click.argument("name")
+@daemon_options
+def pull(name: str, daemon: Daemon) -> int:
+    """Download a faster-whisper model into the Hugging Face cache; then `--model NAME` uses it.
+
+    \b
+    NAME: a faster-whisper size or a Hugging Face repo id, e.g.
+      hasrctl pull large-v3        # Systran/faster-whisper-large-v3
+      hasrctl pull distil-large-v3
+      hasrctl pull Systran/faster-whisper-small
+
+    The daemon downloads only the files faster-whisper loads, checks each against the hub's sha256, and installs
+    the model only once it is whole. An interrupted pull continues where it stopped when run again. HF_ENDPOINT
+    (a mirror) and HF_TOKEN in the daemon's environment apply. Starts the daemon if needed.
+    """
+    client = daemon.client()
+    view = PullView(sys.stderr, terminal.is_tty(sys.stderr))
+    view.begin(name)
+    body = json.dumps({"model": name}).encode()
+    try:
+        resp = client.request("POST", "/api/pull", body, {"Content-Type": "application/json",
+                                                           "Accept": "application/x-ndjson"}, timeout=None)
+        for ev in resp.ndjson():
+            if "error" in ev:
+                err = ev["error"] if isinstance(ev["error"], dict) else {"message": str(ev["error"])}
+                view.close()
+                raise DaemonError(str(err.get("code") or "pull_failed"), str(err.get("message")))
+            if ev.get("status") == "success":
+                view.close()
+                used = str(ev.get("model") or name)
+                click.echo(f"pulled {ev.get('repo')} ({ev.get('size_mb')} MB) into {ev.get('path')}; use it as "
+                           f"--model {used}")
+                return EXIT_OK
+            view.event(ev)
+    except KeyboardInterrupt:
+        view.close()
+        say(f"interrupted: what arrived is kept; `hasrctl pull {name}` continues from there")
+        return 130
+    finally:
+        view.clear_pending()  # an error answer before the stream: its line goes where ours was
+    view.close()
+    raise CliError(f"hasrd ended the pull of {name} without a result (did it exit?); `hasrctl pull {name}` again "
+                   f"continues where it stopped")
+
+
+@click.command()
+@click.argument("name")
+@socket_option
+def rm(name: str, daemon: Daemon) -> int:
+    """Remove an installed model: a directory under $XDG_DATA_HOME/hasr/models, or a model in the Hugging Face
+    cache (`hasrctl models` lists them). Its workers stop first. The default's names and `base` (embedded)
+    cannot be removed.
+
+    Does not start a daemon: exit 3 when none runs.
+    """
+    try:
+        client = daemon.client(autostart=False)
+    except Unreachable as e:
+        say(f"hasrd is not running: {e.message}")
+        return EXIT_UNREACHABLE
+    res = client.request("DELETE", "/api/delete", json.dumps({"model": name}).encode(),
+                         {"Content-Type": "application/json"}, timeout=None).json()
+    click.echo(f"removed {name} ({res.get('size_mb')} MB): {', '.join(res.get('removed') or [])}")
+    return EXIT_OK

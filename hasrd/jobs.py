@@ -1,0 +1,120 @@
+"""One transcription request from admission to its answer, for every route that takes audio (/transcribe and
+the OpenAI routes): admitted before its audio is decoded (so neither the TTL nor the idle exit acts under it),
+decoded in a thread (at most DECODES_AT_ONCE at a time), transcribed by the pool, answered whole or streamed;
+the client going away cancels whatever step it is in, and the admission is released exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hasrd import errors
+from hasrd.context import Daemon, shown
+from hasrd.intake import LeasedStream, decode, until_disconnected
+from hasrd.modelspec import ModelSpec
+from hasrd.pcm import PcmBuffer
+from hasrd.scheduler import PoolLease
+
+log = logging.getLogger("hasrd.api")
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a request asks for, checked: the name shown for its audio, the file (None for an upload), the
+    language, the engine options and the model (None: the default)."""
+
+    name: str
+    audio_path: str | None
+    language: str
+    options: dict[str, Any]
+    model: ModelSpec | None = None
+
+
+async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, lease: PoolLease,
+                  on_event: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+    t0 = time.monotonic()
+    try:
+        result = await d.supervisor.transcribe(pcm, name=job.name, language=job.language, options=job.options,
+                                               on_event=on_event, lease=lease, model=job.model)
+    finally:
+        pcm.close()
+    result["audio_path"] = shown(job.audio_path) if job.audio_path is not None else None
+    result.setdefault("language", job.language)
+    result.setdefault("duration_s", info.get("duration_s"))
+    timings = dict(result.get("timings") or {})
+    timings["decode_s"] = round(float(info.get("decode_s") or 0), 4)
+    timings["total_s"] = round(time.monotonic() - t0 + timings["decode_s"], 4)
+    result["timings"] = timings
+    return result
+
+
+def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable[[dict[str, Any]], bytes | None],
+               job: Job, *, lease: PoolLease) -> AsyncIterator[bytes]:
+    """Run a job while yielding its events rendered by ``render``; the client leaving cancels the job."""
+    async def gen() -> AsyncIterator[bytes]:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        task = asyncio.create_task(run_job(d, pcm, info, job, lease=lease, on_event=q.put_nowait))
+        getter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        try:
+            while True:
+                getter = asyncio.create_task(q.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    out = render(getter.result())
+                    if out:
+                        yield out
+                    continue
+                getter.cancel()
+                while not q.empty():
+                    out = render(q.get_nowait())
+                    if out:
+                        yield out
+                try:
+                    final = {"event": "done", "result": task.result()}
+                except errors.HasrError as e:
+                    final = {"event": "error", **e.to_json()}
+                except Exception as e:  # the stream must end with an error event, never just stop
+                    log.exception("transcription failed")
+                    final = {"event": "error", **errors.WorkerError(f"{type(e).__name__}: {e}").to_json()}
+                out = render(final)
+                if out:
+                    yield out
+                return
+        finally:
+            getter.cancel()
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved (it was rendered as an error event, or the client left)
+            if not task.done():
+                task.cancel()
+                with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
+                    try:
+                        await task
+                    except BaseException:
+                        pass
+    return gen()
+
+
+async def admitted(d: Daemon, request: Request, source: Any, job: Job,
+                   render: Callable[[dict[str, Any]], bytes | None] | None, media_type: str,
+                   respond: Callable[[dict[str, Any]], Response]) -> Response:
+    """Admit, decode and run one job; ``render`` streams its events (None: one response at the end)."""
+    lease = d.supervisor.admit(job.model)
+    handed_on = False
+    try:
+        pcm, info = await until_disconnected(request, decode(d, source, job.name))
+        if render is not None:
+            handed_on = True  # the response releases the lease, however it ends
+            return LeasedStream(stream_job(d, pcm, info, render, job, lease=lease), lease, pcm,
+                                media_type=media_type, headers={"Cache-Control": "no-cache"})
+        return respond(await until_disconnected(request, run_job(d, pcm, info, job, lease=lease, on_event=None)))
+    finally:
+        if not handed_on:
+            lease.release()

@@ -1,0 +1,135 @@
+"""Models by name: what a request's ``model`` selects, and what ``/v1/models`` lists (standard library only).
+
+A name is, in this order (docs/API.md "Models"):
+
+- ``""``, ``hasr`` or an OpenAI id (``whisper-1``, ``gpt-4o-transcribe``, ``gpt-4o-mini-transcribe``): the
+  configured default (HASR_ENGINE with its models);
+- ``base``: the embedded whisper base;
+- an absolute path to a CTranslate2 model directory (it holds ``model.bin``);
+- a name under ``$XDG_DATA_HOME/hasr/models/<name>/``;
+- a faster-whisper size or a Hugging Face repo id found in the local Hugging Face cache (``large-v3``,
+  ``Systran/faster-whisper-large-v3``, ``distil-large-v3``, ...).
+
+Anything else is OpenAI's 404 ``model_not_found``, before any work. (With HASR_ENGINE=fake, ``fake:N`` is a fake
+worker that holds N MB of GPU memory: GPU placement on a GPU host without the real engines.) A named model runs on the whisper engine
+(faster-whisper alone); only the default may be the hybrid.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hasrd import errors, models
+
+DEFAULT_IDS = ("hasr", "whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
+EMBEDDED = "base"
+GPU_ENGINES = ("hybrid", "r2t2")
+CPU_OVERHEAD_MB = 400  # a worker process with faster-whisper loaded, before the model
+GPU_NEED_MB = {"hybrid": 12000, "r2t2": 9000}
+FAKE_OVERHEAD_MB = 600  # a fake worker's CUDA context beside the memory it was asked to hold
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What one worker runs: an engine and its faster-whisper model, and what it is estimated to need."""
+
+    name: str  # as /api/ps and /v1/models show it
+    engine: str  # the worker's --engine
+    fw_model: str  # HASR_FW_MODEL for the worker ("" = as configured)
+    need_mb: int  # memory on its device, until a loaded worker of it has been measured
+    gpu_only: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.engine}|{self.fw_model}"
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hasr" / "models"
+
+
+def _dir_mb(d: Path) -> int:
+    try:
+        return sum(f.stat().st_size for f in d.iterdir() if f.is_file()) // 2**20
+    except OSError:
+        return 0
+
+
+def _cpu_need(model_mb: int) -> int:
+    return CPU_OVERHEAD_MB + 2 * model_mb
+
+
+def default_spec(settings: Any) -> ModelSpec:
+    engine = str(settings.engine)
+    if engine in GPU_ENGINES:
+        need = GPU_NEED_MB[engine]
+    elif engine == "fake":
+        need = int(os.environ.get("HASR_FAKE_ALLOC_MB") or 0) + 200
+    else:
+        need = _cpu_need(150)
+    gpu_only = engine in GPU_ENGINES or (engine == "fake" and bool(os.environ.get("HASR_FAKE_ALLOC_MB")))
+    name = settings.fw_model or (engine if engine in GPU_ENGINES else EMBEDDED)
+    return ModelSpec(name, engine, "", need, gpu_only=gpu_only)
+
+
+def _whisper(name: str, fw_model: str, model_mb: int, settings: Any) -> ModelSpec:
+    engine = "fake" if settings.engine == "fake" else "whisper"  # tests: the fake engine stands in for each
+    return ModelSpec(name, engine, fw_model, _cpu_need(model_mb))
+
+
+def resolve(name: str, settings: Any) -> ModelSpec:
+    """The model a request names, or ModelNotFound (404) saying what this daemon has."""
+    name = name.strip()
+    if name in ("",) + DEFAULT_IDS:
+        return default_spec(settings)
+    if name in (EMBEDDED, "embedded"):
+        return _whisper(EMBEDDED, "embedded", 145, settings)
+    if settings.engine == "fake" and name.startswith("fake:") and name[5:].isdigit():
+        # the fake engine holding N MB of GPU memory with torch (GPU placement runs, benchmarks/gpu_pool.py)
+        return ModelSpec(name, "fake", name, int(name[5:]) + FAKE_OVERHEAD_MB, gpu_only=True)
+    p = Path(name)
+    if p.is_absolute():
+        if (p / "model.bin").is_file():
+            return _whisper(str(p), str(p), _dir_mb(p), settings)
+        raise errors.ModelNotFound(f"The model `{name}` does not exist: {p} is not a CTranslate2 model directory "
+                                   f"(no model.bin)", param="model")
+    if "/" not in name and ".." not in name:
+        local = data_dir() / name
+        if (local / "model.bin").is_file():
+            return _whisper(name, str(local), _dir_mb(local), settings)
+    snap = models.hf_snapshot(models.fw_repo(name))
+    if snap is not None and (snap / "model.bin").is_file():
+        return _whisper(name, name, _dir_mb(snap), settings)
+    raise errors.ModelNotFound(f"The model `{name}` does not exist here; installed: {', '.join(installed_names())}"
+                               f" (`hasrctl models` lists them)", param="model")
+
+
+def installed() -> list[dict[str, Any]]:
+    """Every model a request may name: the default's ids, the embedded base, the data directory's models and
+    the faster-whisper models in the local Hugging Face cache, each with where it lives and its size."""
+    out: list[dict[str, Any]] = [{"id": i, "kind": "default", "path": None, "size_mb": None} for i in DEFAULT_IDS]
+    out.append({"id": EMBEDDED, "kind": "embedded", "path": None, "size_mb": 145})
+    root = data_dir()
+    if root.is_dir():
+        for d in sorted(root.iterdir()):
+            if (d / "model.bin").is_file():
+                out.append({"id": d.name, "kind": "directory", "path": str(d), "size_mb": _dir_mb(d)})
+    seen: set[str] = set()
+    for cache in models.hf_cache_dirs():
+        if not cache.is_dir():
+            continue
+        for repo_dir in sorted(cache.glob("models--*")):
+            repo = repo_dir.name[len("models--"):].replace("--", "/")
+            snap = models.hf_snapshot(repo)
+            if repo in seen or snap is None or not (snap / "model.bin").is_file():
+                continue
+            seen.add(repo)
+            out.append({"id": repo, "kind": "hf-cache", "path": str(snap), "size_mb": _dir_mb(snap)})
+    return out
+
+
+def installed_names() -> list[str]:
+    return [m["id"] for m in installed()]

@@ -1,0 +1,110 @@
+"""Where a request runs: the worker pool's decisions as pure functions over plain values (no processes, no
+NVML), so that every rule is tested with fake inventories (tests/test_placement.py).
+
+The rules (docs/ARCHITECTURE.md "The worker pool"; Ollama's scheduler is the model):
+
+1. A request goes to an idle worker of its model (ready before loading, then the most recently used).
+2. Otherwise a new worker starts, if fewer than ``max_workers`` run and a device can hold the model: the GPU with
+   the most free memory that fits it (a pinned GPU only), else the CPU when the model may run there.
+3. Otherwise the least recently used IDLE worker (of another model, or of this one on a device that cannot
+   hold a second) is stopped to make room, if stopping it makes room; a busy worker is never stopped for
+   another request.
+4. Otherwise the request waits (its queue position is reported) until a worker frees or stops; when none of
+   ours is busy (nothing will free), it starts where the most memory is free instead of waiting for ever.
+5. A model that no device could hold even empty is refused at once, with the numbers: waiting cannot help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+CPU = "cpu"
+
+
+@dataclass(frozen=True)
+class Device:
+    """A place a worker can run: the CPU, or one GPU (by UUID) with its memory in MB."""
+
+    name: str  # "cpu" or a GPU UUID
+    free_mb: int  # free now, less what workers of ours that have not measured themselves yet will take
+    total_mb: int
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A worker as the scheduler sees it."""
+
+    key: int
+    model: str
+    device: str
+    busy: bool  # running or reserved for a request, loading for one, or being stopped
+    ready: bool
+    last_used: float
+    mb: int  # what it holds (measured, or the estimate until it is)
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: Literal["use", "start", "evict", "wait", "refuse"]
+    worker: int | None = None  # use: the worker
+    device: str | None = None  # start / evict: where the new worker goes
+    victim: int | None = None  # evict: the worker stopped first
+    reason: str = ""
+
+
+def fits(device: Device, need_mb: int) -> bool:
+    return need_mb <= device.free_mb
+
+
+def best_device(devices: Sequence[Device], need_mb: int, gpu_only: bool = False) -> Device | None:
+    """The GPU with the most free memory that holds ``need_mb``; else the CPU (unless ``gpu_only``)."""
+    gpus = sorted((d for d in devices if d.name != CPU and fits(d, need_mb)), key=lambda d: (-d.free_mb, d.name))
+    if gpus:
+        return gpus[0]
+    if not gpu_only:
+        for d in devices:
+            if d.name == CPU and fits(d, need_mb):
+                return d
+    return None
+
+
+def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[Device], max_workers: int,
+           gpu_only: bool = False) -> Decision:
+    """The decision for one request for ``model`` (needing ``need_mb`` on a device), given the workers now."""
+    mine = [s for s in seats if s.model == model and not s.busy]
+    if mine:
+        best = max(mine, key=lambda s: (s.ready, s.last_used))
+        return Decision("use", worker=best.key)
+    candidates = [d for d in devices if d.name != CPU or not gpu_only]
+    if not candidates or all(need_mb > d.total_mb for d in candidates):
+        biggest = max((d.total_mb for d in candidates), default=0)
+        where = "GPU" if gpu_only else "device"
+        return Decision("refuse", reason=f"{model} needs about {need_mb} MB and no {where} of this machine has that "
+                                         f"much (the largest has {biggest} MB)")
+    if len(seats) < max_workers:
+        d = best_device(devices, need_mb, gpu_only)
+        if d is not None:
+            return Decision("start", device=d.name)
+    # make room: the least recently used idle worker whose stop lets the new one start (at the cap: any)
+    by_name = {d.name: d for d in candidates}
+    idle = sorted((s for s in seats if not s.busy and s.device in by_name), key=lambda s: s.last_used)
+    for victim in idle:
+        dev = by_name[victim.device]
+        if fits(Device(dev.name, dev.free_mb + victim.mb, dev.total_mb), need_mb):
+            return Decision("evict", victim=victim.key, device=dev.name)
+    if not any(s.busy for s in seats):
+        # nothing of ours will free memory (the estimate is a guess, and others' use may never change): start
+        # where the most is free rather than wait for ever; the spawn's VRAM wait and the worker take it from there
+        most = max(candidates, key=lambda d: (d.free_mb, d.name != CPU))
+        if len(seats) < max_workers:
+            return Decision("start", device=most.name)
+        if idle:
+            return Decision("evict", victim=idle[0].key, device=idle[0].device)
+    return Decision("wait", reason="every worker is busy" if len(seats) >= max_workers
+                    else "no device has room until a worker stops")
+
+
+def default_max_workers(gpus: int) -> int:
+    """HASR_MAX_WORKERS=0: one per GPU; on a CPU-only machine 2, so live never waits behind a file."""
+    return gpus if gpus > 0 else 2

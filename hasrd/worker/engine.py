@@ -1,0 +1,92 @@
+"""The engine interface: what the worker asks of an engine and what an engine reports through (a leaf module).
+
+Engines (engines/*.py), the v2c pipeline and the live sessions import this, and nothing here imports them back;
+the factory that picks an engine by name is ``hasrd.worker.engines.create``. An engine is created by name,
+loaded once (reporting phases), then serves transcriptions one at a time. It reports failures by raising
+EngineError with one of the protocol's error codes; the worker turns that into a ``Failed`` message and keeps
+serving. Heavy imports happen inside ``load`` or inside the engine modules, which are imported only when their
+engine is chosen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from hasrd.errors import EngineError
+
+__all__ = ["ENGINES", "Emitter", "Engine", "EngineError", "LiveEmitter", "NullEmitter", "plain", "plain_result"]
+
+ENGINES = ("auto", "hybrid", "whisper", "r2t2", "fake")
+
+
+
+
+def plain(obj: Any) -> Any:
+    """``obj`` with numpy scalars and arrays made Python numbers and lists, tuples made lists, recursively.
+
+    Results and events cross the worker channel as msgpack (msgspec), which refuses numpy types
+    (``TypeError: Encoding objects of type numpy.float64 is unsupported``), and faster-whisper hands out
+    numpy.float64 times and probabilities. Every engine returns its result through this.
+    """
+    if isinstance(obj, dict):
+        return {plain(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return plain(obj.tolist())
+    return obj
+
+
+def plain_result(result: dict[str, Any]) -> dict[str, Any]:
+    """:func:`plain` for a result object (what every engine's ``transcribe`` returns)."""
+    return dict(plain(result))
+
+
+class Emitter(Protocol):
+    """Where an engine reports progress while it works (each call becomes one protocol event)."""
+
+    def progress(self, done_s: float, total_s: float) -> None: ...
+    def draft(self, text: str, segment: int = 0) -> None: ...
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None: ...
+
+
+class NullEmitter:
+    def progress(self, done_s: float, total_s: float) -> None:
+        pass
+
+    def draft(self, text: str, segment: int = 0) -> None:
+        pass
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+        pass
+
+
+class Engine(Protocol):
+    name: str
+
+    def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
+        """Load models; call ``phase`` with a human phrase per step; return the identity for /api/ps."""
+        ...
+
+    def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
+                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+        """Transcribe 16 kHz mono float32 PCM; check ``cancelled()`` between steps."""
+        ...
+
+    def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
+        """A live session (``hasrd.worker.live.LiveBase``): fed audio as it arrives, finished at the end."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LiveEmitter(Protocol):
+    def progress(self, done_s: float, total_s: float) -> None: ...
+    def draft(self, text: str, segment: int = 0) -> None: ...
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float,
+                 segment: int = 0) -> None: ...
+    def turn(self, segment: int, kind: str, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None: ...

@@ -1,0 +1,40 @@
+"""What whisper's raw text needs before anyone reads it, for files and live sessions alike (a leaf module): no
+invisible characters, a decoding loop said once, and a cap on the tokens one short piece may produce."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+TOKENS_PER_S = 16
+MAX_CAP = 448 - 224 - 8
+
+
+def token_cap(seconds: float) -> int | None:
+    """Tokens one decode of a short piece may produce: twice fast speech, so that noise VAD took for speech
+    cannot loop a repetition up to the 448-token limit in each of the fallback passes (none from 27 s on)."""
+    if seconds >= 27:
+        return None
+    # faster-whisper refuses prompt + max_new_tokens > 448 (the model's context); an initial prompt keeps at
+    # most 223 tokens (half the context, less one) plus a few task tokens, so a cap must leave room for that
+    return min(int(TOKENS_PER_S * seconds + 16), MAX_CAP)
+
+
+_INVISIBLE = {"\ufffd", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad"}
+
+
+_LOOP = re.compile(r"(\S.{1,29}?)\1{3,}")  # a phrase of 2-30 characters said four or more times in a row
+_STUTTER = re.compile(r"(\S)\1{7,}")  # one character eight or more times
+
+
+def clean_text(text: str, strip: bool = True) -> str:
+    """Text without replacement characters and zero-width or other invisible format characters."""
+    out = "".join(ch for ch in text if ch not in _INVISIBLE and unicodedata.category(ch) != "Cf")
+    return " ".join(out.split()) if strip else out
+
+
+def collapse_loops(text: str) -> str:
+    """A decoding loop said once: whisper repeats a phrase until its token limit when it loses the audio (on
+    hard speech its own compression-ratio rule misses Chinese loops: 寫下範圍的 x5 compresses only 2.25 times).
+    People do not say one phrase four times in a row, nor one character eight times."""
+    return _STUTTER.sub(r"\1", _LOOP.sub(r"\1", text))

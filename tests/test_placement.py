@@ -1,0 +1,109 @@
+"""The pool's placement and eviction rules as plain values (hasrd/placement.py): fake inventories of 2 x 24 GB
+GPUs, 1 x 8 GB, and a CPU-only machine."""
+
+from __future__ import annotations
+
+from hasrd.gpu import Gpu, Inventory
+from hasrd.placement import CPU, Decision, Device, Seat, best_device, choose, default_max_workers
+
+TWO_24 = [Device("GPU-a", 24000, 24000), Device("GPU-b", 24000, 24000), Device(CPU, 16000, 24000)]
+ONE_8 = [Device("GPU-x", 8000, 8000), Device(CPU, 16000, 24000)]
+CPU_ONLY = [Device(CPU, 16000, 24000)]
+
+
+def seat(key: int, model: str, device: str, *, busy: bool = False, ready: bool = True, last_used: float = 0.0,
+         mb: int = 1000) -> Seat:
+    return Seat(key, model, device, busy, ready, last_used, mb)
+
+
+def test_an_idle_worker_of_the_model_is_used_ready_first_then_most_recent() -> None:
+    seats = [seat(1, "base", CPU, ready=False, last_used=9), seat(2, "base", CPU, last_used=1),
+             seat(3, "base", CPU, last_used=5), seat(4, "large", CPU)]
+    assert choose(seats, "base", 700, CPU_ONLY, 8) == Decision("use", worker=3)
+
+
+def test_a_busy_worker_is_never_used_and_another_starts_while_the_cap_allows() -> None:
+    seats = [seat(1, "base", CPU, busy=True)]
+    assert choose(seats, "base", 700, CPU_ONLY, 2) == Decision("start", device=CPU)
+    assert choose(seats, "base", 700, CPU_ONLY, 1).kind == "wait"
+
+
+def test_a_gpu_worker_goes_to_the_gpu_with_the_most_free_memory_that_fits() -> None:
+    devices = [Device("GPU-a", 10000, 24000), Device("GPU-b", 20000, 24000), Device(CPU, 16000, 24000)]
+    assert choose([], "large", 6000, devices, 2, gpu_only=True) == Decision("start", device="GPU-b")
+    assert best_device(devices, 15000) == Device("GPU-b", 20000, 24000)
+    assert best_device(devices, 14000) == Device("GPU-b", 20000, 24000)
+    assert best_device(devices, 21000) is None  # no GPU has 21 GB free, and the CPU has 16 GB
+    assert best_device(devices, 21000, gpu_only=True) is None
+
+
+def test_two_40_gb_workers_on_two_gpus_then_a_third_evicts_the_least_recently_used_idle_one() -> None:
+    gpus = [Device("GPU-a", 140000, 140000), Device("GPU-b", 140000, 140000)]
+    first = choose([], "m40", 40000, gpus, 2, gpu_only=True)
+    assert first == Decision("start", device="GPU-a")
+    after_one = [Device("GPU-a", 100000, 140000), Device("GPU-b", 140000, 140000)]
+    second = choose([seat(1, "m40", "GPU-a", busy=True, mb=40000)], "m40", 40000, after_one, 2, gpu_only=True)
+    assert second == Decision("start", device="GPU-b")  # not beside the first: the most free memory
+    both = [Device("GPU-a", 100000, 140000), Device("GPU-b", 100000, 140000)]
+    seats = [seat(1, "m40", "GPU-a", last_used=10, mb=40000), seat(2, "m40", "GPU-b", last_used=5, mb=40000)]
+    # a 100 GB model fits beside either 40 GB one (100 GB free each) while the cap allows a third worker
+    assert choose(seats, "m100", 100000, both, 3, gpu_only=True).kind == "start"
+    # with the cap at two, the least recently used idle worker makes room
+    assert choose(seats, "m100", 100000, both, 2, gpu_only=True) == Decision("evict", victim=2, device="GPU-b")
+    # a 120 GB model fits nowhere beside a 40 GB worker: the LRU idle one goes
+    assert choose(seats, "m120", 120000, both, 3, gpu_only=True) == Decision("evict", victim=2, device="GPU-b")
+
+
+def test_a_busy_worker_is_never_stopped_for_another_the_request_waits() -> None:
+    both = [Device("GPU-a", 100000, 140000), Device("GPU-b", 100000, 140000)]
+    seats = [seat(1, "m40", "GPU-a", busy=True, mb=40000), seat(2, "m40", "GPU-b", busy=True, mb=40000)]
+    assert choose(seats, "m120", 120000, both, 3, gpu_only=True).kind == "wait"
+    seats[1] = seat(2, "m40", "GPU-b", last_used=1, mb=40000)
+    assert choose(seats, "m120", 120000, both, 3, gpu_only=True) == Decision("evict", victim=2, device="GPU-b")
+
+
+def test_a_model_no_device_could_hold_is_refused_at_once_with_the_numbers() -> None:
+    d = choose([seat(1, "x", "GPU-x", busy=True)], "huge", 30000, ONE_8, 4, gpu_only=True)
+    assert d.kind == "refuse" and "30000 MB" in d.reason and "8000 MB" in d.reason
+    assert choose([], "big", 12000, ONE_8, 4) == Decision("start", device=CPU)  # not GPU-only: the CPU holds it
+    # no device has 20 GB free and no worker of ours will free any: it starts where the most is free (a wait
+    # would be for ever); with a busy worker that may free memory it waits
+    assert choose([], "big", 20000, ONE_8, 4) == Decision("start", device=CPU)
+    assert choose([seat(1, "x", CPU, busy=True)], "big", 20000, ONE_8, 4).kind == "wait"
+
+
+def test_never_two_models_on_a_gpu_that_cannot_hold_both() -> None:
+    after = [Device("GPU-x", 3000, 8000), Device(CPU, 16000, 24000)]
+    seats = [seat(1, "a", "GPU-x", busy=True, mb=5000)]
+    assert choose(seats, "b", 5000, after, 4, gpu_only=True).kind == "wait"
+    assert choose(seats, "b", 3000, after, 4, gpu_only=True) == Decision("start", device="GPU-x")
+
+
+def test_lru_eviction_on_the_cpu_with_one_worker_allowed() -> None:
+    seats = [seat(1, "base", CPU, last_used=3)]
+    assert choose(seats, "small", 900, CPU_ONLY, 1) == Decision("evict", victim=1, device=CPU)
+    seats = [seat(1, "base", CPU, last_used=3), seat(2, "tiny", CPU, last_used=1)]
+    assert choose(seats, "small", 900, CPU_ONLY, 2) == Decision("evict", victim=2, device=CPU)
+
+
+def test_one_worker_per_gpu_by_default_and_two_without_gpus() -> None:
+    assert default_max_workers(0) == 2 and default_max_workers(1) == 1 and default_max_workers(4) == 4
+
+
+def test_the_inventory_honours_a_pinned_gpu_and_lists_the_cpu() -> None:
+    gpus = [Gpu(0, "GPU-aaaa", "H200", 100000, 140000), Gpu(1, "GPU-bbbb", "H200", 130000, 140000)]
+    inv = Inventory(pin="GPU-bbbb", read=lambda: gpus, memory=lambda: (12000, 24000))
+    assert inv() == [Device("GPU-bbbb", 130000, 140000), Device(CPU, 12000, 24000)]
+    assert Inventory(read=lambda: [], memory=lambda: (1, 2))() == [Device(CPU, 1, 2)]
+
+
+def test_a_sized_fake_model_is_gpu_only_and_its_worker_holds_that_much() -> None:
+    from types import SimpleNamespace
+
+    from hasrd.modelspec import resolve
+    from hasrd.spawn import make_pool_spawn
+
+    spec = resolve("fake:40000", SimpleNamespace(engine="fake", fw_model=""))
+    assert spec.gpu_only and spec.need_mb > 40000 and spec.engine == "fake"
+    assert callable(make_pool_spawn(SimpleNamespace(gpu="", worker_python="", need_vram_mb=0, vram_wait_sec=1.0),
+                                    lambda: True)(spec, "GPU-a"))

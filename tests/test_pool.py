@@ -1,0 +1,205 @@
+"""The worker pool (hasrd/scheduler.py) with real fake-engine workers: parallel jobs, live beside a file, two
+models, LRU eviction with one worker allowed, a crash or a failed load that touches only its own requests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from hasrd import errors
+from hasrd.lifecycle import State
+from hasrd.modelspec import ModelSpec
+from hasrd.pcm import PcmBuffer
+from hasrd.placement import CPU, Device
+from hasrd.scheduler import Pool
+from hasrd.workerenv import worker_env
+from hasrd.workerproc import WorkerProcess
+from tests.conftest import pid_alive, run
+from tests.test_supervisor import settings
+
+A = ModelSpec("a", "fake", "a", 300)
+B = ModelSpec("b", "fake", "b", 300)
+SLOW = {"fake": {"rtf": 1.0}}
+
+
+def make(max_workers: int = 2, knobs: Callable[[ModelSpec], dict[str, str]] = lambda spec: {},
+         memory: tuple[int, int] = (16000, 24000), **kw: Any) -> Pool:
+    def make_spawn(spec: ModelSpec, device: str) -> Any:
+        async def spawn(report: Any) -> WorkerProcess:
+            return await WorkerProcess.spawn("fake", env=worker_env(os.environ, knobs(spec)))
+        return spawn
+
+    return Pool(settings(**kw), make_spawn, A, inventory=lambda: [Device(CPU, *memory)], max_workers=max_workers)
+
+
+async def transcribe(pool: Pool, seconds: float = 1.0, model: ModelSpec | None = None, **kw: Any) -> dict[str, Any]:
+    with PcmBuffer.from_array(np.zeros(int(16000 * seconds), dtype=np.float32)) as buf:
+        return await pool.transcribe(buf, model=model, **kw)
+
+
+async def until(pred: Callable[[], bool], timeout: float = 60.0) -> None:
+    async def wait() -> None:
+        while not pred():
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(wait(), timeout)
+
+
+def busy(pool: Pool) -> int:
+    return sum(e.sup.running for e in pool.entries.values())
+
+
+def test_two_requests_run_at_once_on_two_workers() -> None:
+    async def main() -> None:
+        pool = make(2)
+        jobs = [asyncio.create_task(transcribe(pool, 2.0, options=SLOW)) for _ in range(2)]
+        await until(lambda: busy(pool) == 2)  # both running at the same moment
+        pids = {e.sup.worker.pid for e in pool.entries.values() if e.sup.worker}
+        results = await asyncio.gather(*jobs)
+        assert len(pids) == 2 and {r["worker"]["pid"] for r in results} == pids
+        assert all(r["final"] is not None for r in results)
+        third = await transcribe(pool, 0.2)  # an idle worker is reused, none started
+        assert third["worker"]["pid"] in pids and len(pool.entries) == 2
+        await pool.close()
+    run(main())
+
+
+def test_a_live_session_opened_during_a_file_job_gets_its_own_worker_at_once() -> None:
+    async def main() -> None:
+        pool = make(2)
+        file_job = asyncio.create_task(transcribe(pool, 3.0, options=SLOW))
+        await until(lambda: busy(pool) == 1)
+        heard: list[dict[str, Any]] = []
+        lease = pool.admit()
+        async with pool.live(language="zh", on_event=heard.append, lease=lease) as session:
+            assert not file_job.done()  # the file still runs beside it
+            await session.audio(np.zeros(16000, np.float32).tobytes())
+            result = await session.end()
+        lease.release()
+        assert result["live"] is True
+        assert not [e for e in heard if e.get("event") == "queued"]  # it never waited behind the file
+        assert (await file_job)["final"] is not None
+        await pool.close()
+    run(main())
+
+
+def test_with_one_worker_allowed_a_second_request_waits_its_turn_and_hears_its_place() -> None:
+    async def main() -> None:
+        pool = make(1)
+        first = asyncio.create_task(transcribe(pool, 1.5, options=SLOW))
+        await until(lambda: busy(pool) == 1)
+        heard: list[dict[str, Any]] = []
+        second = asyncio.create_task(transcribe(pool, 0.2, on_event=heard.append))
+        await until(lambda: len(pool.waiting) == 1)
+        assert pool.snapshot()["queue"] == 1
+        r1, r2 = await asyncio.gather(first, second)
+        assert [e["position"] for e in heard if e.get("event") == "queued"] == [1]
+        assert r1["worker"]["pid"] == r2["worker"]["pid"] and len(pool.entries) == 1
+        await pool.close()
+    run(main())
+
+
+def test_another_model_loads_beside_the_first_or_in_its_place_lru_with_one_worker() -> None:
+    async def main() -> None:
+        pool = make(2)
+        ra = await transcribe(pool, 0.2, model=A)
+        rb = await transcribe(pool, 0.2, model=B)
+        assert ra["worker"]["pid"] != rb["worker"]["pid"] and len(pool.entries) == 2
+        assert sorted(w["model"] for w in pool.snapshot()["workers"]) == ["a", "b"]
+        await pool.close()
+
+        pool = make(1)
+        ra = await transcribe(pool, 0.2, model=A)
+        rb = await transcribe(pool, 0.2, model=B)  # the idle worker of a is stopped to make room
+        assert not pid_alive(ra["worker"]["pid"])
+        assert [w["model"] for w in pool.snapshot()["workers"]] == ["b"]
+        rb2 = await transcribe(pool, 0.2, model=B)
+        assert rb2["worker"]["pid"] == rb["worker"]["pid"]
+        await pool.close()
+    run(main())
+
+
+def test_a_busy_worker_is_never_stopped_for_another_model_the_request_waits() -> None:
+    async def main() -> None:
+        pool = make(1)
+        ja = asyncio.create_task(transcribe(pool, 1.5, model=A, options=SLOW))
+        await until(lambda: busy(pool) == 1)
+        jb = asyncio.create_task(transcribe(pool, 0.2, model=B))
+        await until(lambda: len(pool.waiting) == 1)
+        ra, rb = await asyncio.gather(ja, jb)
+        assert ra["final"] is not None and rb["worker"]["pid"] != ra["worker"]["pid"]
+        await pool.close()
+    run(main())
+
+
+def test_a_worker_crash_fails_only_its_job_and_no_queued_request_is_lost() -> None:
+    async def main() -> None:
+        pool = make(2)
+        jobs = [asyncio.create_task(transcribe(pool, 3.0, options=SLOW)) for _ in range(2)]
+        await until(lambda: busy(pool) == 2)
+        queued = asyncio.create_task(transcribe(pool, 0.2))
+        await until(lambda: len(pool.waiting) == 1)
+        victim = next(e for e in pool.entries.values() if e.sup.worker)
+        assert victim.sup.worker is not None
+        os.kill(victim.sup.worker.pid, signal.SIGKILL)
+        outcomes = await asyncio.gather(*jobs, return_exceptions=True)
+        assert sum(isinstance(o, errors.WorkerCrashed) for o in outcomes) == 1
+        assert sum(isinstance(o, dict) and o["final"] is not None for o in outcomes) == 1
+        assert (await queued)["final"] is not None
+        assert pool.in_flight == 0
+        await pool.close()
+    run(main(), timeout=120)
+
+
+def test_a_model_that_fails_to_load_fails_only_its_own_requests() -> None:
+    async def main() -> None:
+        pool = make(2, knobs=lambda spec: {"HASR_FAKE_FAIL_LOAD": "model_unavailable:no such weights"}
+                    if spec.name == "b" else {})
+        ok = asyncio.create_task(transcribe(pool, 1.0, model=A, options=SLOW))
+        with pytest.raises(errors.HasrError) as e:
+            await transcribe(pool, 0.2, model=B)
+        assert "no such weights" in e.value.message
+        assert (await ok)["final"] is not None
+        assert (await transcribe(pool, 0.2, model=A))["final"] is not None
+        await pool.close()
+    run(main())
+
+
+def test_a_model_bigger_than_any_device_is_refused_at_once_without_evicting_anything() -> None:
+    async def main() -> None:
+        pool = make(1, memory=(4000, 8000))
+        ra = await transcribe(pool, 0.2, model=A)
+        with pytest.raises(errors.ModelUnavailable) as e:
+            await transcribe(pool, 0.2, model=ModelSpec("huge", "fake", "huge", 30000))
+        assert "30000 MB" in e.value.message and "8000 MB" in e.value.message
+        assert pid_alive(ra["worker"]["pid"]) and len(pool.entries) == 1
+        await pool.close()
+    run(main())
+
+
+def test_each_worker_keeps_its_own_ttl_and_the_pool_forgets_a_worker_the_ttl_stopped() -> None:
+    async def main() -> None:
+        pool = make(2, idle_ttl_sec=0.5)
+        jobs = [asyncio.create_task(transcribe(pool, 0.5, options=SLOW)) for _ in range(2)]
+        results = await asyncio.gather(*jobs)
+        await until(lambda: not pool.entries, timeout=30)
+        assert all(not pid_alive(r["worker"]["pid"]) for r in results)
+        assert pool.state == State.STOPPED and pool.unload_in() is None
+        await pool.close()
+    run(main())
+
+
+def test_the_status_line_summarises_every_worker() -> None:
+    async def main() -> None:
+        pool = make(2)
+        jobs = [asyncio.create_task(transcribe(pool, 2.0, name=f"{n}.wav", options=SLOW)) for n in "xy"]
+        await until(lambda: busy(pool) == 2)
+        text = pool.snapshot()["status_text"]
+        assert text.startswith("2 workers: a transcribing") and "x.wav" in text and "y.wav" in text, text
+        await asyncio.gather(*jobs)
+        await pool.close()
+    run(main())
