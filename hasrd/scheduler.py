@@ -35,6 +35,7 @@ from hasrd.lifecycle import KeepAlive, State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
 from hasrd.supervisor import EventSink, SpawnFn, Supervisor
+from hasrd.waitqueue import WaitQueue
 from hasrd.workerproc import LiveSession
 
 log = logging.getLogger("hasrd.scheduler")
@@ -68,9 +69,7 @@ class Entry:
 class Waiter:
     spec: ModelSpec
     live: bool
-    on_event: EventSink | None
     fut: asyncio.Future[Entry] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    told: int = 0
 
 
 class PoolLease:
@@ -100,7 +99,7 @@ class Pool:
         self.clock = clock
         self.on_change = on_change
         self.entries: dict[int, Entry] = {}
-        self.waiting: list[Waiter] = []
+        self.waiting: WaitQueue[Waiter] = WaitQueue()  # the pool's one queue: live first, positions told
         self.in_flight = 0
         self.closing = False
         self.last_used = clock()
@@ -221,16 +220,14 @@ class Pool:
     async def _acquire(self, spec: ModelSpec, on_event: EventSink | None, live: bool, max_wait: float) -> Entry:
         if self.closing:
             raise errors.ShuttingDown("the daemon is stopping; this transcription did not start")
-        ahead = [w for w in self.waiting if w.live or not live]
-        if not ahead:
+        if not any(w.live or not live for w in self.waiting):  # nobody waits ahead of this request
             d = self._decide(spec)
             if d.kind == "refuse":
                 raise errors.ModelUnavailable(d.reason, code="insufficient_memory")
             if d.kind != "wait":
                 return self._take(spec, d)
-        w = Waiter(spec, live, on_event)
-        self.waiting.insert(len(ahead), w)
-        self._tell_positions()
+        w = Waiter(spec, live)
+        self.waiting.add(w, live=live, on_event=on_event)
         self._changed()
         try:
             return await (asyncio.wait_for(asyncio.shield(w.fut), max_wait) if max_wait > 0 else w.fut)
@@ -246,9 +243,7 @@ class Pool:
                 self._release(w.fut.result())
             raise
         finally:
-            if w in self.waiting:
-                self.waiting.remove(w)
-                self._tell_positions()
+            if self.waiting.remove(w):
                 self._changed()
 
     def _release(self, entry: Entry) -> None:
@@ -270,7 +265,6 @@ class Pool:
                 w.fut.set_exception(errors.ModelUnavailable(d.reason, code="insufficient_memory"))
             else:
                 w.fut.set_result(self._take(w.spec, d))
-        self._tell_positions()
         self._changed()
 
     def _prune(self) -> None:
@@ -278,12 +272,6 @@ class Pool:
         for key, e in list(self.entries.items()):
             if e.reserved == 0 and not e.evicting and e.sup.state == State.STOPPED and e.sup.in_flight == 0:
                 del self.entries[key]
-
-    def _tell_positions(self) -> None:
-        for i, w in enumerate(self.waiting):
-            if w.on_event and w.told != i + 1:
-                w.told = i + 1
-                w.on_event({"event": "queued", "position": i + 1})
 
     def _worker_changed(self, entry: Entry) -> None:
         s = entry.sup

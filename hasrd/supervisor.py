@@ -28,13 +28,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine
 
 from hasrd import errors, policy
 from hasrd.config import Settings
 from hasrd.lifecycle import SETTING, KeepAlive, Partial, State, check_transition
 from hasrd.pcm import PcmBuffer
+from hasrd.waitqueue import WaitQueue
 from hasrd.workerproc import EventSink, LiveSession, WorkerProcess, run_to_end
 
 log = logging.getLogger("hasrd.supervisor")
@@ -83,9 +83,7 @@ class Supervisor:
         self.holds: Callable[[], int] = lambda: 0
         self.waiters: Callable[[], int] = lambda: len(self.waiting)
         self.running = 0
-        self.waiting: deque[asyncio.Future[None]] = deque()
-        self._live_waiting: set[asyncio.Future[None]] = set()  # live sessions in ``waiting`` (ahead of files)
-        self._told: dict[asyncio.Future[None], tuple[EventSink, int]] = {}  # waiter -> its sink, position told
+        self.waiting: WaitQueue[asyncio.Future[None]] = WaitQueue()  # for the slot: live first, positions told
         self.job: dict[str, Any] | None = None
         self.closing = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -336,25 +334,12 @@ class Supervisor:
         sessions. ``max_wait`` (> 0): QueueFull after waiting that long."""
         if self.running >= self.s.max_concurrent or self.waiting or self._hold:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            if live:
-                ahead = sum(1 for f in self.waiting if f in self._live_waiting)
-                self.waiting.insert(ahead, fut)
-                self._live_waiting.add(fut)
-                position = ahead + 1
-            else:
-                self.waiting.append(fut)
-                position = len(self.waiting)
-            if on_event:
-                on_event({"event": "queued", "position": position})
-                self._told[fut] = (on_event, position)
-            self._tell_positions()  # a live session went ahead: the files behind it hear their new place
+            self.waiting.add(fut, live=live, on_event=on_event)
             self._changed()
             try:
                 await (asyncio.wait_for(fut, max_wait) if max_wait > 0 else fut)
             except BaseException as e:
-                if fut in self.waiting:
-                    self.waiting.remove(fut)
-                elif fut.done() and not fut.cancelled():
+                if not self.waiting.remove(fut) and fut.done() and not fut.cancelled():
                     self._release_slot()  # we were handed the slot but are leaving
                 if isinstance(e, asyncio.TimeoutError):
                     busy = f" with {self.job['name']}" if self.job and self.job.get("name") else ""
@@ -362,24 +347,12 @@ class Supervisor:
                                            f"for it (HASR_LIVE_QUEUE_SEC); try again once it is done",
                                            retry_after=5) from None
                 raise
-            finally:
-                self._live_waiting.discard(fut)
-                self._told.pop(fut, None)
-                self._tell_positions()
         else:
             self._take_slot()
         try:
             yield
         finally:
             self._release_slot()
-
-    def _tell_positions(self) -> None:
-        """Send a ``queued`` event to every waiter whose place in the queue changed since it was last told."""
-        for i, fut in enumerate(self.waiting):
-            told = self._told.get(fut)
-            if told is not None and told[1] != i + 1:
-                self._told[fut] = (told[0], i + 1)
-                told[0]({"event": "queued", "position": i + 1})
 
     def _take_slot(self) -> None:
         self.running += 1
