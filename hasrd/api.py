@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hasrd import __version__, errors, modelspec, subtitles
+from hasrd import __version__, errors, gpu, modelspec, subtitles
 from hasrd import protocol as proto
 from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl,
                            shown)
@@ -120,24 +120,10 @@ async def ps(request: Request) -> Response:
     snap = d.supervisor.snapshot()
     for w in snap["workers"]:  # each GPU worker's VRAM, measured now (NVML or nvidia-smi; its process group)
         if w["pid"] and w["device"] == "cuda":
-            w["vram_mb"] = await asyncio.to_thread(_group_vram_mb, int(w["pid"]))
+            w["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(w["pid"]))
     if snap["pid"] and str(snap["identity"].get("device") or "").startswith("cuda"):
-        snap["vram_mb"] = await asyncio.to_thread(_group_vram_mb, int(snap["pid"]))
+        snap["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(snap["pid"]))
     return JSONResponse({**snap, "daemon_pid": os.getpid()})
-
-
-def _group_vram_mb(pid: int) -> int | None:
-    from hasrd import gpu
-
-    pids = {int(x) for x in os.listdir("/proc") if x.isdigit() and _pgid(int(x)) == pid}
-    return gpu.process_vram_mb(pids | {pid})
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
 
 
 async def load(request: Request) -> Response:

@@ -183,6 +183,10 @@ class Inventory:
         self._at = -1e9
         self._gpus: list[Gpu] = []
 
+    def invalidate(self) -> None:
+        """Read again next time (a worker loaded or stopped: the free memory moved)."""
+        self._at = -1e9
+
     def gpus(self) -> list[Gpu]:
         now = time.monotonic()
         if now - self._at > self.ttl:
@@ -202,3 +206,17 @@ class Inventory:
         free, total = self.memory()
         out = [Device(g.uuid, int(g.free_mb or 0), int(g.total_mb or 0)) for g in self.gpus()]
         return out + [Device(CPU, free, total)]
+
+
+def group_vram_mb(pid: int) -> int | None:
+    """GPU memory held by the process group ``pid`` leads (a worker and the helpers vLLM starts), or None."""
+    import os
+
+    def pgid(p: int) -> int | None:
+        try:
+            return os.getpgid(p)
+        except OSError:
+            return None
+
+    pids = {int(x) for x in os.listdir("/proc") if x.isdigit() and pgid(int(x)) == pid}
+    return process_vram_mb(pids | {pid})

@@ -70,8 +70,9 @@ def best_device(devices: Sequence[Device], need_mb: int, gpu_only: bool = False)
 
 
 def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[Device], max_workers: int,
-           gpu_only: bool = False) -> Decision:
-    """The decision for one request for ``model`` (needing ``need_mb`` on a device), given the workers now."""
+           gpu_only: bool = False, name: str = "") -> Decision:
+    """The decision for one request for ``model`` (needing ``need_mb`` on a device), given the workers now;
+    ``name`` is how a refusal names the model (default: ``model``)."""
     mine = [s for s in seats if s.model == model and not s.busy]
     if mine:
         best = max(mine, key=lambda s: (s.ready, s.last_used))
@@ -80,7 +81,7 @@ def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[De
     if not candidates or all(need_mb > d.total_mb for d in candidates):
         biggest = max((d.total_mb for d in candidates), default=0)
         where = "GPU" if gpu_only else "device"
-        return Decision("refuse", reason=f"{model} needs about {need_mb} MB and no {where} of this machine has that "
+        return Decision("refuse", reason=f"{name or model} needs about {need_mb} MB and no {where} of this machine has that "
                                          f"much (the largest has {biggest} MB)")
     if len(seats) < max_workers:
         d = best_device(devices, need_mb, gpu_only)

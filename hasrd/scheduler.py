@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
-from hasrd import errors, placement, policy
+from hasrd import errors, gpu, placement, policy
 from hasrd.config import Settings
 from hasrd.lifecycle import KeepAlive, State
 from hasrd.modelspec import ModelSpec
@@ -56,13 +56,20 @@ class Entry:
     need_mb: int
     reserved: int = 0  # requests handed this worker and not finished
     evicting: bool = False
+    held_mb: int = 0  # GPU memory its process group holds, measured once it is ready (0: not yet)
+    last_state: State = State.STOPPED
 
     def seat(self) -> placement.Seat:
         s = self.sup
         busy = self.reserved > 0 or self.evicting or s.state == State.STOPPING or s.running > 0
-        held = int(s.identity.get("vram_mb") or 0) if s.worker else 0
         return placement.Seat(self.key, self.spec.key, self.device, busy, s.state == State.READY,
-                              s.last_used, held or self.need_mb)
+                              s.last_used, self.held_mb or self.need_mb)
+
+    @property
+    def coming(self) -> bool:
+        """It will take memory the device's free figure does not show yet: loading, or about to."""
+        return self.sup.state == State.STARTING or (self.sup.worker is None and self.reserved > 0
+                                                     and self.sup.state in (State.STOPPED, State.BACKOFF))
 
 
 @dataclass
@@ -153,11 +160,11 @@ class Pool:
     # ---- routing ----------------------------------------------------------------------------------------
 
     def _devices(self) -> list[placement.Device]:
-        """The inventory, less what workers that have not measured themselves yet are about to take."""
+        """The inventory, less what workers still loading (or about to) will take: a loaded worker's memory is
+        already out of the free figure (read again whenever a worker is ready or stops)."""
         out = []
         for d in self.inventory():
-            pending = sum(e.need_mb for e in self.entries.values()
-                          if e.device == d.name and not (e.sup.worker and e.sup.identity.get("vram_mb")))
+            pending = sum(e.need_mb for e in self.entries.values() if e.device == d.name and e.coming)
             if d.name == placement.CPU:
                 pending = 0  # MemAvailable already counts every process that runs
             out.append(placement.Device(d.name, max(0, d.free_mb - pending), d.total_mb))
@@ -175,7 +182,8 @@ class Pool:
         # a GPU engine on a machine without GPUs goes to the CPU, and the worker says what it lacks (or runs
         # there: the hybrid with a scripted draft in tests), as a single worker always did
         gpu_only = spec.gpu_only and any(d.name != placement.CPU for d in devices)
-        return placement.choose(self._seats(), spec.key, need, devices, self.max_workers, gpu_only=gpu_only)
+        return placement.choose(self._seats(), spec.key, need, devices, self.max_workers, gpu_only=gpu_only,
+                                name=spec.name)
 
     def _take(self, spec: ModelSpec, d: placement.Decision) -> Entry:
         """Act on a decision synchronously (reserve the worker, or create the new one), so that the next
@@ -191,19 +199,33 @@ class Pool:
                 victim.evicting = True
                 log.info("stopping the idle worker of %s on %s to make room for %s", victim.spec.name,
                          victim.device, spec.name)
-                self._spawn_task(self._evict(victim), f"hasr-evict-{victim.key}")
-            entry = self._new_entry(spec, d.device)
+                stopped = asyncio.ensure_future(self._evict(victim))
+                self._tasks.add(stopped)
+                stopped.add_done_callback(self._tasks.discard)
+                entry = self._new_entry(spec, d.device, after=stopped)  # loads once the memory is back
+            else:
+                entry = self._new_entry(spec, d.device)
         entry.reserved += 1
         return entry
 
-    def _new_entry(self, spec: ModelSpec, device: str) -> Entry:
+    def _new_entry(self, spec: ModelSpec, device: str, after: asyncio.Future[None] | None = None) -> Entry:
         key = next(self._keys)
         entry = Entry(key, spec, device, None, self.measured.get(spec.key) or spec.need_mb)  # type: ignore[arg-type]
 
         def changed(snap: dict[str, Any]) -> None:
             self._worker_changed(entry)
 
-        entry.sup = Supervisor(self.s, self.make_spawn(spec, device), clock=self.clock, on_change=changed)
+        spawn = self.make_spawn(spec, device)
+        if after is not None:
+            first = spawn
+
+            async def spawn_after(report: Callable[[str], None]) -> Any:
+                report("waiting for a stopped worker's memory")
+                await asyncio.wait([after])  # its outcome is the evicting task's; the memory is what counts
+                return await first(report)
+
+            spawn = spawn_after
+        entry.sup = Supervisor(self.s, spawn, clock=self.clock, on_change=changed)
         entry.sup.holds = lambda: self.holding.get(spec.key, 0)
         entry.sup.waiters = lambda: len(self.waiting)
         self.entries[key] = entry
@@ -275,15 +297,29 @@ class Pool:
 
     def _worker_changed(self, entry: Entry) -> None:
         s = entry.sup
-        if s.worker is not None and s.state == State.READY:
-            held = int(s.identity.get("vram_mb") or 0)
-            if held:
-                self.measured[entry.spec.key] = held
+        if s.state != entry.last_state:
+            entry.last_state = s.state
+            invalidate = getattr(self.inventory, "invalidate", None)
+            if invalidate is not None:  # a worker loaded or stopped: the free memory moved
+                invalidate()
+            if s.state == State.READY and entry.device != placement.CPU and s.worker is not None:
+                self._spawn_task(self._measure(entry, s.worker.pid), f"hasr-measure-{entry.key}")
+            elif s.state != State.READY:
+                entry.held_mb = 0
         if s.state in (State.STOPPED, State.FATAL):
             self._prune()
             if self.waiting:
                 asyncio.get_running_loop().call_soon(self._dispatch)
         self._changed()
+
+    async def _measure(self, entry: Entry, pid: int) -> None:
+        """A GPU worker's memory once it is ready (NVML, its process group): it replaces the estimate for this
+        worker's seat and for its model's next worker."""
+        held = await asyncio.to_thread(gpu.group_vram_mb, pid)
+        if held and entry.sup.worker is not None and entry.sup.worker.pid == pid:
+            entry.held_mb = held
+            self.measured[entry.spec.key] = held
+            self._changed()
 
     @property
     def loading(self) -> bool:
@@ -391,7 +427,7 @@ class Pool:
             if e.device == placement.CPU:
                 row["rss_mb"] = rss_mb(snap["pid"])
             else:
-                row["vram_mb"] = snap["vram_mb"]
+                row["vram_mb"] = snap["vram_mb"] or e.held_mb or None
             row["status_text"] = snap["status_text"]
             out.append(row)
         return out

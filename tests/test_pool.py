@@ -203,3 +203,39 @@ def test_the_status_line_summarises_every_worker() -> None:
         await asyncio.gather(*jobs)
         await pool.close()
     run(main())
+
+
+def test_a_loaded_gpu_workers_memory_is_counted_once_so_the_lru_one_makes_room() -> None:
+    """On an H200 the pool counted a loaded worker's memory twice (the device's free figure already leaves it
+    out), saw no room even after an eviction, and started a 100 GB worker beside two 40 GB ones: out of memory
+    (issue 22's run). The inventory here is what NVML would say: the total less what live workers hold."""
+    total, base = 143771, 616
+    need = {"m40a": 40610, "m40b": 40610, "m100": 100610}
+
+    async def main() -> None:
+        pool: Pool
+
+        def inventory() -> list[Device]:
+            used = base + sum(need[e.spec.name] for e in pool.entries.values() if e.sup.worker is not None)
+            return [Device("GPU-x", total - used, total), Device(CPU, 16000, 24000)]
+
+        def make_spawn(spec: ModelSpec, device: str) -> Any:
+            async def spawn(report: Any) -> WorkerProcess:
+                assert device == "GPU-x"
+                return await WorkerProcess.spawn("fake", env=worker_env(os.environ, {}))
+            return spawn
+
+        specs = {n: ModelSpec(n, "fake", n, mb, gpu_only=True) for n, mb in need.items()}
+        pool = Pool(settings(), make_spawn, specs["m40a"], inventory=inventory, max_workers=3)
+        ra = await transcribe(pool, 0.2, model=specs["m40a"])
+        rb = await transcribe(pool, 0.2, model=specs["m40b"])
+        await transcribe(pool, 0.2, model=specs["m40a"])  # m40b is now the least recently used
+        rc = await transcribe(pool, 0.2, model=specs["m100"])
+        assert sorted(w["model"] for w in pool.snapshot()["workers"]) == ["m100", "m40a"]
+        assert not pid_alive(rb["worker"]["pid"]) and pid_alive(ra["worker"]["pid"])
+        assert rc["worker"]["pid"] not in (ra["worker"]["pid"], rb["worker"]["pid"])
+        with pytest.raises(errors.ModelUnavailable) as e:
+            await transcribe(pool, 0.2, model=ModelSpec("huge", "fake", "huge", 200600, gpu_only=True))
+        assert e.value.message.startswith("huge needs about 200600 MB")  # the model's name, not an internal key
+        await pool.close()
+    run(main())
