@@ -27,19 +27,18 @@ Prints a table of every step's figures and exits 1 if a check failed (with the d
 Measured on an H200 (nvidia-h200 kind, one GPU of 143771 MB, driver 580.159.04, torch 2.11; 2026-12-02; the
 two-GPU kind was never lent, so the two-GPU version is not run), baseline 616 MB used:
 
-1. fake:40000 and fake:40001 both on the one GPU (UUID checked in /api/ps and NVML), loads 3.5 s and 2.9 s;
+1. fake:40000 and fake:40001 both on the one GPU (UUID checked in /api/ps and NVML), loads 4.1 s and 2.8 s;
    used +81236 MB for 80001 MB asked (contexts 610 and 611 MB); /api/ps vram_mb 40610 / 40612 MB = NVML's
    per-pid figure exactly; every worker had the three multicast-off variables and CUDA_VISIBLE_DEVICES=0.
-2. FAILED on main as committed (cf82ae9): 61919 MB free, fake:100000 (estimate 100600 MB) fits only after
-   stopping one 40 GB worker (61919 + 40612 = 102531 MB), but the pool started it beside both, with no
-   eviction; its worker ran out of memory ("Tried to allocate 97.66 GiB ... 59.96 GiB is free") and
-   /api/load answered 503 load_failed after 3.9 s. Cause: Pool._devices subtracts the estimate (N + 600 MB)
-   of every worker whose identity lacks vram_mb, and no worker ever reports vram_mb, so a loaded worker's
-   memory is counted twice (NVML's free already excludes it): the pool saw 61919 - 81202 -> 0 MB free, no
-   eviction could make 100600 MB, and placement rule 4 ("nothing busy: start where most is free") started it.
-   With Pool._devices counting only workers still loading (a 3-line diagnostic patch, not committed here):
-   the LRU worker fake:40001 was stopped (87 ms after the decision; fake:40000, used more recently though
-   loaded first, kept), fake:100000 loaded in 3.24 s, used = baseline + 40610 + 100610 MB exactly.
+2. fake:100000 (estimate 100600 MB) with 61919 MB free: the LRU idle worker fake:40001 (pid 520; fake:40000,
+   used more recently though loaded first, kept) was stopped to make room and fake:100000 loaded in 2.80 s
+   after it; used 141850 MB = baseline 616 + 40610 + 100610 MB exactly; /api/ps vram_mb 100610 MB = NVML.
+   The first run (cf82ae9) FAILED here: Pool._devices subtracted the estimate of every loaded worker from a
+   free figure that already left it out, so no eviction seemed to make room and fake:100000 started beside
+   both and ran out of memory ("Tried to allocate 97.66 GiB ... 59.96 GiB is free"; 503 load_failed after
+   3.9 s). Fixed in e27f682 (only loading workers are subtracted, the inventory is read again on every
+   worker state change, a ready worker's memory is measured, a new worker waits for an evicted one's
+   memory); this run: 35 checks passed, 0 failed.
 3. fake:200000: /api/load 503 insufficient_memory in 11-12 ms, /transcribe in 6 ms, "needs about 200600 MB
    and no GPU of this machine has that much (the largest has 143771 MB)"; nothing stopped, used +0 MB.
 4. Each /api/unload returned in 0.08-0.19 s with the memory already back (first 50 ms poll after the call:
