@@ -12,8 +12,16 @@ from typing import Any
 import click
 
 from hasrctl import terminal
-from hasrctl.client import EXIT_OK, EXIT_UNREACHABLE, CliError, DaemonError, Unreachable
+from hasrctl.client import EXIT_OK, CliError, Client, DaemonError, Unreachable
 from hasrctl.common import Daemon, daemon_options, say, socket_option
+
+
+def running(daemon: Daemon) -> Client:
+    """The running daemon's client: these commands never start one (exit 3 when none runs)."""
+    try:
+        return daemon.client(autostart=False)
+    except Unreachable as e:
+        raise Unreachable(f"hasrd is not running: {e.message}") from None
 
 
 def _until(w: dict[str, Any]) -> str:
@@ -66,11 +74,7 @@ def ps(as_json: bool, daemon: Daemon) -> int:
 
     Does not start a daemon: exit 3 when none runs.
     """
-    try:
-        client = daemon.client(autostart=False)
-    except Unreachable as e:
-        say(f"hasrd is not running: {e.message}")
-        return EXIT_UNREACHABLE
+    client = running(daemon)
     snap = client.get("/api/ps", timeout=10.0)
     workers = snap.get("workers") or []
     if as_json:
@@ -100,11 +104,7 @@ def models(as_json: bool, daemon: Daemon) -> int:
     The default's names (hasr and the OpenAI ids) run the configured engine; `base` is the embedded whisper
     base; others are faster-whisper models under $XDG_DATA_HOME/hasr/models/ or in the Hugging Face cache.
     """
-    try:
-        client = daemon.client(autostart=False)
-    except Unreachable as e:
-        say(f"hasrd is not running: {e.message}")
-        return EXIT_UNREACHABLE
+    client = running(daemon)
     data = client.get("/v1/models", timeout=30.0).get("data") or []
     if as_json:
         click.echo(json.dumps(data, ensure_ascii=False))
@@ -267,11 +267,7 @@ def rm(name: str, daemon: Daemon) -> int:
 
     Does not start a daemon: exit 3 when none runs.
     """
-    try:
-        client = daemon.client(autostart=False)
-    except Unreachable as e:
-        say(f"hasrd is not running: {e.message}")
-        return EXIT_UNREACHABLE
+    client = running(daemon)
     res = client.request("DELETE", "/api/delete", json.dumps({"model": name}).encode(),
                          {"Content-Type": "application/json"}, timeout=None).json()
     click.echo(f"removed {name} ({res.get('size_mb')} MB): {', '.join(res.get('removed') or [])}")

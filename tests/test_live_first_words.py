@@ -17,26 +17,9 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 from speech import SR, load, model_dir
+from test_live_units import Events
 
 from hasrd.worker.live_whisper import FIRST_S, OneEncoding, WhisperLive
-
-
-class Events:
-    def __init__(self) -> None:
-        self.drafts: list[str] = []
-        self.sentences: list[str] = []
-
-    def progress(self, done_s: float, total_s: float) -> None:
-        pass
-
-    def draft(self, text: str, segment: int = 0) -> None:
-        self.drafts.append(text)
-
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
-        self.sentences.append(text)
-
-    def turn(self, segment: int, kind: str, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None:
-        pass
 
 
 class Word:
