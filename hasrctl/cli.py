@@ -36,7 +36,8 @@ class LazyGroup(click.Group):
                 "stop": "hasrctl.commands:stop", "doctor": "hasrctl.doctor:doctor",
                 "setup": "hasrctl.install:setup", "eval": "hasrctl.evalcmd:eval_command",
                 "listen": "hasrctl.live:listen", "dictate": "hasrctl.live:dictate", "ps": "hasrctl.pool:ps",
-                "models": "hasrctl.pool:models", "pull": "hasrctl.pool:pull", "rm": "hasrctl.pool:rm"}
+                "models": "hasrctl.pool:models", "pull": "hasrctl.pool:pull", "rm": "hasrctl.pool:rm",
+                "batch": "hasrctl.batch.command:batch"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.COMMANDS)
@@ -69,6 +70,7 @@ def cli() -> None:
       hasrctl pull large-v3                          # download a model (resumable, sha256-checked)
       hasrctl rm large-v3                            # remove a downloaded model
       hasrctl doctor                                 # what is missing, and how to fix it
+      hasrctl batch ~/recordings -o ~/transcripts    # an archive on Ray (resumable; a cluster: --address)
     """
 
 

@@ -233,6 +233,15 @@ def verbose(result: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def annotate(result: dict[str, Any], *, audio_path: str | None, language: str, info: dict[str, Any]) -> dict[str, Any]:
+    """The fields the daemon adds to a worker's result (the file shown, the language asked, the decoded
+    duration), in one place for the daemon's jobs and ``hasrctl batch``'s actors."""
+    result["audio_path"] = audio_path
+    result.setdefault("language", language)
+    result.setdefault("duration_s", info.get("duration_s"))
+    return result
+
+
 def lines(result: dict[str, Any]) -> str:
     """The transcript as people read it in a terminal or a .txt file: one sentence a line (the OpenAI ``text``
     format stays one string: :func:`render`)."""

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from hasrd import errors
 from hasrd.context import Daemon, shown
+from hasrd.formats import annotate
 from hasrd.intake import LeasedStream, decode, until_disconnected
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
@@ -46,9 +47,8 @@ async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, 
                                                on_event=on_event, lease=lease, model=job.model)
     finally:
         pcm.close()
-    result["audio_path"] = shown(job.audio_path) if job.audio_path is not None else None
-    result.setdefault("language", job.language)
-    result.setdefault("duration_s", info.get("duration_s"))
+    annotate(result, audio_path=shown(job.audio_path) if job.audio_path is not None else None,
+             language=job.language, info=info)
     timings = dict(result.get("timings") or {})
     timings["decode_s"] = round(float(info.get("decode_s") or 0), 4)
     timings["total_s"] = round(time.monotonic() - t0 + timings["decode_s"], 4)

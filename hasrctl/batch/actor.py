@@ -1,0 +1,139 @@
+"""The Ray actor of ``hasrctl batch``: the daemon's own engine, loaded once, one file per call.
+
+The worker's code is reused, not imitated: ``hasrd.worker.engines.create`` builds the engine the daemon's worker
+would build for the same model and settings; the file is decoded here, in the actor's process, by the
+daemon's decoder (``hasrd.audio``: PyAV to 16 kHz mono float32, the same limits); the text leaves through the
+worker's own boundary (``SocketEmitter`` and the request's ``Scripter``, with a channel that drops the
+events); the result gets the fields the daemon adds (``hasrd.formats.annotate``) and is rendered by the
+daemon's and the CLI's renderers. So a file gives the same text here as through ``hasrctl transcribe``.
+
+The actor never raises for a file: a file that cannot be read, decoded or transcribed becomes a ``failed``
+row with the code and message the daemon would have answered. A model that cannot load fails every file
+with its reason rather than making Ray restart the actor forever.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from hasrd import __version__
+
+
+class _Dropped:
+    """A worker channel that drops the events: a batch has nobody watching one file's progress."""
+
+    def send(self, msg: Any) -> None:
+        pass
+
+
+def render_all(result: dict[str, Any], formats: list[str], rules: Any) -> dict[str, str]:
+    """Each format's text, as ``hasrctl transcribe -f FORMAT`` writes it (txt: one sentence a line)."""
+    from hasrd.formats import lines, render
+
+    return {fmt: lines(result) if fmt == "text" else render(result, fmt, rules=rules) for fmt in formats}
+
+
+JOB_VAR = "HASR_BATCH_JOB"
+
+
+class Transcriber:
+    """Constructed once per actor (loads the model); called once per input row ``{"path": ...}``.
+
+    Its settings come in its environment (Ray's ``runtime_env``): the driver's HASR_* variables, the model's
+    own (HASR_FW_MODEL), and ``HASR_BATCH_JOB``, a JSON object of engine, language, options, formats, rules and
+    model, so nothing of the job waits in the object store for an actor Ray restarts.
+    """
+
+    def __init__(self) -> None:
+        from hasrd.subtitles import CueRules
+        from hasrd.worker.engine import EngineError
+        from hasrd.worker.engines import create
+        from hasrd.worker.main import load_settings
+
+        job = json.loads(os.environ[JOB_VAR])
+        self.language, self.options, self.formats = str(job["language"]), dict(job["options"]), list(job["formats"])
+        self.rules = CueRules(**job["rules"])
+        self.model = str(job["model"])
+        engine = str(job["engine"])
+        self.settings = load_settings()
+        self.host = socket.gethostname()
+        self.load_error: tuple[str, str] | None = None
+        self.engine: Any = None
+        self.engine_name = engine
+        t0 = time.monotonic()
+        try:
+            self.engine = create(engine)
+            identity = self.engine.load(lambda phase: None)
+            self.engine_name = str(identity.get("engine") or getattr(self.engine, "name", engine))
+        except EngineError as e:
+            self.load_error = (e.code, f"the model could not load on {self.host}: {e.message}")
+        except Exception as e:  # noqa: BLE001 - reported on every row, never a restart loop
+            self.load_error = ("load_failed", f"the model could not load on {self.host}: {type(e).__name__}: {e}")
+        self.load_s = round(time.monotonic() - t0, 3)
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"path": row["path"], "row": json.dumps(self.transcribe(str(row["path"])), ensure_ascii=False)}
+
+    def transcribe(self, path: str) -> dict[str, Any]:
+        """One file to its manifest row (without ``outputs``) and ``rendered``: format -> text."""
+        from hasrctl.batch.manifest import file_hash
+
+        t0 = time.monotonic()
+        out: dict[str, Any] = {"path": path, "status": "failed", "error": None, "model": self.model,
+                               "engine": self.engine_name, "host": self.host, "pid": os.getpid(),
+                               "hasr_version": __version__}
+        try:
+            st = os.stat(path)
+            out.update(size=st.st_size, mtime_ns=st.st_mtime_ns, hash=file_hash(path))
+        except OSError as e:
+            out["error"] = {"code": "read_error", "message": f"cannot read it on {self.host}: {e.strerror or e}"}
+            return out
+        if self.load_error is not None:
+            out["error"] = {"code": self.load_error[0], "message": self.load_error[1]}
+            return out
+        try:
+            result, decode_s = self._run(path)
+        except Exception as e:  # noqa: BLE001 - one bad file never ends the run
+            out["error"] = _error_of(e)
+            return out
+        total_s = time.monotonic() - t0
+        out.update(status="ok", language=result.get("language"), duration_s=result.get("duration_s"),
+                   text=str(result.get("final") or ""),
+                   timings={"decode_s": round(decode_s, 4),
+                            "transcribe_s": round(float((result.get("timings") or {}).get("total_s") or 0), 4),
+                            "total_s": round(total_s, 4), "load_s": self.load_s},
+                   rendered=render_all(result, self.formats, self.rules))
+        return out
+
+    def _run(self, path: str) -> tuple[dict[str, Any], float]:
+        from hasrd import audio, formats
+        from hasrd.worker.main import SocketEmitter, scripter
+
+        t0 = time.monotonic()
+        pcm, info = audio.decode_to_array(path, max_audio_sec=self.settings.max_audio_sec,
+                                          name=os.path.basename(path))
+        decode_s = time.monotonic() - t0
+        script = scripter(self.language, self.settings)
+        emit = SocketEmitter(_Dropped(), 0, script)  # type: ignore[arg-type]
+        t1 = time.monotonic()
+        result = script.result(self.engine.transcribe(pcm, self.language, dict(self.options), emit, lambda: False))
+        timings = dict(result.get("timings") or {})
+        timings["total_s"] = round(time.monotonic() - t1, 4)
+        result["timings"] = timings
+        formats.annotate(result, audio_path=path, language=self.language, info=info.to_json())
+        return result, decode_s
+
+
+def _error_of(e: BaseException) -> dict[str, str]:
+    """A file's failure as the daemon would answer it: its error code and sentence."""
+    from hasrd.errors import HasrError
+    from hasrd.worker.main import fail_of
+
+    if isinstance(e, HasrError):
+        return {"code": e.code, "message": e.message}
+    failed = fail_of(0, e)
+    return {"code": failed.code, "message": failed.message}

@@ -1,0 +1,279 @@
+"""``hasrctl batch INPUT... -o OUTDIR``: the command, its checks before anything starts, and its exit status."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
+from hasrctl.common import say, settings
+
+RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
+FORMAT_NAMES = {"txt": "text", "text": "text", "srt": "srt", "vtt": "vtt", "json": "json",
+                "verbose_json": "verbose_json"}
+
+
+def parse_formats(values: tuple[str, ...]) -> list[str]:
+    """``-f txt,srt -f vtt`` -> the canonical names, each once, in order; UsageError for anything else."""
+    out: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            name = FORMAT_NAMES.get(part.strip().lower())
+            if name is None:
+                raise UsageError(f"-f {part.strip()!r}: use txt, srt, vtt, json or verbose_json (several with commas)")
+            if name not in out:
+                out.append(name)
+    if "json" in out and "verbose_json" in out:
+        raise UsageError("-f json and verbose_json both write NAME.json: choose one")
+    return out or ["text"]
+
+
+def _model(model: str | None, engine: str | None) -> tuple[Any, str, dict[str, str]]:
+    """The model a run uses (ModelNotFound -> exit 2, before any actor starts), its engine and its variables."""
+    from hasrd import errors, modelspec
+
+    s = settings()
+    try:
+        spec = modelspec.resolve(model or "", s)
+    except errors.ModelNotFound as e:
+        raise UsageError(f"--model: {e.message}") from None
+    env: dict[str, str] = {}
+    if spec.engine == "fake" and spec.fw_model.startswith("fake:"):
+        env["HASR_FAKE_ALLOC_MB"] = spec.fw_model[5:]
+    elif spec.fw_model:
+        env["HASR_FW_MODEL"] = spec.fw_model
+    return spec, engine or spec.engine, env
+
+
+def _language(language: str | None) -> str:
+    from hasrd.languages import UnknownLanguage, resolve
+
+    language = language or settings().language or ""
+    if language:
+        try:
+            resolve(language)
+        except UnknownLanguage as e:
+            raise UsageError(f"--language: {e}") from None
+    return language
+
+
+def _rules(max_line_width: str | None, max_line_count: str | None, max_cue_sec: str | None) -> Any:
+    from hasrd import subtitles
+    from hasrd.errors import InvalidOption
+
+    try:
+        return subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
+                                     "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
+    except InvalidOption as e:
+        raise UsageError(e.message) from None
+
+
+def _failed_row(path: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
+    return {"path": path, "status": "failed", "error": {"code": code, "message": message}, "model": model,
+            "engine": engine}
+
+
+def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None, gpus_per_worker: float | None) -> tuple[int, float, float]:
+    """(actors, GPUs each, CPUs each): GPU actors where the cluster has GPUs, else CPU actors sharing the CPUs."""
+    gpw = (1.0 if ray_gpus >= 1 else 0.0) if gpus_per_worker is None else gpus_per_worker
+    if gpw > 0:
+        if ray_gpus < gpw:
+            raise UsageError(f"--gpus-per-worker {gpw:g}: the Ray cluster has {ray_gpus:g} GPU(s)")
+        n = workers or max(1, int(ray_gpus // gpw))
+        return n, gpw, 1.0
+    n = workers or max(1, ray_cpus // 2)
+    return n, 0.0, max(1.0, float(ray_cpus // n)) if ray_cpus >= n else 1.0
+
+
+@click.command(epilog="Exit: 0 every input ok; 1 some failed (listed at the end with their reasons); 2 bad "
+                      "usage, a missing input or an unknown model; 3 no Ray cluster answers at --address; "
+                      "130 interrupted (the manifest keeps what finished: run the same command to go on).")
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
+@click.option("-o", "--output", "outdir", required=True, metavar="OUTDIR",
+              help="Where transcripts go (the inputs' tree mirrored) with manifest.jsonl: one row per input.")
+@click.option("-f", "--format", "fmts", multiple=True, metavar="LIST",
+              help="txt, srt, vtt, json, verbose_json; several with commas or -f again [default: txt].")
+@click.option("--model", metavar="ID", envvar="HASR_MODEL", show_envvar=True,
+              help="A model of `hasrctl models` (the default model when left out); checked before Ray starts.")
+@click.option("-l", "--language", metavar="NAME", envvar="HASR_LANGUAGE", show_envvar=True,
+              help="Spoken language (a name or code); detected per file when left out.")
+@click.option("--engine", type=click.Choice(["auto", "whisper", "hybrid", "r2t2", "fake"]), default=None,
+              help="The worker engine [default: the model's, as the daemon picks it].")
+@click.option("--workers", type=click.IntRange(1, 4096), metavar="N",
+              help="Actors, each holding the model once [default: one per GPU; half the CPUs without GPUs].")
+@click.option("--gpus-per-worker", type=click.FloatRange(0, 64), metavar="N",
+              help="GPUs each actor takes: 0.5 puts two on a GPU, 0 makes CPU actors [default: 1 where the "
+                   "cluster has GPUs, else 0].")
+@click.option("--address", metavar="ADDR", envvar="RAY_ADDRESS", show_envvar=True,
+              help="A Ray cluster: auto (the one `ray start` made here), HOST:6379 or ray://HOST:10001 "
+                   "[default: a local Ray started for this run].")
+@click.option("--prompt", metavar="TEXT", help="Text that guides faster-whisper (names, spelling, style).")
+@click.option("--word-timestamps", is_flag=True, help="Time every word (json and verbose_json carry `words`).")
+@click.option("--translate", is_flag=True, help="English text from any language.")
+@click.option("--max-line-width", metavar="N", help="srt/vtt: characters a line at most, 8-200.")
+@click.option("--max-line-count", metavar="N", help="srt/vtt: lines a cue at most, 1-4.")
+@click.option("--max-cue-sec", metavar="SEC", help="srt/vtt: seconds a cue stays on screen at most, 1-60.")
+@click.option("--progress/--no-progress", default=None,
+              help="A progress line on stderr [default: when stderr is a terminal; else a line per file].")
+@click.option("-q", "--quiet", is_flag=True, help="Only failures and the summary on stderr.")
+def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: str | None, language: str | None,
+          engine: str | None, workers: int | None, gpus_per_worker: float | None, address: str | None,
+          prompt: str | None, word_timestamps: bool, translate: bool, max_line_width: str | None,
+          max_line_count: str | None, max_cue_sec: str | None, progress: bool | None, quiet: bool) -> int:
+    """Transcribe many files on Ray: a local Ray, or a cluster with --address (docs/BATCH.md).
+
+    \b
+    INPUT: files, directories (recursive; audio and video found by content), globs, @list.txt (one input a
+    line) or - (that list on stdin). Every file gets OUTDIR/<its path>.<ext> per format and a row in
+    OUTDIR/manifest.jsonl; a rerun skips the files done with the same content and options, and retries the
+    failed ones. The text is the same as `hasrctl transcribe` gives with the same model and options.
+    Examples:
+      hasrctl batch ~/interviews -o ~/transcripts -f txt,srt
+      find /archive -name '*.m4a' > list.txt; hasrctl batch @list.txt -o out/ --language Chinese
+      hasrctl batch /nfs/podcasts -o /nfs/out --address ray://head:10001 --gpus-per-worker 0.5
+    """
+    from hasrctl.batch import inputs as inp
+    from hasrctl.batch import manifest as mf
+    from hasrctl.batch import run as rn
+    from hasrctl.batch.progress import Progress
+
+    formats = parse_formats(fmts)
+    lang = _language(language)
+    spec, engine_name, model_env = _model(model, engine)
+    rules = _rules(max_line_width, max_line_count, max_cue_sec)
+    options: dict[str, Any] = {}
+    if prompt:
+        options["prompt"] = prompt
+    if word_timestamps:
+        options["word_timestamps"] = True
+    if translate:
+        options["task"] = "translate"
+    if model:
+        options["model"] = model
+    signature = json.loads(json.dumps({"model": spec.name, "engine": engine_name, "language": lang,
+                                       "formats": formats, "options": options, "rules": dataclasses.asdict(rules)}))
+    rn.import_ray()  # the extra is missing: say so before scanning a big tree
+    found = inp.expand(inputs, sys.stdin)
+    names = inp.output_names(found.files, inp.mirror_root(found))
+    out_root = os.path.abspath(os.path.expanduser(outdir))
+    if os.path.exists(out_root) and not os.path.isdir(out_root):
+        raise UsageError(f"-o {outdir}: not a directory")
+    book = mf.Manifest(out_root).open()
+    try:
+        todo = [f for f in found.files if not mf.up_to_date(book.rows.get(f), signature, f, out_root)]
+        done_before = len(found.files) - len(todo)
+        if found.skipped and not quiet:
+            say(f"{found.skipped} file(s) in the input directories are not audio or video: left out")
+        if not todo:
+            if not quiet:
+                say(f"all {len(found.files)} input(s) are up to date in {os.path.join(out_root, mf.NAME)}")
+            return EXIT_OK
+        if done_before and not quiet:
+            say(f"{done_before} of {len(found.files)} input(s) are up to date: transcribing the other {len(todo)}")
+        estimates = {f: inp.declared_seconds(f) for f in todo}
+        todo.sort(key=lambda f: -estimates[f])  # the longest first: the last file to finish is a short one
+        return _run(rn, book, todo, names, estimates, formats, signature, out_root, spec, engine_name, model_env,
+                    lang, options, rules, workers, gpus_per_worker, address, progress, quiet, Progress)
+    finally:
+        book.close()
+
+
+def _run(rn: Any, book: Any, todo: list[str], names: dict[str, str], estimates: dict[str, float],
+         formats: list[str], signature: dict[str, Any], out_root: str, spec: Any, engine_name: str,
+         model_env: dict[str, str], lang: str, options: dict[str, Any], rules: Any, workers: int | None,
+         gpus_per_worker: float | None, address: str | None, progress: bool | None, quiet: bool,
+         progress_cls: Any) -> int:
+    from hasrctl import output
+    from hasrd.formats import extension
+
+    t0 = time.monotonic()
+    with rn.native_stderr_to(os.path.join(out_root, RAY_LOG)):
+        return _on_ray(rn, book, todo, names, estimates, formats, signature, out_root, spec, engine_name,
+                       model_env, lang, options, rules, workers, gpus_per_worker, address, progress, quiet,
+                       progress_cls, t0)
+
+
+def _on_ray(rn: Any, book: Any, todo: list[str], names: dict[str, str], estimates: dict[str, float],
+            formats: list[str], signature: dict[str, Any], out_root: str, spec: Any, engine_name: str,
+            model_env: dict[str, str], lang: str, options: dict[str, Any], rules: Any, workers: int | None,
+            gpus_per_worker: float | None, address: str | None, progress: bool | None, quiet: bool,
+            progress_cls: Any, t0: float) -> int:
+    from hasrctl import output
+    from hasrd.formats import extension
+
+    ray = rn.connect(address, None)
+    failures: list[tuple[str, str]] = []
+    try:
+        cpus, gpus = rn.cluster(ray)
+        n, gpw, cpw = _sizes(cpus, gpus, workers, gpus_per_worker)
+        env = {**rn.driver_env(), **model_env}
+        if gpw == 0:
+            env.update(HASR_FW_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
+        job = rn.Job(engine=engine_name, env=env, language=lang, options=options, formats=formats, rules=rules,
+                     model=spec.name, workers=n, gpus_per_worker=gpw, cpus_per_worker=cpw, address=address)
+        tty = sys.stderr.isatty() if progress is None else progress
+        bar = progress_cls(sys.stderr, len(todo), estimates, tty, quiet)
+        if not quiet:
+            where = f"the Ray cluster at {address}" if address else "a local Ray"
+            kind = f"{gpw:g} GPU each" if gpw else f"{cpw:g} CPU each"
+            say(f"{len(todo)} file(s) on {where}: {n} actor(s) of {spec.name} ({engine_name}), {kind}")
+
+        def on_row(row: dict[str, Any]) -> None:
+            rendered = row.pop("rendered", None) or {}
+            row["options"] = signature
+            row["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            outs = []
+            try:
+                for fmt in formats:
+                    rel = f"{names[row['path']]}.{extension(fmt)}"
+                    if fmt in rendered:
+                        target = Path(out_root) / rel
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        output.write(target, rendered[fmt], True)
+                        outs.append(rel)
+            except CliError as e:
+                row.update(status="failed", error={"code": "write_failed", "message": e.message})
+            row["outputs"] = outs
+            book.record(row)
+            name = os.path.relpath(row["path"])
+            if row["status"] == "ok":
+                detail = f"{float(row.get('duration_s') or 0):.1f} s of audio, {row.get('language') or '?'}"
+                bar.file(row["path"], name, True, detail, float(row.get("duration_s") or 0))
+            else:
+                err = row.get("error") or {}
+                detail = f"{err.get('message')} ({err.get('code')})"
+                failures.append((name, detail))
+                bar.file(row["path"], name, False, detail, 0.0)
+
+        try:
+            seen = rn.each(rn.results(ray, job, todo), on_row)
+        except KeyboardInterrupt:
+            if not quiet:
+                bar.finish()
+            say(f"interrupted: {bar.done} of {len(todo)} file(s) finished and are in the manifest; run the same "
+                f"command to go on")
+            return 130
+        for path in todo:
+            if path not in seen:
+                on_row(_failed_row(path, "worker_died", f"the worker process died on this file {rn.RETRIES + 1} "
+                                   f"times (a crash or out of memory)", spec.name, engine_name))
+        if not quiet or failures:
+            bar.finish()
+    finally:
+        rn.shutdown(ray)
+    took = time.monotonic() - t0
+    if failures:
+        say(f"{len(failures)} of {len(todo)} file(s) failed:")
+        for name, detail in failures:
+            click.echo(f"  {name}: {detail}", err=True)
+        return EXIT_FAILED
+    if not quiet:
+        say(f"{len(todo)} file(s) done in {took:.1f} s; manifest: {os.path.join(out_root, 'manifest.jsonl')}")
+    return EXIT_OK

@@ -1,0 +1,148 @@
+"""``OUTDIR/manifest.jsonl``: one row per input, never two, and nothing finished ever lost.
+
+A finished file's row is appended to ``OUTDIR/.hasr-batch.journal`` at once (flushed and fsynced), and the
+manifest itself is rewritten whole (a temporary file, fsync, rename) every few seconds and at the end, rows in
+path order. Loading merges the two, the journal's rows last, so a driver killed at any instant (Ctrl-C,
+kill -9, a power cut) leaves every finished file on record, and the manifest a reader sees is always a
+complete file with one row per input. A lock file keeps two runs from writing one OUTDIR.
+
+A row: path, hash (``sha256:...`` of the file's bytes), size, mtime_ns, status (``ok`` | ``failed``), error
+(``{code, message}`` or null), language, duration_s, text, model, engine, options (what changes the output),
+outputs (paths under OUTDIR), timings (decode_s, transcribe_s, total_s), host, pid, finished_at, hasr_version.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from typing import Any, Callable, Iterator
+
+from hasrctl.client import UsageError
+
+NAME = "manifest.jsonl"
+JOURNAL = ".hasr-batch.journal"
+LOCK = ".hasr-batch.lock"
+
+
+def file_hash(path: str) -> str:
+    """``sha256:<hex>`` of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def _rows(path: str) -> Iterator[dict[str, Any]]:
+    """The rows of a JSON-lines file; a line that does not parse (a write cut short) is skipped."""
+    try:
+        f = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        return
+    with f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("path"), str):
+                yield row
+
+
+def up_to_date(row: dict[str, Any] | None, options: dict[str, Any], path: str, outdir: str,
+               hasher: Callable[[str], str] = file_hash) -> bool:
+    """Whether a rerun may skip ``path``: its row is ok, made with the same options, its outputs are all still
+    there, and the file's content is the same (same size and mtime, else the same hash: a file touched but not
+    changed is still skipped)."""
+    if not row or row.get("status") != "ok" or row.get("options") != options:
+        return False
+    if not all(os.path.isfile(os.path.join(outdir, o)) for o in row.get("outputs") or []):
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if st.st_size == row.get("size") and st.st_mtime_ns == row.get("mtime_ns"):
+        return True
+    try:
+        return st.st_size == row.get("size") and hasher(path) == row.get("hash")
+    except OSError:
+        return False
+
+
+class Manifest:
+    """The rows of one OUTDIR, held by one run at a time."""
+
+    def __init__(self, outdir: str, clock: Callable[[], float] = time.monotonic, every_s: float = 5.0) -> None:
+        self.outdir = outdir
+        self.path = os.path.join(outdir, NAME)
+        self.journal_path = os.path.join(outdir, JOURNAL)
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.clock = clock
+        self.every_s = every_s
+        self._lock_fd: int | None = None
+        self._journal: Any = None
+        self._last_write = clock()
+
+    def open(self) -> Manifest:
+        """Take the lock, read what earlier runs left and fold their journal into the manifest."""
+        os.makedirs(self.outdir, exist_ok=True)
+        fd = os.open(os.path.join(self.outdir, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(f"{self.outdir}: another hasrctl batch is writing there; wait for it or choose "
+                             f"another -o") from None
+        self._lock_fd = fd
+        for src in (self.path, self.journal_path):
+            for row in _rows(src):
+                self.rows[row["path"]] = row
+        if os.path.exists(self.journal_path):
+            self.rewrite()
+        self._journal = open(self.journal_path, "a", encoding="utf-8")
+        return self
+
+    def record(self, row: dict[str, Any]) -> None:
+        """A finished input: on disk now (journal), in the manifest at the next rewrite."""
+        self.rows[row["path"]] = row
+        self._journal.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+        if self.clock() - self._last_write >= self.every_s:
+            self.rewrite()
+
+    def rewrite(self) -> None:
+        """The whole manifest, atomically; then the journal it now holds is emptied."""
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for path in sorted(self.rows):
+                f.write(json.dumps(self.rows[path], ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        if self._journal is not None:
+            self._journal.truncate(0)
+            self._journal.seek(0)
+        else:
+            try:
+                os.unlink(self.journal_path)
+            except FileNotFoundError:
+                pass
+        self._last_write = self.clock()
+
+    def close(self) -> None:
+        """The final rewrite; the journal and the lock go."""
+        try:
+            if self._journal is not None:
+                self.rewrite()
+                self._journal.close()
+                self._journal = None
+                os.unlink(self.journal_path)
+        finally:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None

@@ -1,0 +1,164 @@
+"""Ray for ``hasrctl batch``: a local instance or a cluster, and the Ray Data pipeline over the inputs.
+
+The pipeline is one ``Dataset.map`` over rows ``{"path"}`` (one row a block, largest files first, so one task is
+one file and the long ones do not finish last) with :class:`~hasrctl.batch.actor.Transcriber` on an actor pool
+of ``workers`` actors: CPU actors splitting the local cores, or actors of ``gpus_per_worker`` GPUs. Results
+stream back in the order they finish. An actor that dies (a crash, an OOM kill, kill -9) is restarted by Ray
+and its files are retried (``RETRIES`` times each); a file that kills its actor every time is given up and
+recorded as failed, and the run goes on (``max_errored_blocks = -1``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import socket
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+from urllib.parse import urlsplit
+
+from hasrctl.client import Unreachable, UsageError
+
+RETRIES = 3
+
+
+class RayUnreachable(Unreachable):
+    """No Ray cluster answers at --address (exit 3)."""
+
+
+@dataclass
+class Job:
+    """Everything the actors need, decided by the command."""
+
+    engine: str
+    env: dict[str, str]
+    language: str
+    options: dict[str, Any]
+    formats: list[str]
+    rules: Any
+    model: str
+    workers: int
+    gpus_per_worker: float
+    cpus_per_worker: float = 1.0
+    address: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise UsageError("hasrctl batch needs Ray: pip install 'hasr[cpu,batch]'") from None
+    return ray
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """A TCP connect to a cluster's address first: Ray itself waits minutes on an address nobody answers."""
+    if address == "auto":
+        return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    host, port = parts.hostname, parts.port
+    if not host or not port:
+        raise UsageError(f"--address {address}: use auto, HOST:PORT (the head's GCS, 6379) or ray://HOST:10001")
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise RayUnreachable(f"no Ray cluster answers at {address} ({e.strerror or e}); start one with "
+                             f"`ray start --head`, or leave --address out for a local Ray") from None
+
+
+def connect(address: str | None, num_cpus: int | None) -> Any:
+    """ray.init for a cluster (``address``) or a new local instance; RayUnreachable (exit 3) when none answers."""
+    ray = import_ray()
+    quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "include_dashboard": False}
+    if address:
+        _check_reachable(address)
+        try:
+            ray.init(address=address, **quiet)
+        except (ConnectionError, TimeoutError, RuntimeError) as e:
+            raise RayUnreachable(f"cannot reach the Ray cluster at {address}: {e}") from None
+    else:
+        ray.init(num_cpus=num_cpus, **quiet)
+    return ray
+
+
+@contextlib.contextmanager
+def native_stderr_to(path: str) -> Iterator[None]:
+    """Ray's C++ core and the processes ``ray.init`` starts write to file descriptor 2, lines meant for Ray's
+    developers (that Ray Data's actors have constructor arguments in the object store, ray issue 53727):
+    while Ray runs, fd 2 is ``path`` and Python's ``sys.stderr`` (our progress and messages) the terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    old = sys.stderr
+    sys.stderr = os.fdopen(os.dup(saved), "w", buffering=1, encoding=old.encoding, errors="backslashreplace")
+    os.dup2(log, 2)
+    os.close(log)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sys.stderr.close()
+        sys.stderr = old
+
+
+def cluster(ray: Any) -> tuple[int, float]:
+    """CPUs and GPUs of the cluster (or the local instance)."""
+    res = ray.cluster_resources()
+    return int(res.get("CPU", 0)), float(res.get("GPU", 0))
+
+
+def results(ray: Any, job: Job, paths: list[str]) -> Iterator[dict[str, Any]]:
+    """Each file's row (actor.Transcriber.transcribe) as it finishes; files whose tasks died ``RETRIES`` + 1
+    times are left out (the caller records them)."""
+    from ray.data import DataContext
+
+    from hasrctl.batch.actor import JOB_VAR, Transcriber
+
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    ctx.max_errored_blocks = -1  # a file that kills its actor every time ends its own row, not the run
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    ds = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=max(1, len(paths)))
+    env = {**job.env, JOB_VAR: json.dumps({"engine": job.engine, "language": job.language, "options": job.options,
+                                           "formats": job.formats, "rules": dataclasses.asdict(job.rules),
+                                           "model": job.model})}
+    with warnings.catch_warnings():
+        # Ray 2.60 names no parameter for a task's retries and warns on the generic one (removed in 2.64; the
+        # extra pins Ray below 2.61)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ds = ds.map(Transcriber, concurrency=min(job.workers, len(paths)), num_cpus=job.cpus_per_worker,
+                    num_gpus=job.gpus_per_worker or None, runtime_env={"env_vars": env}, max_task_retries=RETRIES)
+    for row in ds.iter_rows():
+        yield json.loads(row["row"])
+
+
+def shutdown(ray: Any) -> None:
+    try:
+        ray.shutdown()
+    except Exception:  # noqa: BLE001 - leaving anyway
+        pass
+
+
+def driver_env() -> dict[str, str]:
+    """The HASR_* settings of this shell, given to every actor as the daemon gives them to its worker."""
+    return {k: v for k, v in os.environ.items() if k.startswith(("HASR_", "CT2_"))}
+
+
+def each(rows: Iterator[dict[str, Any]], on_row: Callable[[dict[str, Any]], None]) -> set[str]:
+    seen: set[str] = set()
+    for row in rows:
+        if row["path"] in seen:  # a retried task that had already delivered: never two rows for one input
+            continue
+        seen.add(row["path"])
+        on_row(row)
+    return seen
