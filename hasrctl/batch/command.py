@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +121,17 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None, gpus_per_worker:
 @click.option("--max-line-width", metavar="N", help="srt/vtt: characters a line at most, 8-200.")
 @click.option("--max-line-count", metavar="N", help="srt/vtt: lines a cue at most, 1-4.")
 @click.option("--max-cue-sec", metavar="SEC", help="srt/vtt: seconds a cue stays on screen at most, 1-60.")
+@click.option("--retry-failed", is_flag=True,
+              help="Also retry the files that failed for their content (undecodable, no audio) though their "
+                   "bytes did not change; other failures are always retried.")
 @click.option("--progress/--no-progress", default=None,
               help="A progress line on stderr [default: when stderr is a terminal; else a line per file].")
 @click.option("-q", "--quiet", is_flag=True, help="Only failures and the summary on stderr.")
 def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: str | None, language: str | None,
           engine: str | None, workers: int | None, gpus_per_worker: float | None, address: str | None,
           prompt: str | None, word_timestamps: bool, translate: bool, max_line_width: str | None,
-          max_line_count: str | None, max_cue_sec: str | None, progress: bool | None, quiet: bool) -> int:
+          max_line_count: str | None, max_cue_sec: str | None, retry_failed: bool, progress: bool | None,
+          quiet: bool) -> int:
     """Transcribe many files on Ray: a local Ray, or a cluster with --address (docs/BATCH.md).
 
     \b
@@ -142,7 +147,6 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     from hasrctl.batch import inputs as inp
     from hasrctl.batch import manifest as mf
     from hasrctl.batch import run as rn
-    from hasrctl.batch.progress import Progress
 
     formats = parse_formats(fmts)
     lang = _language(language)
@@ -167,113 +171,143 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
         raise UsageError(f"-o {outdir}: not a directory")
     book = mf.Manifest(out_root).open()
     try:
-        todo = [f for f in found.files if not mf.up_to_date(book.rows.get(f), signature, f, out_root)]
+        todo = [f for f in found.files
+                if not mf.up_to_date(book.rows.get(f), signature, f, out_root, retry_failed=retry_failed)]
+        root = inp.mirror_root(found)
+        shown = {f: os.path.relpath(f, root) for f in found.files}
+        still = [(shown[f], _detail(book.rows[f])) for f in found.files
+                 if f not in todo and book.rows[f].get("status") == "failed"]
         done_before = len(found.files) - len(todo)
         if found.skipped and not quiet:
             say(f"{found.skipped} file(s) in the input directories are not audio or video: left out")
-        if not todo:
-            if not quiet:
-                say(f"all {len(found.files)} input(s) are up to date in {os.path.join(out_root, mf.NAME)}")
-            return EXIT_OK
         if done_before and not quiet:
-            say(f"{done_before} of {len(found.files)} input(s) are up to date: transcribing the other {len(todo)}")
+            say(f"{done_before} of {len(found.files)} input(s) are up to date"
+                + (f" ({len(still)} failed for their content; --retry-failed retries them)" if still else "")
+                + (f": transcribing the other {len(todo)}" if todo else ""))
+        if not todo:
+            return _report(still, len(found.files))
         estimates = {f: inp.declared_seconds(f) for f in todo}
         todo.sort(key=lambda f: -estimates[f])  # the longest first: the last file to finish is a short one
-        return _run(rn, book, todo, names, estimates, formats, signature, out_root, spec, engine_name, model_env,
-                    lang, options, rules, workers, gpus_per_worker, address, progress, quiet, Progress)
+        job = rn.Job(engine=engine_name, env={**rn.driver_env(), **model_env}, language=lang, options=options,
+                     formats=formats, rules=rules, model=spec.name, workers=0, gpus_per_worker=0.0)
+        tty = sys.stderr.isatty() if progress is None else progress
+        b = Batch(book, todo, names, shown, estimates, formats, signature, out_root, job, workers, gpus_per_worker,
+                  address, tty, quiet)
+        code = _run(rn, b)
+        if code != EXIT_OK:
+            return code
+        if not quiet and not b.failures:
+            say(f"{len(todo)} file(s) done in {time.monotonic() - b.t0:.1f} s; manifest: "
+                f"{os.path.join(out_root, mf.NAME)}")
+        return _report(b.failures + still, len(found.files))
     finally:
         book.close()
 
 
-def _run(rn: Any, book: Any, todo: list[str], names: dict[str, str], estimates: dict[str, float],
-         formats: list[str], signature: dict[str, Any], out_root: str, spec: Any, engine_name: str,
-         model_env: dict[str, str], lang: str, options: dict[str, Any], rules: Any, workers: int | None,
-         gpus_per_worker: float | None, address: str | None, progress: bool | None, quiet: bool,
-         progress_cls: Any) -> int:
-    from hasrctl import output
-    from hasrd.formats import extension
+@dataclass
+class Batch:
+    """One run, decided: what to transcribe, how, and where it goes."""
 
-    t0 = time.monotonic()
-    with rn.native_stderr_to(os.path.join(out_root, RAY_LOG)):
-        return _on_ray(rn, book, todo, names, estimates, formats, signature, out_root, spec, engine_name,
-                       model_env, lang, options, rules, workers, gpus_per_worker, address, progress, quiet,
-                       progress_cls, t0)
+    book: Any  # manifest.Manifest
+    todo: list[str]
+    names: dict[str, str]  # input -> output path under OUTDIR, without extension
+    shown: dict[str, str]  # input -> its name in messages (under the mirrored directory)
+    estimates: dict[str, float]
+    formats: list[str]
+    signature: dict[str, Any]  # what a rerun compares (manifest.up_to_date)
+    out_root: str
+    job: Any  # run.Job, less the sizes that need the cluster
+    workers: int | None
+    gpus_per_worker: float | None
+    address: str | None
+    tty: bool
+    quiet: bool
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    t0: float = field(default_factory=time.monotonic)
 
 
-def _on_ray(rn: Any, book: Any, todo: list[str], names: dict[str, str], estimates: dict[str, float],
-            formats: list[str], signature: dict[str, Any], out_root: str, spec: Any, engine_name: str,
-            model_env: dict[str, str], lang: str, options: dict[str, Any], rules: Any, workers: int | None,
-            gpus_per_worker: float | None, address: str | None, progress: bool | None, quiet: bool,
-            progress_cls: Any, t0: float) -> int:
-    from hasrctl import output
-    from hasrd.formats import extension
+def _detail(row: dict[str, Any]) -> str:
+    err = row.get("error") or {}
+    return f"{err.get('message')} ({err.get('code')})"
 
-    ray = rn.connect(address, None)
-    failures: list[tuple[str, str]] = []
-    try:
-        cpus, gpus = rn.cluster(ray)
-        n, gpw, cpw = _sizes(cpus, gpus, workers, gpus_per_worker)
-        env = {**rn.driver_env(), **model_env}
-        if gpw == 0:
-            env.update(HASR_FW_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
-        job = rn.Job(engine=engine_name, env=env, language=lang, options=options, formats=formats, rules=rules,
-                     model=spec.name, workers=n, gpus_per_worker=gpw, cpus_per_worker=cpw, address=address)
-        tty = sys.stderr.isatty() if progress is None else progress
-        bar = progress_cls(sys.stderr, len(todo), estimates, tty, quiet)
-        if not quiet:
-            where = f"the Ray cluster at {address}" if address else "a local Ray"
-            kind = f"{gpw:g} GPU each" if gpw else f"{cpw:g} CPU each"
-            say(f"{len(todo)} file(s) on {where}: {n} actor(s) of {spec.name} ({engine_name}), {kind}")
 
-        def on_row(row: dict[str, Any]) -> None:
-            rendered = row.pop("rendered", None) or {}
-            row["options"] = signature
-            row["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            outs = []
-            try:
-                for fmt in formats:
-                    rel = f"{names[row['path']]}.{extension(fmt)}"
-                    if fmt in rendered:
-                        target = Path(out_root) / rel
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        output.write(target, rendered[fmt], True)
-                        outs.append(rel)
-            except CliError as e:
-                row.update(status="failed", error={"code": "write_failed", "message": e.message})
-            row["outputs"] = outs
-            book.record(row)
-            name = os.path.relpath(row["path"])
-            if row["status"] == "ok":
-                detail = f"{float(row.get('duration_s') or 0):.1f} s of audio, {row.get('language') or '?'}"
-                bar.file(row["path"], name, True, detail, float(row.get("duration_s") or 0))
-            else:
-                err = row.get("error") or {}
-                detail = f"{err.get('message')} ({err.get('code')})"
-                failures.append((name, detail))
-                bar.file(row["path"], name, False, detail, 0.0)
+def _report(failed: list[tuple[str, str]], total: int) -> int:
+    """The failed inputs with their reasons, at the end where they are seen; exit 1 when there are any."""
+    if not failed:
+        return EXIT_OK
+    say(f"{len(failed)} of {total} file(s) failed:")
+    for name, detail in failed:
+        click.echo(f"  {name}: {detail}", err=True)
+    return EXIT_FAILED
 
+
+def _run(rn: Any, b: Batch) -> int:
+    """Ray up (its own lines to OUTDIR/.hasr-batch.ray.log), the files through it, Ray down."""
+    with rn.native_stderr_to(os.path.join(b.out_root, RAY_LOG)):
+        ray = rn.connect(b.address, None)
         try:
-            seen = rn.each(rn.results(ray, job, todo), on_row)
-        except KeyboardInterrupt:
-            if not quiet:
-                bar.finish()
-            say(f"interrupted: {bar.done} of {len(todo)} file(s) finished and are in the manifest; run the same "
-                f"command to go on")
-            return 130
-        for path in todo:
-            if path not in seen:
-                on_row(_failed_row(path, "worker_died", f"the worker process died on this file {rn.RETRIES + 1} "
-                                   f"times (a crash or out of memory)", spec.name, engine_name))
-        if not quiet or failures:
-            bar.finish()
-    finally:
-        rn.shutdown(ray)
-    took = time.monotonic() - t0
-    if failures:
-        say(f"{len(failures)} of {len(todo)} file(s) failed:")
-        for name, detail in failures:
-            click.echo(f"  {name}: {detail}", err=True)
-        return EXIT_FAILED
-    if not quiet:
-        say(f"{len(todo)} file(s) done in {took:.1f} s; manifest: {os.path.join(out_root, 'manifest.jsonl')}")
+            return _on_ray(rn, ray, b)
+        finally:
+            rn.shutdown(ray)
+
+
+def _on_ray(rn: Any, ray: Any, b: Batch) -> int:
+    from hasrctl.batch.progress import Progress
+
+    cpus, gpus = rn.cluster(ray)
+    job = b.job
+    job.workers, job.gpus_per_worker, job.cpus_per_worker = _sizes(cpus, gpus, b.workers, b.gpus_per_worker)
+    if job.gpus_per_worker == 0:
+        job.env.update(HASR_FW_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
+    bar = Progress(sys.stderr, len(b.todo), b.estimates, b.tty, b.quiet)
+    if not b.quiet:
+        where = f"the Ray cluster at {b.address}" if b.address else "a local Ray"
+        kind = f"{job.gpus_per_worker:g} GPU each" if job.gpus_per_worker else f"{job.cpus_per_worker:g} CPU each"
+        say(f"{len(b.todo)} file(s) on {where}: {job.workers} actor(s) of {job.model} ({job.engine}), {kind}")
+    try:
+        seen = rn.each(rn.results(ray, job, b.todo), lambda row: _finished(b, bar, row))
+    except KeyboardInterrupt:
+        bar.finish()
+        say(f"interrupted: {bar.done} of {len(b.todo)} file(s) finished and are in the manifest; run the same "
+            f"command to go on")
+        return 130
+    for path in b.todo:
+        if path not in seen:
+            _finished(b, bar, {"path": path, "status": "failed", "model": job.model, "engine": job.engine,
+                               "error": {"code": "worker_died", "message": f"the worker process died on this file "
+                                         f"{rn.RETRIES + 1} times (a crash or out of memory)"}})
+    if not b.quiet or b.failures:
+        bar.finish()
     return EXIT_OK
+
+
+def _finished(b: Batch, bar: Any, row: dict[str, Any]) -> None:
+    """One input's row back from Ray: its outputs written (atomically), its row recorded, progress told."""
+    from hasrctl import output
+    from hasrd.formats import extension
+
+    rendered = row.pop("rendered", None) or {}
+    row["options"] = b.signature
+    row["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    outs = []
+    try:
+        for fmt in b.formats:
+            if fmt in rendered:
+                rel = f"{b.names[row['path']]}.{extension(fmt)}"
+                target = Path(b.out_root) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                output.write(target, rendered[fmt], True)
+                outs.append(rel)
+    except (CliError, OSError) as e:
+        message = e.message if isinstance(e, CliError) else f"{e.strerror or e}"
+        row.update(status="failed", error={"code": "write_failed", "message": f"cannot write the output: {message}"})
+    row["outputs"] = outs
+    b.book.record(row)
+    name = b.shown[row["path"]]
+    if row["status"] == "ok":
+        duration = float(row.get("duration_s") or 0)
+        bar.file(row["path"], name, True, f"{duration:.1f} s of audio, {row.get('language') or '?'}", duration)
+    else:
+        detail = _detail(row)
+        b.failures.append((name, detail))
+        bar.file(row["path"], name, False, detail, 0.0)

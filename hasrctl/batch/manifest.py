@@ -52,14 +52,26 @@ def _rows(path: str) -> Iterator[dict[str, Any]]:
                 yield row
 
 
+# A failure of the file's own bytes: the same bytes fail the same way, so a rerun skips them (--retry-failed
+# does not); every other failure (a crash, memory, a model that did not load, a write) is retried.
+CONTENT_ERRORS = frozenset({"invalid_audio", "undecodable", "no_audio_stream", "no_audio_frames", "empty_file",
+                            "not_a_file"})
+
+
 def up_to_date(row: dict[str, Any] | None, options: dict[str, Any], path: str, outdir: str,
-               hasher: Callable[[str], str] = file_hash) -> bool:
-    """Whether a rerun may skip ``path``: its row is ok, made with the same options, its outputs are all still
-    there, and the file's content is the same (same size and mtime, else the same hash: a file touched but not
-    changed is still skipped)."""
-    if not row or row.get("status") != "ok" or row.get("options") != options:
+               hasher: Callable[[str], str] = file_hash, retry_failed: bool = False) -> bool:
+    """Whether a rerun may skip ``path``: its row was made with the same options and the file's content is the
+    same (same size and mtime, else the same hash: a file touched but not changed is still skipped), and the
+    row is ok with its outputs all still there, or failed for its content (CONTENT_ERRORS) and
+    ``retry_failed`` is off."""
+    if not row or row.get("options") != options:
         return False
-    if not all(os.path.isfile(os.path.join(outdir, o)) for o in row.get("outputs") or []):
+    if row.get("status") == "failed":
+        if retry_failed or (row.get("error") or {}).get("code") not in CONTENT_ERRORS:
+            return False
+    elif row.get("status") != "ok":
+        return False
+    elif not all(os.path.isfile(os.path.join(outdir, o)) for o in row.get("outputs") or []):
         return False
     try:
         st = os.stat(path)
@@ -86,6 +98,7 @@ class Manifest:
         self._lock_fd: int | None = None
         self._journal: Any = None
         self._last_write = clock()
+        self._dirty = False  # rows recorded since the last rewrite
 
     def open(self) -> Manifest:
         """Take the lock, read what earlier runs left and fold their journal into the manifest."""
@@ -109,6 +122,7 @@ class Manifest:
     def record(self, row: dict[str, Any]) -> None:
         """A finished input: on disk now (journal), in the manifest at the next rewrite."""
         self.rows[row["path"]] = row
+        self._dirty = True
         self._journal.write(json.dumps(row, ensure_ascii=False) + "\n")
         self._journal.flush()
         os.fsync(self._journal.fileno())
@@ -133,12 +147,15 @@ class Manifest:
             except FileNotFoundError:
                 pass
         self._last_write = self.clock()
+        self._dirty = False
 
     def close(self) -> None:
-        """The final rewrite; the journal and the lock go."""
+        """The final rewrite (when anything changed: a rerun with nothing to do leaves the file alone); the
+        journal and the lock go."""
         try:
             if self._journal is not None:
-                self.rewrite()
+                if self._dirty:
+                    self.rewrite()
                 self._journal.close()
                 self._journal = None
                 os.unlink(self.journal_path)

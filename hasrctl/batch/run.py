@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
@@ -45,8 +45,6 @@ class Job:
     workers: int
     gpus_per_worker: float
     cpus_per_worker: float = 1.0
-    address: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def import_ray() -> Any:
@@ -131,7 +129,11 @@ def results(ray: Any, job: Job, paths: list[str]) -> Iterator[dict[str, Any]]:
     ds = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=max(1, len(paths)))
     env = {**job.env, JOB_VAR: json.dumps({"engine": job.engine, "language": job.language, "options": job.options,
                                            "formats": job.formats, "rules": dataclasses.asdict(job.rules),
-                                           "model": job.model})}
+                                           "model": job.model}),
+           # Ray sets OMP_NUM_THREADS to an actor's CPUs unless it is given; numpy's BLAS (the mel spectrogram)
+           # and CTranslate2 with another thread count give other low-order results (a cue edge moved 20 ms), so
+           # the actors thread as the daemon's worker does: as this shell says, or the libraries' default ("")
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "")}
     with warnings.catch_warnings():
         # Ray 2.60 names no parameter for a task's retries and warns on the generic one (removed in 2.64; the
         # extra pins Ray below 2.61)

@@ -1,0 +1,292 @@
+"""``hasrctl batch`` on a real local Ray (2 CPU actors): real faster-whisper on real speech, the daemon's text, the
+manifest, reruns, an actor killed with SIGKILL, Ctrl-C, and every refusal before Ray starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cliutil import REPO, cli_env, hasrctl, show
+from conftest import wait_until
+from speech import DATA
+
+pytest.importorskip("ray", reason="the batch extra: pip install '.[batch]'")
+
+CLIPS = ["en_hello_world", "en_quick_brown_fox", "en_espeak_park", "zh_jishu", "zh_nihao_shijie", "zh_pangrama"]
+
+
+def _ffmpeg(src: Path, dst: Path, *args: str) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", str(src), *args, str(dst)], check=True)
+
+
+@pytest.fixture(scope="module")
+def corpus(module_tmp: str) -> Path:
+    """8 clips (English and Mandarin, FLAC, WAV, MP3, M4A without the right suffix) in a tree, a broken WAV and
+    a text file: 9 inputs for batch, the text file left out by content."""
+    root = Path(module_tmp) / "corpus"
+    for i, name in enumerate(CLIPS):
+        sub = root / ("en" if name.startswith("en") else "zh") / ("deep" if i % 3 == 2 else "")
+        sub.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DATA / f"{name}.flac", sub / f"{name}.flac")
+    _ffmpeg(DATA / "zh_jishu.flac", root / "zh" / "zh_jishu.mp3")  # same stem as zh_jishu.flac: no collision
+    _ffmpeg(DATA / "en_quick_brown_fox.flac", root / "en" / "fox.data", "-c:a", "aac", "-f", "mp4")  # by content
+    (root / "broken.wav").write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + os.urandom(200))
+    (root / "notes.txt").write_text("not audio\n")
+    return root
+
+
+def _env(base: str, **extra: str) -> dict[str, str]:
+    return cli_env(base, HASR_ENGINE="auto", HASR_FW_DEVICE="cpu", HASR_IDLE_EXIT_SEC="30", **extra)
+
+
+def _rows(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+
+
+def _ray_processes() -> set[int]:
+    res = subprocess.run(["pgrep", "-f", "raylet|gcs_server|ray::"], capture_output=True, text=True)
+    return {int(p) for p in res.stdout.split()}
+
+
+@pytest.fixture(scope="module")
+def first_run(module_tmp: str, corpus: Path) -> tuple[Any, Path, float, dict[str, str]]:
+    env = _env(os.path.join(module_tmp, "e1"))
+    out = Path(module_tmp) / "out"
+    before = _ray_processes()
+    t0 = time.monotonic()
+    res = hasrctl("batch", str(corpus), "-o", str(out), "-f", "txt,srt,json", "--workers", "2", "--no-progress",
+                  env=env, timeout=600)
+    took = time.monotonic() - t0
+    assert wait_until(lambda: not (_ray_processes() - before), 30), "Ray's processes outlived the run"
+    return res, out, took, env
+
+
+def test_batch_records_nine_rows_eight_ok_one_failed_and_exits_1(first_run: Any, corpus: Path) -> None:
+    res, out, _took, _env = first_run
+    assert res.returncode == 1, show(res)
+    rows = _rows(out)
+    assert len(rows) == 9 and len({r["path"] for r in rows}) == 9
+    by_name = {os.path.relpath(r["path"], corpus): r for r in rows}
+    assert "notes.txt" not in by_name
+    bad = by_name["broken.wav"]
+    assert bad["status"] == "failed" and bad["error"]["code"] == "undecodable", bad
+    assert "broken.wav" in res.stderr and "1 of 9 file(s) failed" in res.stderr
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 8
+    for r in ok:
+        assert r["hash"].startswith("sha256:") and r["duration_s"] > 0 and r["text"].strip()
+        assert r["model"] == "base" and r["engine"] == "whisper" and r["host"] and r["pid"]
+        assert set(r["timings"]) >= {"decode_s", "transcribe_s", "total_s"}
+        assert r["language"] in ("English", "Chinese"), r
+    assert len({r["pid"] for r in ok}) == 2, "two actors shared the files"
+
+
+def test_outputs_mirror_the_tree_and_names_never_collide(first_run: Any, corpus: Path) -> None:
+    _res, out, _took, _env = first_run
+    rows = {os.path.relpath(r["path"], corpus): r for r in _rows(out)}
+    assert rows["en/en_hello_world.flac"]["outputs"] == ["en/en_hello_world.txt", "en/en_hello_world.srt",
+                                                         "en/en_hello_world.json"]
+    assert rows["en/deep/en_espeak_park.flac"]["outputs"][0] == "en/deep/en_espeak_park.txt"
+    assert rows["zh/zh_jishu.flac"]["outputs"][0] == "zh/zh_jishu.flac.txt"
+    assert rows["zh/zh_jishu.mp3"]["outputs"][0] == "zh/zh_jishu.mp3.txt"
+    assert rows["en/fox.data"]["outputs"][0] == "en/fox.txt"
+    for r in rows.values():
+        for o in r["outputs"]:
+            assert (out / o).is_file()
+    assert rows["broken.wav"]["outputs"] == []
+
+
+def test_batch_text_equals_hasrctl_transcribe(first_run: Any, corpus: Path) -> None:
+    """The same file, model and options give the same bytes through batch as through the daemon."""
+    _res, out, _took, env = first_run
+    try:
+        for r in _rows(out):
+            if r["status"] != "ok":
+                continue
+            for rel in r["outputs"]:
+                fmt = {"txt": "text", "srt": "srt", "json": "json"}[rel.rsplit(".", 1)[1]]
+                got = hasrctl("transcribe", "-q", "-f", fmt, r["path"], env=env, timeout=300)
+                assert got.returncode == 0, show(got)
+                assert (out / rel).read_text() == got.stdout, (rel, got.stdout)
+    finally:
+        hasrctl("stop", env=env)
+
+
+def test_rerun_skips_everything_and_changes_nothing(first_run: Any, corpus: Path) -> None:
+    res, out, took, env = first_run
+    before = (out / "manifest.jsonl").read_bytes()
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")}
+    t0 = time.monotonic()
+    again = hasrctl("batch", str(corpus), "-o", str(out), "-f", "txt,srt,json", "--workers", "2", env=env)
+    took_again = time.monotonic() - t0
+    assert again.returncode == 1, show(again)  # the broken file is still failed: its bytes did not change
+    assert "9 of 9 input(s) are up to date (1 failed for their content" in again.stderr, again.stderr
+    assert "1 of 9 file(s) failed" in again.stderr and "broken.wav: " in again.stderr
+    assert "local Ray" not in again.stderr, "nothing to do must not start Ray"
+    assert (out / "manifest.jsonl").read_bytes() == before
+    assert stamps == {p: p.stat().st_mtime_ns for p in stamps}
+    assert took_again < took / 2, (took_again, took)
+
+
+def test_changed_options_or_content_are_redone(module_tmp: str, corpus: Path, first_run: Any) -> None:
+    """Only what changed runs again: a new format redoes everything; a file whose bytes changed is redone; a
+    touched file with the same bytes is not; the broken file is retried when it was fixed."""
+    _res, out0, _took, env = first_run
+    out = Path(module_tmp) / "out2"
+    shutil.copytree(out0, out)
+    src = Path(module_tmp) / "corpus2"
+    shutil.copytree(corpus, src)
+    # the manifest of the copy names the old paths: rewrite them to the new tree
+    text = (out / "manifest.jsonl").read_text().replace(str(corpus), str(src))
+    (out / "manifest.jsonl").write_text(text)
+    for r in _rows(out):  # the copies have new mtimes: same bytes, so only hashed, not redone
+        assert os.path.getsize(r["path"]) == r["size"]
+    shutil.copy(DATA / "zh_nihao_shijie.flac", src / "broken.wav")  # fixed
+    res = hasrctl("batch", str(src), "-o", str(out), "-f", "txt,srt,json", "--workers", "1", "--no-progress",
+                  env=env, timeout=600)
+    assert res.returncode == 0, show(res)
+    assert "8 of 9 input(s) are up to date: transcribing the other 1" in res.stderr, res.stderr
+    rows = {os.path.relpath(r["path"], src): r for r in _rows(out)}
+    assert len(rows) == 9 and rows["broken.wav"]["status"] == "ok"
+    assert rows["broken.wav"]["text"] == rows["zh/zh_nihao_shijie.flac"]["text"]
+
+
+def test_unknown_model_is_refused_before_ray_starts(short_tmp: str, corpus: Path) -> None:
+    out = Path(short_tmp) / "o"
+    res = hasrctl("batch", str(corpus), "-o", str(out), "--model", "no-such-model", env=_env(short_tmp))
+    assert res.returncode == 2, show(res)
+    assert "no-such-model" in res.stderr and "does not exist" in res.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["{missing}"], "not found"),
+    (["{corpus}", "-f", "docx"], "-f 'docx'"),
+    (["{corpus}", "-f", "json,verbose_json"], "choose one"),
+    (["{corpus}", "--language", "Klingon"], "--language"),
+    (["{empty}"], "no audio or video files"),
+    (["{corpus}/*.nothing"], "matches nothing"),
+])
+def test_bad_usage_exits_2_with_one_clear_line(short_tmp: str, corpus: Path, args: list[str], words: str) -> None:
+    empty = Path(short_tmp) / "empty"
+    empty.mkdir()
+    (empty / "readme.md").write_text("# no audio here\n")
+    argv = [a.format(missing=str(corpus / "nope.wav"), corpus=corpus, empty=empty) for a in args]
+    res = hasrctl("batch", *argv, "-o", str(Path(short_tmp) / "o"), env=_env(short_tmp))
+    assert res.returncode == 2, show(res)
+    assert words in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "auto"])
+def test_an_unreachable_cluster_exits_3(short_tmp: str, corpus: Path, address: str) -> None:
+    env = _env(short_tmp, RAY_ADDRESS="")
+    env.pop("RAY_ADDRESS")
+    t0 = time.monotonic()
+    res = hasrctl("batch", str(corpus / "en"), "-o", str(Path(short_tmp) / "o"), "--address", address, env=env,
+                  timeout=120)
+    assert res.returncode == 3, show(res)
+    assert time.monotonic() - t0 < 60
+    assert "Ray" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_list_file_and_stdin_name_the_inputs(short_tmp: str, corpus: Path) -> None:
+    from hasrctl.batch import inputs
+
+    lst = Path(short_tmp) / "list.txt"
+    lst.write_text(f"# two files and a directory\n{corpus / 'broken.wav'}\n\n{corpus / 'zh'}\n")
+    found = inputs.expand([f"@{lst}"])
+    assert [os.path.relpath(f, corpus) for f in found.files] == [
+        "broken.wav", "zh/zh_jishu.flac", "zh/zh_jishu.mp3", "zh/zh_nihao_shijie.flac", "zh/deep/zh_pangrama.flac"]
+    import io
+
+    again = inputs.expand(["-"], io.StringIO(lst.read_text()))
+    assert again.files == found.files
+
+
+def _slow_fake(base: str) -> dict[str, str]:
+    """The fake engine taking 1.5 s per second of audio: time to kill an actor mid-file."""
+    return cli_env(base, HASR_ENGINE="fake", HASR_FAKE_RTF="1.5")
+
+
+def _journal_rows(out: Path) -> int:
+    n = 0
+    for name in ("manifest.jsonl", ".hasr-batch.journal"):
+        try:
+            n += sum(1 for line in (out / name).read_text().splitlines() if line.strip())
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def _actor_pids() -> list[int]:
+    res = subprocess.run(["pgrep", "-f", r"ray::MapWorker\(Map\(Transcriber\)\)"], capture_output=True, text=True)
+    return [int(p) for p in res.stdout.split()]
+
+
+def _busy_actor_pids() -> list[int]:
+    """Actors whose process is running a file now (the fake engine sleeps in transcribe: state S, but the
+    actor's name says so: Ray sets ``ray::MapWorker(...).submit`` while a task runs)."""
+    res = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True)
+    return [int(line.split()[0]) for line in res.stdout.splitlines()
+            if "ray::MapWorker(Map(Transcriber))." in line]
+
+
+def test_an_actor_killed_mid_file_is_restarted_and_the_file_retried(short_tmp: str, corpus: Path) -> None:
+    out = Path(short_tmp) / "out"
+    files = [corpus / "en" / "en_quick_brown_fox.flac", corpus / "en" / "deep" / "en_espeak_park.flac",
+             corpus / "zh" / "deep" / "zh_pangrama.flac", corpus / "en" / "fox.data"]
+    proc = subprocess.Popen([sys.executable, "-m", "hasrctl", "batch", *map(str, files), "-o", str(out),
+                             "--workers", "2", "--no-progress"], env=_slow_fake(short_tmp), cwd=str(REPO),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: _busy_actor_pids() or proc.poll() is not None, 120), "no actor started a file"
+        busy = _busy_actor_pids()
+        assert busy, f"the run ended first: {proc.communicate()}"
+        actors_at_kill = set(_actor_pids())
+        done_at_kill = _journal_rows(out)
+        os.kill(busy[0], signal.SIGKILL)
+        _stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert done_at_kill < len(files)
+    assert proc.returncode == 0, stderr
+    rows = _rows(out)
+    assert sorted(r["path"] for r in rows) == sorted(map(str, files)), "each input exactly once"
+    assert all(r["status"] == "ok" for r in rows)
+    assert {r["pid"] for r in rows} - actors_at_kill, "a restarted actor (a new process) finished the killed file"
+
+
+def test_ctrl_c_keeps_what_finished_and_a_rerun_goes_on(short_tmp: str, corpus: Path) -> None:
+    out = Path(short_tmp) / "out"
+    env = _slow_fake(short_tmp)
+    args = [sys.executable, "-m", "hasrctl", "batch", str(corpus / "en"), str(corpus / "zh"), "-o", str(out),
+            "--workers", "1", "--no-progress"]
+    proc = subprocess.Popen(args, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert wait_until(lambda: _journal_rows(out) >= 1 or proc.poll() is not None, 180)
+        proc.send_signal(signal.SIGINT)
+        _stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "run the same command" in stderr
+    rows = _rows(out)
+    assert 1 <= len(rows) < 8 and all(r["status"] == "ok" for r in rows)
+    assert not (out / ".hasr-batch.journal").exists()
+    res = subprocess.run(args, env=env, cwd=str(REPO), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert f"{len(rows)} of 8 input(s) are up to date" in res.stderr
+    assert len(_rows(out)) == 8
