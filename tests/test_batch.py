@@ -267,8 +267,12 @@ def test_an_actor_killed_mid_file_is_restarted_and_the_file_retried(short_tmp: s
     assert {r["pid"] for r in rows} - actors_at_kill, "a restarted actor (a new process) finished the killed file"
 
 
-def test_ctrl_c_keeps_what_finished_and_a_rerun_goes_on(short_tmp: str, corpus: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_keeps_what_finished_and_a_rerun_goes_on(short_tmp: str, corpus: Path, sig: int) -> None:
+    """Ctrl-C (or a SIGTERM) mid-run: the finished files are in the manifest, Ray's local processes end with the
+    run, and the same command goes on from there."""
     out = Path(short_tmp) / "out"
+    before = _ray_processes()
     env = _slow_fake(short_tmp)
     args = [sys.executable, "-m", "hasrctl", "batch", str(corpus / "en"), str(corpus / "zh"), "-o", str(out),
             "--workers", "1", "--no-progress"]
@@ -276,13 +280,14 @@ def test_ctrl_c_keeps_what_finished_and_a_rerun_goes_on(short_tmp: str, corpus: 
                             text=True)
     try:
         assert wait_until(lambda: _journal_rows(out) >= 1 or proc.poll() is not None, 180)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "run the same command" in stderr
+    assert wait_until(lambda: not (_ray_processes() - before), 30), "Ray's processes outlived the run"
     rows = _rows(out)
     assert 1 <= len(rows) < 8 and all(r["status"] == "ok" for r in rows)
     assert not (out / ".hasr-batch.journal").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -243,12 +244,22 @@ def _report(failed: list[tuple[str, str]], total: int) -> int:
 
 def _run(rn: Any, b: Batch) -> int:
     """Ray up (its own lines to OUTDIR/.hasr-batch.ray.log), the files through it, Ray down."""
-    with rn.native_stderr_to(os.path.join(b.out_root, RAY_LOG)):
-        ray = rn.connect(b.address, None)
-        try:
-            return _on_ray(rn, ray, b)
-        finally:
-            rn.shutdown(ray)
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # SIGTERM, SIGHUP: as Ctrl-C, so Ray's local processes are shut down too
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with rn.native_stderr_to(os.path.join(b.out_root, RAY_LOG)):
+            ray = rn.connect(b.address, None)
+            for sig in old:  # again: ray.init put its own SIGTERM handler (sys.exit) in place of ours
+                signal.signal(sig, stop)
+            try:
+                return _on_ray(rn, ray, b)
+            finally:
+                rn.shutdown(ray)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _on_ray(rn: Any, ray: Any, b: Batch) -> int:

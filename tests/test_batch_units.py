@@ -1,0 +1,212 @@
+"""``hasrctl batch``'s rules without Ray: which files are audio by content, where outputs go, the manifest's journal
+and lock, what a rerun skips, and the progress line."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hasrctl.batch import inputs, manifest
+from hasrctl.batch.command import _sizes, parse_formats
+from hasrctl.batch.progress import Progress
+from hasrctl.client import UsageError
+from speech import DATA
+
+
+@pytest.mark.parametrize("head, media", [
+    (b"RIFF\x24\x00\x00\x00WAVEfmt ", True),
+    (b"ID3\x04\x00\x00\x00\x00\x00\x00", True),
+    (b"\xff\xfb\x90\x64\x00\x00\x00\x00", True),  # an MP3 frame without a tag
+    (b"\xff\xf1\x50\x80\x00\x1f\xfc\x00", True),  # ADTS AAC
+    (b"fLaC\x00\x00\x00\x22", True),
+    (b"OggS\x00\x02\x00\x00", True),
+    (b"\x00\x00\x00\x20ftypM4A \x00\x00\x00\x00", True),
+    (b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00", False),  # an AVIF image is ISO BMFF too
+    (b"\x1a\x45\xdf\xa3\x01\x00\x00\x00", True),  # Matroska / WebM
+    (b"FORM\x00\x00\x00\x00AIFF", True),
+    (b"FORM\x00\x00\x00\x00ILBM", False),
+    (b"\xff\xd8\xff\xe0\x00\x10JFIF", False),  # JPEG
+    (b"\x89PNG\r\n\x1a\n", False),
+    (b"%PDF-1.7\n", False),
+    (b"hello world\n", False),
+    (b"", False),
+])
+def test_audio_is_known_by_its_first_bytes_not_its_name(head: bytes, media: bool) -> None:
+    assert inputs.looks_like_media(head) is media
+
+
+def test_directories_are_walked_for_audio_by_content(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "talk.bin").write_bytes((DATA / "en_hello_world.flac").read_bytes())
+    (tmp_path / "a" / "x.wav").write_text("not really a wav\n")  # a suffix is not content
+    (tmp_path / "a" / ".hidden.flac").write_bytes((DATA / "en_hello_world.flac").read_bytes())
+    os.symlink(tmp_path / "nowhere", tmp_path / "a" / "dangling.flac")
+    found = inputs.expand([str(tmp_path / "a")])
+    assert [os.path.relpath(f, tmp_path) for f in found.files] == ["a/b/talk.bin"]
+    assert found.skipped == 1
+
+
+def test_a_named_file_is_always_taken_so_its_failure_is_recorded(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hi\n")
+    assert inputs.expand([str(notes)]).files == [str(notes)]
+
+
+def test_the_same_file_twice_is_one_input(tmp_path: Path) -> None:
+    clip = tmp_path / "c.flac"
+    clip.write_bytes((DATA / "en_hello_world.flac").read_bytes())
+    os.symlink(clip, tmp_path / "link.flac")
+    assert inputs.expand([str(clip), str(tmp_path), str(tmp_path / "*.flac")]).files == [str(clip)]
+
+
+def test_globs_are_expanded_even_when_the_shell_did_not(tmp_path: Path) -> None:
+    for name in ("a.flac", "b.flac", "c.mp3"):
+        (tmp_path / name).write_bytes(b"fLaC")
+    assert [Path(f).name for f in inputs.expand([str(tmp_path / "*.flac")]).files] == ["a.flac", "b.flac"]
+
+
+def test_missing_inputs_are_all_named_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as e:
+        inputs.expand([str(tmp_path / "gone.wav"), str(tmp_path / "*.nope"), str(tmp_path)])
+    assert "gone.wav (no such file or directory)" in e.value.message and "*.nope (the pattern" in e.value.message
+
+
+def test_an_empty_list_is_bad_usage() -> None:
+    with pytest.raises(UsageError, match="standard input lists no input"):
+        inputs.expand(["-"], io.StringIO("# nothing\n\n"))
+
+
+def test_outputs_mirror_the_inputs_and_same_stems_keep_their_whole_names() -> None:
+    files = ["/r/a/x.wav", "/r/a/x.mp3", "/r/a/y.wav", "/r/b/x.wav", "/r/b/.env", "/r/noext"]
+    names = inputs.output_names(files, "/r")
+    assert names == {"/r/a/x.wav": "a/x.wav", "/r/a/x.mp3": "a/x.mp3", "/r/a/y.wav": "a/y", "/r/b/x.wav": "b/x",
+                     "/r/b/.env": "b/.env", "/r/noext": "noext"}
+    found = inputs.Found(files=files, roots=["/r/a", "/r/b"])
+    assert inputs.mirror_root(found) == "/r"
+
+
+def test_formats_are_parsed_once_each_in_order() -> None:
+    assert parse_formats(("txt,srt", "vtt", "SRT")) == ["text", "srt", "vtt"]
+    assert parse_formats(()) == ["text"]
+    with pytest.raises(UsageError):
+        parse_formats(("pdf",))
+
+
+@pytest.mark.parametrize("cpus, gpus, workers, gpw, expected", [
+    (16, 0, None, None, (8, 0.0, 2.0)),  # CPU actors: half the CPUs, two CPUs each
+    (2, 0, 2, None, (2, 0.0, 1.0)),
+    (16, 2, None, None, (2, 1.0, 1.0)),  # one actor per GPU
+    (16, 2, None, 0.5, (4, 0.5, 1.0)),  # two actors on each GPU
+    (16, 2, None, 0, (8, 0.0, 2.0)),  # CPU actors on a GPU cluster when asked
+])
+def test_actor_sizes(cpus: int, gpus: float, workers: int | None, gpw: float | None,
+                     expected: tuple[int, float, float]) -> None:
+    assert _sizes(cpus, gpus, workers, gpw) == expected
+
+
+def test_more_gpus_per_worker_than_the_cluster_has_is_bad_usage() -> None:
+    with pytest.raises(UsageError, match="has 1 GPU"):
+        _sizes(8, 1, None, 2)
+
+
+def _row(path: str, **kw: object) -> dict[str, object]:
+    st = os.stat(path)
+    row: dict[str, object] = {"path": path, "status": "ok", "options": {"f": 1}, "outputs": [],
+                              "size": st.st_size, "mtime_ns": st.st_mtime_ns, "hash": manifest.file_hash(path)}
+    row.update(kw)
+    return row
+
+
+def test_a_rerun_skips_only_what_is_done_with_the_same_bytes_and_options(tmp_path: Path) -> None:
+    f = tmp_path / "a.flac"
+    f.write_bytes(b"fLaC one")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("x\n")
+    row = _row(str(f), outputs=["a.txt"])
+    hashed: list[str] = []
+
+    def hasher(p: str) -> str:
+        hashed.append(p)
+        return manifest.file_hash(p)
+
+    assert manifest.up_to_date(row, {"f": 1}, str(f), str(out), hasher) and not hashed
+    assert not manifest.up_to_date(row, {"f": 2}, str(f), str(out))  # other options
+    os.utime(f, ns=(1, 1))  # touched, same bytes: hashed, still skipped
+    assert manifest.up_to_date(row, {"f": 1}, str(f), str(out), hasher) and hashed == [str(f)]
+    f.write_bytes(b"fLaC two")  # same size, other bytes
+    assert not manifest.up_to_date(row, {"f": 1}, str(f), str(out))
+    f.write_bytes(b"fLaC one")
+    (out / "a.txt").unlink()  # an output deleted: redone
+    assert not manifest.up_to_date(row, {"f": 1}, str(f), str(out))
+
+
+def test_failures_of_the_file_itself_are_settled_others_retried(tmp_path: Path) -> None:
+    f = tmp_path / "bad.wav"
+    f.write_bytes(b"RIFF junk")
+    content = _row(str(f), status="failed", error={"code": "undecodable", "message": "..."})
+    crash = _row(str(f), status="failed", error={"code": "worker_died", "message": "..."})
+    assert manifest.up_to_date(content, {"f": 1}, str(f), str(tmp_path))
+    assert not manifest.up_to_date(content, {"f": 1}, str(f), str(tmp_path), retry_failed=True)
+    assert not manifest.up_to_date(crash, {"f": 1}, str(f), str(tmp_path))
+
+
+def test_a_driver_killed_mid_run_loses_no_row_and_leaves_one_per_input(tmp_path: Path) -> None:
+    """Rows in the journal that the manifest does not hold yet, a row of each in both, and a last line cut in
+    half (kill -9 mid-write): the next run has every whole row once, the manifest rewritten."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / manifest.NAME).write_text(json.dumps({"path": "/a", "status": "failed"}) + "\n"
+                                     + json.dumps({"path": "/b", "status": "ok"}) + "\n")
+    (out / manifest.JOURNAL).write_text(json.dumps({"path": "/a", "status": "ok"}) + "\n"
+                                        + json.dumps({"path": "/c", "status": "ok"}) + "\n" + '{"path": "/d", "sta')
+    book = manifest.Manifest(str(out)).open()
+    try:
+        assert {p: r["status"] for p, r in book.rows.items()} == {"/a": "ok", "/b": "ok", "/c": "ok"}
+        rows = [json.loads(line) for line in (out / manifest.NAME).read_text().splitlines()]
+        assert [r["path"] for r in rows] == ["/a", "/b", "/c"]
+        assert (out / manifest.JOURNAL).read_text() == ""
+        book.record({"path": "/d", "status": "ok"})
+        journal = (out / manifest.JOURNAL).read_text()  # on disk at once, before any rewrite
+        assert json.loads(journal)["path"] == "/d"
+    finally:
+        book.close()
+    assert not (out / manifest.JOURNAL).exists()
+    assert [json.loads(x)["path"] for x in (out / manifest.NAME).read_text().splitlines()] == ["/a", "/b", "/c", "/d"]
+
+
+def test_two_runs_cannot_write_one_outdir(tmp_path: Path) -> None:
+    book = manifest.Manifest(str(tmp_path)).open()
+    try:
+        with pytest.raises(UsageError, match="another hasrctl batch is writing there"):
+            manifest.Manifest(str(tmp_path)).open()
+        # another process too (flock is per open file description)
+        code = "from hasrctl.batch import manifest; manifest.Manifest(%r).open()" % str(tmp_path)
+        res = subprocess.run(["python3", "-c", code], capture_output=True, text=True)
+        assert res.returncode != 0 and "another hasrctl batch" in res.stderr
+    finally:
+        book.close()
+    manifest.Manifest(str(tmp_path)).open().close()  # free again
+
+
+def test_the_progress_line_counts_files_hours_speed_and_eta() -> None:
+    now = [100.0]
+    out = io.StringIO()
+    bar = Progress(out, 4, {"a": 600.0, "b": 600.0, "c": 1200.0, "d": 1200.0}, tty=False, clock=lambda: now[0])
+    now[0] = 160.0
+    bar.file("a", "a.wav", True, "600 s", 600.0)
+    assert out.getvalue() == "[1/4] a.wav: ok, 600 s\n"
+    assert bar.line() == "batch: 1/4 files, 10.0 min of audio, 10.0x real time, ETA 0:05:00"
+    bar.file("b", "b.wav", False, "undecodable", 0.0)
+    assert "failed, undecodable" in out.getvalue()
+    assert bar.line() == "batch: 2/4 files, 10.0 min of audio, 1 failed, 10.0x real time, ETA 0:04:00"
+    quiet = io.StringIO()
+    q = Progress(quiet, 2, {}, tty=False, quiet=True)
+    q.file("a", "a.wav", True, "ok", 1.0)
+    q.file("b", "b.wav", False, "bad", 0.0)
+    assert quiet.getvalue() == "[2/2] b.wav: failed, bad\n"
