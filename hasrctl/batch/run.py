@@ -73,6 +73,8 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
 
 def connect(address: str | None, num_cpus: int | None) -> Any:
     """ray.init for a cluster (``address``) or a new local instance; RayUnreachable (exit 3) when none answers."""
+    # a local tool does not report usage to Ray's servers (a cluster's own setting decides for it)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray = import_ray()
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "include_dashboard": False}
     if address:
