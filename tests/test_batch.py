@@ -176,6 +176,8 @@ def test_unknown_model_is_refused_before_ray_starts(short_tmp: str, corpus: Path
     (["{corpus}", "--language", "Klingon"], "--language"),
     (["{empty}"], "no audio or video files"),
     (["{corpus}/*.nothing"], "matches nothing"),
+    (["{corpus}", "--address", "ray://127.0.0.1:10001"], "ray job submit"),
+    (["{corpus}", "--address", "nohostport"], "HOST:PORT"),
 ])
 def test_bad_usage_exits_2_with_one_clear_line(short_tmp: str, corpus: Path, args: list[str], words: str) -> None:
     empty = Path(short_tmp) / "empty"
@@ -187,7 +189,7 @@ def test_bad_usage_exits_2_with_one_clear_line(short_tmp: str, corpus: Path, arg
     assert words in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "auto"])
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "auto"])
 def test_an_unreachable_cluster_exits_3(short_tmp: str, corpus: Path, address: str) -> None:
     env = _env(short_tmp, RAY_ADDRESS="")
     env.pop("RAY_ADDRESS")

@@ -99,7 +99,9 @@ def test_formats_are_parsed_once_each_in_order() -> None:
 
 @pytest.mark.parametrize("cpus, gpus, workers, gpw, expected", [
     (16, 0, None, None, (8, 0.0, 2.0)),  # CPU actors: half the CPUs, two CPUs each
-    (2, 0, 2, None, (2, 0.0, 1.0)),
+    (2, 0, None, None, (2, 0.0, 1.0)),  # at least two where there are two CPUs
+    (1, 0, None, None, (1, 0.0, 1.0)),
+    (2, 0, 1, None, (1, 0.0, 2.0)),
     (16, 2, None, None, (2, 1.0, 1.0)),  # one actor per GPU
     (16, 2, None, 0.5, (4, 0.5, 1.0)),  # two actors on each GPU
     (16, 2, None, 0, (8, 0.0, 2.0)),  # CPU actors on a GPU cluster when asked

@@ -90,7 +90,7 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None, gpus_per_worker:
             raise UsageError(f"--gpus-per-worker {gpw:g}: the Ray cluster has {ray_gpus:g} GPU(s)")
         n = workers or max(1, int(ray_gpus // gpw))
         return n, gpw, 1.0
-    n = workers or max(1, ray_cpus // 2)
+    n = workers or max(min(2, ray_cpus), ray_cpus // 2)  # 2 on 2 cores: 1.5x one actor (benchmarks/batch.py)
     return n, 0.0, max(1.0, float(ray_cpus // n)) if ray_cpus >= n else 1.0
 
 
@@ -109,12 +109,12 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None, gpus_per_worker:
 @click.option("--engine", type=click.Choice(["auto", "whisper", "hybrid", "r2t2", "fake"]), default=None,
               help="The worker engine [default: the model's, as the daemon picks it].")
 @click.option("--workers", type=click.IntRange(1, 4096), metavar="N",
-              help="Actors, each holding the model once [default: one per GPU; half the CPUs without GPUs].")
+              help="Actors, each holding the model once [default: one per GPU; without GPUs one per 2 CPUs, at least 2].")
 @click.option("--gpus-per-worker", type=click.FloatRange(0, 64), metavar="N",
               help="GPUs each actor takes: 0.5 puts two on a GPU, 0 makes CPU actors [default: 1 where the "
                    "cluster has GPUs, else 0].")
 @click.option("--address", metavar="ADDR", envvar="RAY_ADDRESS", show_envvar=True,
-              help="A Ray cluster: auto (the one `ray start` made here), HOST:6379 or ray://HOST:10001 "
+              help="A Ray cluster: auto (the one `ray start` made on this machine) or HOST:6379 (its head) "
                    "[default: a local Ray started for this run].")
 @click.option("--prompt", metavar="TEXT", help="Text that guides faster-whisper (names, spelling, style).")
 @click.option("--word-timestamps", is_flag=True, help="Time every word (json and verbose_json carry `words`).")
@@ -143,7 +143,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     Examples:
       hasrctl batch ~/interviews -o ~/transcripts -f txt,srt
       find /archive -name '*.m4a' > list.txt; hasrctl batch @list.txt -o out/ --language Chinese
-      hasrctl batch /nfs/podcasts -o /nfs/out --address ray://head:10001 --gpus-per-worker 0.5
+      hasrctl batch /nfs/podcasts -o /nfs/out --address head:6379 --gpus-per-worker 0.5
     """
     from hasrctl.batch import inputs as inp
     from hasrctl.batch import manifest as mf
@@ -250,7 +250,7 @@ def _run(rn: Any, b: Batch) -> int:
     old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with rn.native_stderr_to(os.path.join(b.out_root, RAY_LOG)):
-            ray = rn.connect(b.address, None)
+            ray = rn.connect(b.address, None, os.path.join(b.out_root, RAY_LOG))
             for sig in old:  # again: ray.init put its own SIGTERM handler (sys.exit) in place of ours
                 signal.signal(sig, stop)
             try:

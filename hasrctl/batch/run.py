@@ -60,10 +60,15 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """A TCP connect to a cluster's address first: Ray itself waits minutes on an address nobody answers."""
     if address == "auto":
         return
-    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    if address.startswith("ray://"):
+        # Ray Client: its server did not start a session for a Ray Data driver here (Ray 2.60, tested)
+        raise UsageError(f"--address {address}: the Ray Client (ray://) is not supported; run hasrctl batch on a "
+                         f"node of the cluster with --address auto, or submit it there: ray job submit --address "
+                         f"http://HEAD:8265 -- hasrctl batch ... --address auto (docs/BATCH.md)")
+    parts = urlsplit(f"tcp://{address}")
     host, port = parts.hostname, parts.port
     if not host or not port:
-        raise UsageError(f"--address {address}: use auto, HOST:PORT (the head's GCS, 6379) or ray://HOST:10001")
+        raise UsageError(f"--address {address}: use auto or HOST:PORT (the head's GCS port, 6379 by default)")
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as e:
@@ -71,8 +76,24 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
                              f"`ray start --head`, or leave --address out for a local Ray") from None
 
 
-def connect(address: str | None, num_cpus: int | None) -> Any:
-    """ray.init for a cluster (``address``) or a new local instance; RayUnreachable (exit 3) when none answers."""
+def _auth_hint(log: str | None) -> str:
+    """What Ray wrote to its log (OUTDIR/.hasr-batch.ray.log) when a cluster refused us for a missing token."""
+    try:
+        with open(log or "", encoding="utf-8", errors="replace") as f:
+            text = f.read()[-20000:]
+    except OSError:
+        return ""
+    if "InvalidAuthToken" in text or "AuthenticationError" in text or "UNAUTHENTICATED" in text:
+        return ("; the cluster refused this driver's token: set RAY_AUTH_MODE=token with the cluster's token "
+                "in ~/.ray/auth_token or RAY_AUTH_TOKEN (docs/BATCH.md)")
+    return ""
+
+
+def connect(address: str | None, num_cpus: int | None, log: str | None = None) -> Any:
+    """ray.init for a cluster (``address``) or a new local instance; RayUnreachable (exit 3) when none answers.
+
+    Without an address a new local instance starts even where ``ray start`` left a cluster on this machine
+    (``ray.init()`` alone would join that one)."""
     # a local tool does not report usage to Ray's servers (a cluster's own setting decides for it)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray = import_ray()
@@ -82,9 +103,9 @@ def connect(address: str | None, num_cpus: int | None) -> Any:
         try:
             ray.init(address=address, **quiet)
         except (ConnectionError, TimeoutError, RuntimeError) as e:
-            raise RayUnreachable(f"cannot reach the Ray cluster at {address}: {e}") from None
+            raise RayUnreachable(f"cannot reach the Ray cluster at {address}: {e}{_auth_hint(log)}") from None
     else:
-        ray.init(num_cpus=num_cpus, **quiet)
+        ray.init(address="local", num_cpus=num_cpus, **quiet)
     return ray
 
 
@@ -142,8 +163,11 @@ def results(ray: Any, job: Job, paths: list[str]) -> Iterator[dict[str, Any]]:
         warnings.simplefilter("ignore", DeprecationWarning)
         ds = ds.map(Transcriber, concurrency=min(job.workers, len(paths)), num_cpus=job.cpus_per_worker,
                     num_gpus=job.gpus_per_worker or None, runtime_env={"env_vars": env}, max_task_retries=RETRIES)
-    for row in ds.iter_rows():
-        yield json.loads(row["row"])
+    # one row a batch and nothing read ahead: iter_rows() holds a finished file back until the next one on the
+    # same actor finishes (measured: 1.5-1.7 s late each), and a Ctrl-C then loses it
+    for batch in ds.iter_batches(batch_size=1, prefetch_batches=0, batch_format="numpy"):
+        for text in batch["row"]:
+            yield json.loads(str(text))
 
 
 def shutdown(ray: Any) -> None:
