@@ -13,7 +13,7 @@ import click
 
 from hasrctl import output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, CliError, Client, Unreachable
-from hasrctl.common import Daemon, daemon_options, say, settings, socket_option
+from hasrctl.common import Daemon, daemon_options, engine_options, say, settings, socket_option
 from hasrd import subtitles
 from hasrd.errors import InvalidOption
 from hasrd.formats import FORMATS, lines, render
@@ -114,7 +114,7 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
     """
     fmt = fmt.lower()
     language = language or settings().language or None
-    options = _options(prompt, word_timestamps, translate, model)
+    options = engine_options(prompt, word_timestamps, translate, model)
     try:
         rules = subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
                                       "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
@@ -187,20 +187,6 @@ def _keep_partial(e: CliError, item: Any, quiet: bool) -> None:
     if not quiet:
         say(f"kept the {len(partial.get('sentences') or [])} final sentence(s) up to "
             f"{float(partial.get('done_s') or 0):.0f} s in {kept}")
-
-
-def _options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> dict[str, Any]:
-    """The engine options of the transcription options (what /transcribe passes to the worker)."""
-    options: dict[str, Any] = {}
-    if prompt:
-        options["prompt"] = prompt
-    if word_timestamps:
-        options["word_timestamps"] = True
-    if translate:
-        options["task"] = "translate"
-    if model:
-        options["model"] = model
-    return options
 
 
 def _transcribe(client: Client, item: output.Plan, language: str | None, view: terminal.View,

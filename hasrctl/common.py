@@ -72,3 +72,18 @@ def socket_option(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(*args, daemon=Daemon(socket_, False, 0.0), **kw)
 
     return wrapper
+
+
+def engine_options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> dict[str, Any]:
+    """The engine options of the transcription options (what /transcribe passes to the worker; what
+    ``hasrctl batch`` gives its actors)."""
+    options: dict[str, Any] = {}
+    if prompt:
+        options["prompt"] = prompt
+    if word_timestamps:
+        options["word_timestamps"] = True
+    if translate:
+        options["task"] = "translate"
+    if model:
+        options["model"] = model
+    return options

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
-from hasrctl.common import say, settings
+from hasrctl.common import engine_options, say, settings
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
 FORMAT_NAMES = {"txt": "text", "text": "text", "srt": "srt", "vtt": "vtt", "json": "json",
@@ -153,15 +153,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     lang = _language(language)
     spec, engine_name, model_env = _model(model, engine)
     rules = _rules(max_line_width, max_line_count, max_cue_sec)
-    options: dict[str, Any] = {}
-    if prompt:
-        options["prompt"] = prompt
-    if word_timestamps:
-        options["word_timestamps"] = True
-    if translate:
-        options["task"] = "translate"
-    if model:
-        options["model"] = model
+    options = engine_options(prompt, word_timestamps, translate, model)
     signature = json.loads(json.dumps({"model": spec.name, "engine": engine_name, "language": lang,
                                        "formats": formats, "options": options, "rules": dataclasses.asdict(rules)}))
     rn.import_ray()  # the extra is missing: say so before scanning a big tree
@@ -275,6 +267,7 @@ def _on_ray(rn: Any, ray: Any, b: Batch) -> int:
         where = f"the Ray cluster at {b.address}" if b.address else "a local Ray"
         kind = f"{job.gpus_per_worker:g} GPU each" if job.gpus_per_worker else f"{job.cpus_per_worker:g} CPU each"
         say(f"{len(b.todo)} file(s) on {where}: {job.workers} actor(s) of {job.model} ({job.engine}), {kind}")
+    bar.draw(force=True)  # "0/N files" while the actors load
     try:
         seen = rn.each(rn.results(ray, job, b.todo), lambda row: _finished(b, bar, row))
     except KeyboardInterrupt:
