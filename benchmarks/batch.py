@@ -10,14 +10,12 @@ speech: the six clips of tests/data joined with sox into ``--files`` FLAC files 
    first with tests/data/en_hello_world.flac, so the daemon's start and the model's load are NOT in its figure
    (printed apart). Each file's time includes hasrctl's own process start, as a person waits for it.
 2. ``hasrctl batch DIR -o OUT --workers 1 --no-progress -q``, and the same with ``--workers 2`` (a fresh OUT
-   each), on the local Ray the command starts itself (RAY_TMPDIR is private to the run: without it
-   ``ray.init()`` joins any cluster ``ray start`` left on this host). "wall" is the whole command: Ray's start,
-   the actors' start and model load, the files, Ray's stop. "excl. startup" is the window from the first moment
-   an actor is seen running a file (Ray titles the process ``ray::MapWorker(...).submit``; this run's actors
-   only, polled every 0.2 s) to the last row landing in OUT: it leaves out Ray's start, the actors' start and
-   model load and Ray's stop, and keeps every gap between files. (The rows' landing times alone would not do:
-   a row reaches the driver only when the next file of its actor is done, Ray Data's iter_rows prefetching a
-   block, so all rows but the last land a file late.)
+   each), on the local Ray the command starts itself (its own RAY_TMPDIR, so nothing here touches another Ray
+   of the host). "wall" is the whole command: Ray's start, the actors' start and model load, the files, Ray's
+   stop. "excl. startup" is the window from the first moment an actor is seen running a file (Ray titles the
+   process ``ray::MapWorker(...).submit``; this run's actors only, polled every 0.2 s) to the last row landing
+   in OUT: it leaves out Ray's start, the actors' start and model load and Ray's stop, and keeps every gap
+   between files.
 3. The ``--workers 2`` command again over its OUT (everything up to date): its wall time against the first.
 4. A two-node Ray cluster on this one host, ``ray start --head --port=PORT --num-cpus=1`` and ``ray start
    --address=127.0.0.1:PORT --num-cpus=1`` (a private RAY_TMPDIR; PYTHONPATH is this tree), then ``hasrctl
@@ -43,12 +41,12 @@ load average is printed before and after: other work on the host skews every row
 ``--quick``: 4 files of about 8-12 s (the whole pipeline in about a minute; the ratios mean little).
 
 Measured on this 2-core machine (2026-12-02, Ray 2.60, whisper base int8; 8 files, 255 s of audio, 23-42 s
-each): the daemon 5.85x real time (43.6 s; its warm-up 1.8 s not counted); batch with 1 worker 5.11x wall
-(49.8 s, 0.87 of the daemon), 5.98x excluding the 5.5 s until its first file (1.02); 2 workers 6.80x wall
-(37.5 s, 1.16), 9.09x excluding 7.7 s of startup (1.55); the two-node cluster, 2 workers of 1 CPU, 7.82x wall
-(32.6 s, 1.34; its two ``ray start`` 4.1 s more), 9.22x excluding its 4.7 s (1.58), 4 files on each node.
-Every file's txt was the daemon's byte for byte (8/8 in each mode). The rerun: 0.99 s, 0.026 of the first run,
-no Ray started, manifest unchanged.
+each; load average 0.2 at the start): the daemon 5.45x real time (46.7 s; its warm-up 2.0 s not counted);
+batch with 1 worker 4.62x wall (55.2 s, 0.85 of the daemon), 5.65x excluding the 8.3 s until its first file
+(1.04); 2 workers 7.11x wall (35.8 s, 1.30), 9.23x excluding 6.9 s of startup (1.69); the two-node cluster, 2
+workers of 1 CPU, 7.81x wall (32.6 s, 1.43; its two ``ray start`` 6.4 s more), 9.50x excluding its 5.3 s
+(1.74), 4 files on each node. Every file's txt was the daemon's byte for byte (8/8 in each mode). The rerun:
+1.03 s, 0.029 of the first run, no Ray started, manifest unchanged.
 """
 
 from __future__ import annotations
@@ -319,8 +317,7 @@ def batch(label: str, corpus: Path, out: Path, env: dict[str, str], *extra: str,
 
 def window(res: dict[str, Any]) -> tuple[float, float] | None:
     """(the first moment an actor was seen running a file, the last row's landing), seconds after the command
-    started. Not derived from the rows' landing times alone: a row reaches the driver only when the next
-    file of its actor is done (Ray Data's iter_rows prefetches a block), so all but the last land late."""
+    started (the first row's landing would leave out the first file's own time)."""
     ok = [r for r in res["rows"] if r.get("status") == "ok" and r["path"] in res["seen"]]
     if not ok or not res["busy_from"]:
         return None
