@@ -297,3 +297,21 @@ def test_ctrl_c_keeps_what_finished_and_a_rerun_goes_on(short_tmp: str, corpus: 
     assert res.returncode == 0, res.stderr
     assert f"{len(rows)} of 8 input(s) are up to date" in res.stderr
     assert len(_rows(out)) == 8
+
+
+def test_a_file_that_kills_its_actor_every_time_is_failed_and_the_run_goes_on(short_tmp: str, corpus: Path) -> None:
+    """The fake engine SIGKILLs itself half-way through every file: Ray restarts the actor and retries each file
+    RETRIES times, then the file is recorded as failed (worker_died), once, and the command ends with exit 1."""
+    from hasrctl.batch.run import RETRIES
+
+    out = Path(short_tmp) / "out"
+    env = cli_env(short_tmp, HASR_ENGINE="fake", HASR_FAKE_CRASH_MID="1")
+    before = _ray_processes()
+    res = hasrctl("batch", str(corpus / "en" / "en_hello_world.flac"), "-o", str(out), "--workers", "1",
+                  "--no-progress", env=env, timeout=300)
+    assert res.returncode == 1, show(res)
+    rows = _rows(out)
+    assert len(rows) == 1 and rows[0]["status"] == "failed", rows
+    assert rows[0]["error"]["code"] == "worker_died" and f"{RETRIES + 1} times" in rows[0]["error"]["message"]
+    assert "en_hello_world.flac" in res.stderr and "Traceback" not in res.stderr
+    assert wait_until(lambda: not (_ray_processes() - before), 30), "Ray's processes outlived the run"

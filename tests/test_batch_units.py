@@ -51,6 +51,14 @@ def test_directories_are_walked_for_audio_by_content(tmp_path: Path) -> None:
     assert found.skipped == 1
 
 
+def test_outdir_inside_an_input_directory_is_not_walked(tmp_path: Path) -> None:
+    (tmp_path / "out" / "x").mkdir(parents=True)
+    (tmp_path / "out" / "x" / "a.flac").write_bytes(b"fLaC")  # what a user put there is not an input
+    (tmp_path / "b.flac").write_bytes(b"fLaC")
+    found = inputs.expand([str(tmp_path)], exclude=str(tmp_path / "out"))
+    assert [Path(f).name for f in found.files] == ["b.flac"]
+
+
 def test_a_named_file_is_always_taken_so_its_failure_is_recorded(tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("hi\n")
@@ -212,3 +220,38 @@ def test_the_progress_line_counts_files_hours_speed_and_eta() -> None:
     q.file("a", "a.wav", True, "ok", 1.0)
     q.file("b", "b.wav", False, "bad", 0.0)
     assert quiet.getvalue() == "[2/2] b.wav: failed, bad\n"
+
+
+def _actor(monkeypatch: pytest.MonkeyPatch, **env: str) -> object:
+    """The Ray actor's class run in this process (no Ray): the fake engine, as an actor gets its job."""
+    from hasrctl.batch.actor import JOB_VAR, Transcriber
+
+    monkeypatch.setenv("HASR_ENGINE", "fake")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv(JOB_VAR, json.dumps({"engine": "fake", "language": "", "options": {}, "formats": ["text"],
+                                            "rules": {"max_line_width": 0, "max_line_count": 2, "max_cue_sec": 7.0,
+                                                      "min_cue_sec": 0.83}, "model": "base"}))
+    return Transcriber()
+
+
+def test_a_bad_file_is_a_failed_row_with_the_daemons_code_never_an_exception(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = _actor(monkeypatch)
+    (tmp_path / "empty.wav").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("not audio at all\n" * 10)
+    (tmp_path / "subs.srt").write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
+    codes = {name: t.transcribe(str(tmp_path / name))["error"]["code"]  # type: ignore[attr-defined]
+             for name in ("empty.wav", "notes.txt", "gone.flac")}
+    assert codes == {"empty.wav": "empty_file", "notes.txt": "undecodable", "gone.flac": "read_error"}
+    ok = t.transcribe(str(DATA / "en_hello_world.flac"))  # type: ignore[attr-defined]
+    assert ok["status"] == "ok" and ok["rendered"]["text"].strip() and ok["duration_s"] > 0.9
+
+
+def test_a_model_that_cannot_load_fails_each_file_with_the_reason(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    t = _actor(monkeypatch, HASR_FAKE_FAIL_LOAD="model_unavailable:no weights here")
+    row = t.transcribe(str(DATA / "en_hello_world.flac"))  # type: ignore[attr-defined]
+    assert row["status"] == "failed" and row["error"]["code"] == "model_unavailable"
+    assert "could not load" in row["error"]["message"] and "no weights here" in row["error"]["message"]
+    assert row["hash"].startswith("sha256:")  # the file itself was read: a rerun retries it (not its content)

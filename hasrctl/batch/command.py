@@ -157,9 +157,9 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     signature = json.loads(json.dumps({"model": spec.name, "engine": engine_name, "language": lang,
                                        "formats": formats, "options": options, "rules": dataclasses.asdict(rules)}))
     rn.import_ray()  # the extra is missing: say so before scanning a big tree
-    found = inp.expand(inputs, sys.stdin)
-    names = inp.output_names(found.files, inp.mirror_root(found))
     out_root = os.path.abspath(os.path.expanduser(outdir))
+    found = inp.expand(inputs, sys.stdin, exclude=out_root)
+    names = inp.output_names(found.files, inp.mirror_root(found))
     if os.path.exists(out_root) and not os.path.isdir(out_root):
         raise UsageError(f"-o {outdir}: not a directory")
     book = mf.Manifest(out_root).open()

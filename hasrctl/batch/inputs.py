@@ -70,13 +70,15 @@ class Found:
     """The inputs of a run, in order, each once; what directories held that was not audio; and the roots."""
 
     files: list[str] = field(default_factory=list)
+    exclude: str = ""  # a directory never walked (OUTDIR, when it lies inside an input directory)
     skipped: int = 0  # files in directories that are not audio or video
     roots: list[str] = field(default_factory=list)  # each input's own directory (the mirror's base)
 
 
 def _walk(top: str, found: Found) -> None:
     for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
+                             and os.path.realpath(os.path.join(dirpath, d)) != found.exclude)
         for name in sorted(filenames):
             if name.startswith("."):
                 continue
@@ -122,9 +124,10 @@ def read_list(stream: TextIO, name: str) -> list[str]:
     return out
 
 
-def expand(args: Iterable[str], stdin: TextIO | None = None) -> Found:
-    """Every INPUT expanded; UsageError (exit 2, before anything runs) naming each input that is missing."""
-    found = Found()
+def expand(args: Iterable[str], stdin: TextIO | None = None, exclude: str = "") -> Found:
+    """Every INPUT expanded; UsageError (exit 2, before anything runs) naming each input that is missing.
+    ``exclude``: a directory not walked (OUTDIR inside an input directory holds our own outputs)."""
+    found = Found(exclude=os.path.realpath(exclude) if exclude else "")
     missing: list[str] = []
     items: list[str] = []
     for arg in args:
