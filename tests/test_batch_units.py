@@ -255,3 +255,17 @@ def test_a_model_that_cannot_load_fails_each_file_with_the_reason(tmp_path: Path
     assert row["status"] == "failed" and row["error"]["code"] == "model_unavailable"
     assert "could not load" in row["error"]["message"] and "no weights here" in row["error"]["message"]
     assert row["hash"].startswith("sha256:")  # the file itself was read: a rerun retries it (not its content)
+
+
+def test_without_ray_installed_it_says_how_to_get_it(tmp_path: Path) -> None:
+    """A machine without the batch extra: exit 2 and the pip line, before any input is scanned."""
+    from cliutil import cli_env, hasrctl
+
+    fake = tmp_path / "noray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    env = cli_env(str(tmp_path / "e"))
+    env["PYTHONPATH"] = f"{tmp_path / 'noray'}{os.pathsep}{env['PYTHONPATH']}"
+    res = hasrctl("batch", str(tmp_path / "missing-but-not-checked-yet"), "-o", str(tmp_path / "o"), env=env)
+    assert res.returncode == 2, res
+    assert "pip install 'hasr[cpu,batch]'" in res.stderr
