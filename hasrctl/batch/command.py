@@ -106,7 +106,7 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None, gpus_per_worker:
               help="A model of `hasrctl models` (the default model when left out); checked before Ray starts.")
 @click.option("-l", "--language", metavar="NAME", envvar="HASR_LANGUAGE", show_envvar=True,
               help="Spoken language (a name or code); detected per file when left out.")
-@click.option("--engine", type=click.Choice(["auto", "whisper", "hybrid", "r2t2", "fake"]), default=None,
+@click.option("--engine", type=click.Choice(["auto", "whisper", "hybrid", "r2t2"]), default=None,
               help="The worker engine [default: the model's, as the daemon picks it].")
 @click.option("--workers", type=click.IntRange(1, 4096), metavar="N",
               help="Actors, each holding the model once [default: one per GPU; without GPUs one per 2 CPUs, at least 2].")
