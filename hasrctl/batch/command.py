@@ -139,7 +139,8 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     INPUT: files, directories (recursive; audio and video found by content), globs, @list.txt (one input a
     line) or - (that list on stdin). Every file gets OUTDIR/<its path>.<ext> per format and a row in
     OUTDIR/manifest.jsonl; a rerun skips the files done with the same content and options, and retries the
-    failed ones. The text is the same as `hasrctl transcribe` gives with the same model and options.
+    failed ones (a file that failed for its own bytes only with --retry-failed). The text is the same as
+    `hasrctl transcribe` gives with the same model and options.
     Examples:
       hasrctl batch ~/interviews -o ~/transcripts -f txt,srt
       find /archive -name '*.m4a' > list.txt; hasrctl batch @list.txt -o out/ --language Chinese
@@ -159,14 +160,14 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     rn.import_ray()  # the extra is missing: say so before scanning a big tree
     out_root = os.path.abspath(os.path.expanduser(outdir))
     found = inp.expand(inputs, sys.stdin, exclude=out_root)
-    names = inp.output_names(found.files, inp.mirror_root(found))
+    root = inp.mirror_root(found)
+    names = inp.output_names(found.files, root)
     if os.path.exists(out_root) and not os.path.isdir(out_root):
         raise UsageError(f"-o {outdir}: not a directory")
     book = mf.Manifest(out_root).open()
     try:
         todo = [f for f in found.files
                 if not mf.up_to_date(book.rows.get(f), signature, f, out_root, retry_failed=retry_failed)]
-        root = inp.mirror_root(found)
         shown = {f: os.path.relpath(f, root) for f in found.files}
         still = [(shown[f], _detail(book.rows[f])) for f in found.files
                  if f not in todo and book.rows[f].get("status") == "failed"]
