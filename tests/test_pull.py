@@ -23,7 +23,7 @@ from daemon import Hasrd
 from hubserver import Hub
 from speech import DATA, cache_home, model_dir
 
-from hasrd import models, pull
+from hasrd import download, models
 
 REPO_ID = "Systran/faster-whisper-testbase"
 FILES = {"config.json", "model.bin", "tokenizer.json", "vocabulary.txt"}  # what faster-whisper loads
@@ -138,7 +138,7 @@ def test_the_pull_stream_is_the_manifest_then_progress_per_file_then_the_checksu
         assert {ln["file"] for ln in downloading} == FILES
         big = [ln["completed"] for ln in downloading if ln["file"] == "model.bin"]
         assert big == sorted(big) and big[0] == 0 and big[-1] == size_of(hub)
-        assert len(big) >= 10 and max(b - a for a, b in zip(big, big[1:])) <= pull.PROGRESS_BYTES + pull.CHUNK
+        assert len(big) >= 10 and max(b - a for a, b in zip(big, big[1:])) <= download.PROGRESS_BYTES + download.CHUNK
         assert [ln["status"] for ln in lines].index("verifying sha256") == len(lines) - 2
         assert last["status"] == "success" and last["model"] == REPO_ID and last["size_mb"] == first["total"] // MiB
         assert Path(last["path"], "model.bin").is_file() and last["downloaded_mb"] > 140
@@ -384,12 +384,12 @@ def test_a_full_disk_fails_the_pull_says_so_and_installs_nothing(
         f = real_open(path, mode, *a, **kw)
         return FullDisk(f, 8 * MiB) if str(path).endswith(".incomplete") else f
 
-    monkeypatch.setattr(pull, "open", open_on_a_full_disk, raising=False)
-    job = pull.Pull("testbase", cache, hub.endpoint)
+    monkeypatch.setattr(download, "open", open_on_a_full_disk, raising=False)
+    job = download.Pull("testbase", cache, hub.endpoint)
     lines: list[dict[str, Any]] = []
     job.emit = lines.append
     job.manifest()
-    with pytest.raises(pull.DiskFull) as e:
+    with pytest.raises(download.DiskFull) as e:
         job.run()
     assert e.value.status == 507 and e.value.code == "insufficient_storage"
     assert str(cache) in e.value.message and "is full" in e.value.message and "nothing was installed" in e.value.message
@@ -399,9 +399,9 @@ def test_a_full_disk_fails_the_pull_says_so_and_installs_nothing(
     # Not enough room to begin with: refused with the manifest, before a byte is transferred.
     monkeypatch.undo()
     hub.reset_counts()
-    monkeypatch.setattr(pull.shutil, "disk_usage", lambda p: type("U", (), {"free": 10 * MiB})())
-    with pytest.raises(pull.DiskFull) as e:
-        pull.Pull("testbase", cache, hub.endpoint).manifest()
+    monkeypatch.setattr(download.shutil, "disk_usage", lambda p: type("U", (), {"free": 10 * MiB})())
+    with pytest.raises(download.DiskFull) as e:
+        download.Pull("testbase", cache, hub.endpoint).manifest()
     assert "needs 141.0 MB more" in e.value.message and "10.0 MB free" in e.value.message
     assert sum(hub.served.values()) == 0
 
@@ -441,7 +441,7 @@ def test_the_progress_is_a_bar_per_file_on_a_terminal_and_plain_lines_elsewhere(
 
 
 def test_the_daemon_imports_huggingface_hub_only_when_a_pull_runs() -> None:
-    code = "import sys, hasrd.server, hasrd.pull; print('huggingface_hub' in sys.modules)"
+    code = "import sys, hasrd.server, hasrd.pull, hasrd.download; print('huggingface_hub' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.stdout.strip() == "False", res.stderr

@@ -1,0 +1,548 @@
+"""Downloading a faster-whisper model from the Hugging Face hub into the local cache, resumable and checked: the
+job behind ``POST /api/pull`` (hasrd/pull.py has the routes).
+
+The name is a faster-whisper size (``large-v3``: ``hasrd.models.fw_repo``) or a repo id. huggingface_hub,
+imported here only (the daemon starts without it), reads the repo's manifest (``model_info`` with
+files_metadata: the commit, each file's size and the sha256 the hub lists for an LFS file), resolves each file
+(``get_hf_file_metadata``: its ETag and where its bytes are, a CDN for LFS files) and transfers it
+(``http_get``: its session, proxies, token, and its retries that resume a broken connection with a Range
+request). Only what faster-whisper loads is fetched (faster_whisper.utils.download_model's allow_patterns:
+config.json, preprocessor_config.json, model.bin, tokenizer.json, vocabulary.*), into the cache's own layout
+(``blobs/<etag>``, ``snapshots/<commit>/<file> -> ../../blobs/<etag>``, ``refs/main``) under the cache
+huggingface_hub itself uses (HF_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub), so that
+hasrd.modelspec finds the model by name with no other step. HF_ENDPOINT names the hub (a mirror) and HF_TOKEN a
+token, as for every huggingface_hub program.
+
+Why not ``hf_hub_download``: since huggingface_hub 2 it downloads to a process-unique temporary file that it
+removes when the call fails, so a pull cut off by a dead connection, a Ctrl-C or a stopped daemon would start
+over. Here the partial file is ``blobs/<etag>.incomplete`` (the name huggingface_hub used before) and the next
+pull continues it with a Range request.
+
+Nothing is ever half-installed: a blob is checked against the hub's sha256 (LFS files) or git blob id (the
+others) before it gets its final name, and the snapshot directory is built beside ``snapshots/`` and renamed
+into it in one step (``refs/main`` last), so ``hasrd.models.hf_snapshot`` never sees a snapshot that lacks a
+file. A checksum mismatch or a full disk removes what was downloaded for the snapshot; a broken connection, an
+unreachable hub or a client that leaves keeps it for the next pull.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fnmatch
+import hashlib
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from hasrd import errors, models, modelspec
+
+log = logging.getLogger("hasrd.pull")
+
+ALLOW_PATTERNS = ("config.json", "preprocessor_config.json", "model.bin", "tokenizer.json", "vocabulary.*")
+DEFAULT_ENDPOINT = "https://huggingface.co"
+MANIFEST_TIMEOUT = 30.0  # seconds for the manifest and each file's HEAD
+PROGRESS_SEC = 0.5  # a progress line at least this often while bytes arrive ...
+PROGRESS_BYTES = 4 << 20  # ... and after at most this many bytes
+CHUNK = 256 << 10  # huggingface_hub's read size (10 MiB by default: a minute between lines on a slow line)
+_BLOCK = 1 << 20
+_REPO_PART = r"[A-Za-z0-9](?:[\w.-]{0,94}[\w])?"
+REPO_ID = re.compile(rf"{_REPO_PART}(?:/{_REPO_PART})?", re.ASCII)
+SIZES = "tiny, base, small, medium, large-v3, large-v3-turbo, distil-large-v3"
+
+
+class HubUnreachable(errors.Unavailable):
+    code = "hub_unreachable"
+
+
+class DownloadFailed(errors.HasrError):
+    code, status = "download_failed", 502
+
+
+class ChecksumMismatch(errors.HasrError):
+    code, status = "checksum_mismatch", 502
+
+
+class DiskFull(errors.HasrError):
+    code, status = "insufficient_storage", 507
+
+
+class ModelBusy(errors.HasrError):
+    code, status = "model_busy", 409
+
+
+class _Stop(Exception):
+    """The client went away: the download stops at its next chunk (what arrived is kept)."""
+
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def repo_lock(repo: str) -> threading.Lock:
+    """One pull (or delete) of a repo at a time in this daemon."""
+    with _locks_guard:
+        return _locks.setdefault(repo, threading.Lock())
+
+
+def endpoint() -> str:
+    """The hub: HF_ENDPOINT (a mirror) or huggingface.co, read when a pull starts."""
+    return (os.environ.get("HF_ENDPOINT") or "").strip().rstrip("/") or DEFAULT_ENDPOINT
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE, as huggingface_hub reads it: downloads are off by choice (not an unreachable hub)."""
+    return (os.environ.get("HF_HUB_OFFLINE") or "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def cache_dir() -> Path:
+    """The Hugging Face cache huggingface_hub writes to (and hasrd.models looks in first)."""
+    return models.hf_cache_dirs()[0]
+
+
+def repo_dir(cache: Path, repo: str) -> Path:
+    return cache / ("models--" + repo.replace("/", "--"))
+
+
+def _hub() -> Any:
+    """huggingface_hub, imported on the first pull only."""
+    try:
+        import huggingface_hub
+        from huggingface_hub import file_download, utils
+    except ImportError:
+        raise errors.Unsupported("downloading models needs huggingface_hub in hasrd's Python environment: "
+                                 "pip install huggingface_hub (hasr's cpu and gpu extras bring it with "
+                                 "faster-whisper)") from None
+    with contextlib.suppress(Exception):
+        utils.disable_progress_bars()  # the daemon streams its own progress; no tqdm bars in its log
+    for name in ("httpx", "httpx2"):  # not a log line per HTTP request
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger(name).level))
+    for mod in (huggingface_hub.constants, file_download):  # http_get writes (and we report) at least this often
+        if isinstance(getattr(mod, "DOWNLOAD_CHUNK_SIZE", None), int):
+            setattr(mod, "DOWNLOAD_CHUNK_SIZE", min(getattr(mod, "DOWNLOAD_CHUNK_SIZE"), CHUNK))
+    return (huggingface_hub, file_download, utils)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.1f} MB"
+
+
+def _origin(url: str) -> tuple[str, str]:
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return u.scheme, u.netloc
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _names(e: BaseException) -> set[str]:
+    return {c.__name__ for x in _chain(e) for c in type(x).__mro__}
+
+
+CONNECT_ERRORS = {"ConnectError", "ConnectTimeout", "ProxyError", "SSLError", "gaierror", "ConnectionRefusedError",
+                  "NewConnectionError", "NameResolutionError", "MaxRetryError"}
+BROKEN_ERRORS = {"RemoteProtocolError", "ReadTimeout", "ReadError", "ChunkedEncodingError", "ProtocolError",
+                 "IncompleteRead", "ConnectionResetError", "TimeoutException", "NetworkError", "ConnectionError"}
+
+
+def _disk_full(e: BaseException) -> bool:
+    return any(isinstance(x, OSError) and x.errno in (errno.ENOSPC, errno.EDQUOT) for x in _chain(e))
+
+
+@dataclass
+class Item:
+    """One file of the model: what the manifest says, and its blob's name (the ETag) in the cache."""
+
+    name: str
+    size: int
+    sha256: str | None  # an LFS file: the sha256 the hub lists
+    git_id: str | None  # a plain file: its git blob id
+    etag: str = ""
+
+
+@dataclass
+class Pull:
+    """One pull: :meth:`manifest` (before the response starts: its errors are the request's), then :meth:`run`
+    in a thread, which reports through ``emit`` and returns the last line."""
+
+    name: str
+    cache: Path
+    endpoint: str
+    repo: str = ""
+    commit: str = ""
+    items: list[Item] = field(default_factory=list)
+    emit: Callable[[dict[str, Any]], None] = lambda ev: None
+    fetched: int = 0  # bytes this pull transferred
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    error: errors.HasrError | None = None
+    thread: threading.Thread | None = None
+    shown: dict[str, int] = field(default_factory=dict)  # the last progress line of each file
+
+    def __post_init__(self) -> None:
+        self.repo = models.fw_repo(self.name)
+        self.dir = repo_dir(self.cache, self.repo)
+        self.blobs = self.dir / "blobs"
+
+    # ---- the manifest ---------------------------------------------------------------------------------------
+
+    def manifest(self) -> dict[str, Any]:
+        """The repo's commit and the files to fetch; HasrError when there is nothing to pull (unknown repo, no
+        model.bin, hub unreachable, not enough disk)."""
+        hf, _fd, _u = _hub()
+        try:
+            info = hf.HfApi(endpoint=self.endpoint).model_info(self.repo, revision="main", files_metadata=True,
+                                                                timeout=MANIFEST_TIMEOUT)
+        except Exception as e:
+            raise self._mapped(e, "reading the manifest") from None
+        self.commit = str(getattr(info, "sha", "") or "")
+        if not re.fullmatch(r"[0-9a-f]{40}", self.commit):
+            raise DownloadFailed(f"{self.endpoint} sent no commit for {self.repo}: is HF_ENDPOINT a Hugging Face hub "
+                                 f"(or a mirror of one)?")
+        for s in getattr(info, "siblings", None) or []:
+            name = str(s.rfilename)
+            if not any(fnmatch.fnmatchcase(name, p) for p in ALLOW_PATTERNS):
+                continue
+            lfs = getattr(s, "lfs", None)
+            sha = None
+            if lfs:  # an object with attributes (huggingface_hub >= 0.2x, a dict as well), or a plain dict
+                sha = getattr(lfs, "sha256", None) or (lfs.get("sha256") if isinstance(lfs, dict) else None)
+            size = int(s.size if s.size is not None else (lfs.get("size", 0) if isinstance(lfs, dict) else 0))
+            git_id = None if sha else getattr(s, "blob_id", None)
+            self.items.append(Item(name, size, sha, git_id, etag=str(sha or git_id or "")))
+        if not any(i.name == "model.bin" for i in self.items):
+            raise errors.Unsupported(f"{self.repo} is no faster-whisper model: it has no model.bin (a CTranslate2 "
+                                     f"conversion of Whisper, such as Systran/faster-whisper-{{{SIZES}}})",
+                                     param="model")
+        self.items.sort(key=lambda i: (i.name == "model.bin", i.name))  # the big file last: the rest is quick
+        self._check_space()
+        return {"status": "pulling manifest", "model": self.name, "repo": self.repo, "revision": self.commit,
+                "files": [{"file": i.name, "size": i.size} for i in self.items],
+                "total": sum(i.size for i in self.items)}
+
+    def _check_space(self) -> None:
+        need = 0
+        for i in self.items:
+            if i.etag and (self.blobs / i.etag).is_file():
+                continue
+            part = self.blobs / f"{i.etag}.incomplete"
+            need += max(0, i.size - (part.stat().st_size if i.etag and part.is_file() else 0))
+        where = self.cache
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        free = shutil.disk_usage(where).free
+        if need > free:
+            raise DiskFull(f"{self.repo} needs {_mb(need)} more, but the disk of the Hugging Face cache ({self.cache}) "
+                           f"has {_mb(free)} free: free some space, or point HF_HUB_CACHE (in hasrd's environment) "
+                           f"at a larger disk")
+
+    # ---- the download ---------------------------------------------------------------------------------------
+
+    def start(self, done: Callable[[dict[str, Any]], None]) -> None:
+        """Run the pull in a thread of its own (it may take hours); ``done`` gets the last line."""
+        def target() -> None:
+            try:
+                final = self.run()
+            except errors.HasrError as e:
+                self.error = e
+                final = e.to_json()
+            except BaseException as e:  # the stream must end with an error line, never just stop
+                log.exception("pull of %s failed", self.repo)
+                self.error = DownloadFailed(f"pulling {self.repo} failed: {type(e).__name__}: {e}")
+                final = self.error.to_json()
+            done(final)
+
+        self.thread = threading.Thread(target=target, name=f"pull {self.repo}", daemon=True)
+        self.thread.start()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def run(self) -> dict[str, Any]:
+        lock = repo_lock(self.repo)
+        if not lock.acquire(blocking=False):
+            self.emit({"status": f"waiting for another pull of {self.repo}"})
+            while not lock.acquire(timeout=0.5):
+                if self.cancelled.is_set():
+                    raise errors.Cancelled("the client went away")
+        try:
+            return self._run()
+        finally:
+            lock.release()
+
+    def _run(self) -> dict[str, Any]:
+        hf, fd, utils = _hub()
+        doing = "preparing the download"
+        try:
+            self.blobs.mkdir(parents=True, exist_ok=True)
+            for item in self.items:
+                doing = f"downloading {item.name}"
+                self._fetch(hf, fd, utils, item)
+            doing = "verifying the download"
+            self.emit({"status": "verifying sha256"})
+            for item in self.items:
+                self._verify(item)
+            doing = "installing"
+            snap = self._install()
+        except _Stop:
+            raise errors.Cancelled(f"the client went away: the pull of {self.repo} stopped; what arrived is kept "
+                                   f"and the next pull continues it") from None
+        except ChecksumMismatch:
+            self._discard()
+            raise
+        except Exception as e:
+            mapped = self._mapped(e, doing)
+            if isinstance(mapped, DiskFull):
+                self._discard()
+            raise mapped from None
+        size = sum((self.blobs / i.etag).stat().st_size for i in self.items)
+        return {"status": "success", "model": self._usable_name(), "repo": self.repo, "revision": self.commit,
+                "path": str(snap), "size_mb": size // 2**20, "downloaded_mb": round(self.fetched / 2**20, 1)}
+
+    def _fetch(self, hf: Any, fd: Any, utils: Any, item: Item) -> None:
+        if self.cancelled.is_set():
+            raise _Stop()
+        url = hf.hf_hub_url(self.repo, item.name, revision=self.commit, endpoint=self.endpoint)
+        meta = hf.get_hf_file_metadata(url, timeout=MANIFEST_TIMEOUT)  # HEAD: the ETag, the size, where the bytes are
+        etag = str(meta.etag or "").strip('"')
+        if not re.fullmatch(r"[0-9a-f]{40,64}", etag):
+            raise DownloadFailed(f"{self.endpoint} sent no usable ETag for {item.name} ({etag!r})")
+        if not item.size and meta.size:  # a manifest without sizes (a mirror that ignores files_metadata)
+            item.size = int(meta.size)
+        elif meta.size is not None and item.size and int(meta.size) != item.size:
+            raise DownloadFailed(f"{self.endpoint} lists {item.name} with {item.size} bytes but serves "
+                                 f"{meta.size}: the hub changed under the pull; pull again")
+        item.etag = etag
+        blob, part = self.blobs / etag, self.blobs / f"{etag}.incomplete"
+        if blob.is_file():
+            self._progress(item, item.size)
+            return
+        have = part.stat().st_size if part.is_file() else 0
+        if have > item.size:
+            part.unlink()
+            have = 0
+        self._progress(item, have)
+        if have < item.size or item.size == 0:
+            headers = dict(utils.build_hf_headers())  # the token (HF_TOKEN) and the user agent
+            location = str(meta.location or url)
+            if _origin(location) != _origin(url):  # a CDN: the token stays with the hub
+                for k in [k for k in headers if k.lower() == "authorization"]:
+                    del headers[k]
+            with open(part, "ab") as f:
+                sink = _Sink(f, self, item, have)
+                fd.http_get(location, sink, resume_size=have, headers=headers, expected_size=item.size,
+                            displayed_filename=item.name)
+                f.flush()
+                os.fsync(f.fileno())
+        got = part.stat().st_size
+        if got != item.size:
+            part.unlink(missing_ok=True)
+            raise DownloadFailed(f"{item.name} arrived with {got} bytes where the hub lists {item.size}: it was "
+                                 f"removed; pull again")
+        self._progress(item, item.size)
+
+    def _progress(self, item: Item, done: int) -> None:
+        if self.shown.get(item.name) == done:
+            return
+        self.shown[item.name] = done
+        self.emit({"status": "downloading", "file": item.name, "completed": done, "total": item.size})
+
+    def _verify(self, item: Item) -> None:
+        blob, part = self.blobs / item.etag, self.blobs / f"{item.etag}.incomplete"
+        path = blob if blob.is_file() else part
+        if item.sha256:
+            h, want, what = hashlib.sha256(), item.sha256, "sha256"
+        elif item.git_id:
+            h, want, what = hashlib.sha1(b"blob %d\0" % item.size), item.git_id, "git blob id"
+        else:
+            h, want, what = None, "", ""
+        size = 0
+        with open(path, "rb") as f:
+            while block := f.read(_BLOCK):
+                if self.cancelled.is_set():
+                    raise _Stop()
+                size += len(block)
+                if h is not None:
+                    h.update(block)
+        if size != item.size or (h is not None and h.hexdigest() != want):
+            path.unlink(missing_ok=True)  # whatever links it: a damaged blob is never kept
+            differs = (f"it has {size} bytes, the hub lists {item.size}" if size != item.size else
+                       f"its {what} is {h.hexdigest() if h else ''}, the hub lists {want}")
+            raise ChecksumMismatch(
+                f"{item.name} of {self.repo} does not match the hub's checksum ({differs}): the download was "
+                f"damaged on its way; it was removed and nothing was installed. Pull again; if it happens again, "
+                f"{self.endpoint} serves a damaged file")
+        if path == part:
+            os.replace(part, blob)
+
+    def _install(self) -> Path:
+        """snapshots/<commit>/ with a link per file, appearing whole; then refs/main."""
+        snaps = self.dir / "snapshots"
+        snaps.mkdir(parents=True, exist_ok=True)
+        snap = snaps / self.commit
+        if not snap.is_dir():
+            tmp_root = self.dir / f".hasr-pull-{uuid.uuid4().hex[:8]}"
+            tmp = tmp_root / self.commit  # the depth of snapshots/<commit>: the same relative links hold there
+            tmp.mkdir(parents=True)
+            try:
+                for item in self.items:
+                    _link(self.blobs / item.etag, tmp / item.name)
+                try:
+                    os.rename(tmp, snap)
+                except OSError as e:
+                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise
+            finally:
+                shutil.rmtree(tmp_root, ignore_errors=True)
+        for item in sorted(self.items, key=lambda i: i.name == "model.bin"):  # a snapshot that was there already
+            link = snap / item.name
+            if not (link.exists() and os.path.samefile(link, self.blobs / item.etag)):
+                tmp_link = snap / f".{item.name}.hasr-{uuid.uuid4().hex[:8]}"
+                _link(self.blobs / item.etag, tmp_link)
+                os.replace(tmp_link, link)
+        refs = self.dir / "refs"
+        refs.mkdir(exist_ok=True)
+        tmp_ref = refs / f".main.hasr-{uuid.uuid4().hex[:8]}"
+        tmp_ref.write_text(self.commit)
+        os.replace(tmp_ref, refs / "main")
+        return snap
+
+    def _discard(self) -> None:
+        """Remove what was downloaded for this snapshot (blobs no other snapshot links, partial files); the repo's
+        directory goes too when no snapshot is left in it."""
+        snaps = self.dir / "snapshots"
+        keep: set[str] = set()
+        if snaps.is_dir():
+            for s in snaps.iterdir():
+                if s.is_dir():
+                    keep.update(os.path.realpath(f) for f in s.iterdir())
+        for item in self.items:
+            if not item.etag:
+                continue
+            for p in (self.blobs / item.etag, self.blobs / f"{item.etag}.incomplete"):
+                if os.path.realpath(p) not in keep:
+                    with contextlib.suppress(OSError):
+                        p.unlink()
+        for tmp in self.dir.glob(".hasr-pull-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        if not (snaps.is_dir() and any(snaps.iterdir())):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _usable_name(self) -> str:
+        """The name a request uses: the one pulled, unless something else answers to it (``base`` is the
+        embedded model, a directory under $XDG_DATA_HOME/hasr/models comes first): then the repo id."""
+        n = self.name
+        if n in modelspec.DEFAULT_IDS or n in (modelspec.EMBEDDED, "embedded"):
+            return self.repo
+        if "/" not in n and (modelspec.data_dir() / n / "model.bin").is_file():
+            return self.repo
+        return n
+
+    # ---- errors ---------------------------------------------------------------------------------------------
+
+    def _mapped(self, e: BaseException, doing: str) -> errors.HasrError:
+        """A foreign exception as the error a client sees, in a sentence that says what to do."""
+        if isinstance(e, errors.HasrError):
+            return e
+        names = _names(e)
+        kept = (" What arrived is kept: the next pull continues it." if doing.startswith("downloading") else "")
+        if _disk_full(e):
+            free = shutil.disk_usage(self.cache).free if self.cache.exists() else 0
+            return DiskFull(f"the disk of the Hugging Face cache ({self.cache}) is full ({_mb(free)} free) while "
+                            f"{doing} of {self.repo}: what was downloaded was removed and nothing was installed; "
+                            f"free some space (or point HF_HUB_CACHE in hasrd's environment at a larger disk) and "
+                            f"pull again")
+        if "HFValidationError" in names:
+            return errors.BadRequest(f"`{self.name}` is no Hugging Face repo id: {str(e).splitlines()[0]}",
+                                     param="model")
+        if "GatedRepoError" in names:
+            return errors.ModelNotFound(f"{self.repo} on {self.endpoint} is gated: accept its terms on the hub and "
+                                        f"give hasrd a token (HF_TOKEN in its environment)", param="model")
+        if "RepositoryNotFoundError" in names or "RevisionNotFoundError" in names:
+            return errors.ModelNotFound(
+                f"there is no model {self.name!r} on {self.endpoint} (looked for the repo {self.repo}): a "
+                f"faster-whisper size ({SIZES}, ...) or a repo id of a CTranslate2 Whisper model; a private repo "
+                f"needs HF_TOKEN in hasrd's environment", param="model")
+        if "OfflineModeIsEnabled" in names:
+            return errors.Unsupported(f"downloads are off: HF_HUB_OFFLINE is set in hasrd's environment (unset it "
+                                      f"to pull {self.repo})", param="model")
+        reason = str(_chain(e)[-1]) or type(e).__name__
+        if names & CONNECT_ERRORS:
+            return HubUnreachable(f"this machine cannot reach {self.endpoint} ({reason}) while {doing} of "
+                                  f"{self.repo}: check the network (a proxy: HTTPS_PROXY in hasrd's environment), "
+                                  f"or set HF_ENDPOINT in hasrd's environment to a mirror of the Hugging Face "
+                                  f"hub.{kept}")
+        if "EntryNotFoundError" in names or "RemoteEntryNotFoundError" in names:
+            return DownloadFailed(f"{self.endpoint} lists a file of {self.repo} that it does not serve while {doing}; "
+                                  f"pull again later")
+        if "HfHubHTTPError" in names:
+            status = next((getattr(getattr(x, "response", None), "status_code", None) for x in _chain(e)
+                           if getattr(x, "response", None) is not None), None)
+            return DownloadFailed(f"{self.endpoint} answered {status or 'an error'} while {doing} of {self.repo}: "
+                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}.{kept}")
+        if names & BROKEN_ERRORS:
+            return DownloadFailed(f"the connection to {self.endpoint} broke off while {doing} of {self.repo} "
+                                  f"({reason}).{kept}")
+        log.warning("pull of %s: %s: %r", self.repo, doing, e)
+        return DownloadFailed(f"{doing} of {self.repo} failed: {type(e).__name__}: {e}.{kept}")
+
+
+class _Sink:
+    """The partial blob as http_get's file: counts what arrives (progress lines, at least every PROGRESS_SEC or
+    PROGRESS_BYTES) and stops the transfer when the client has gone."""
+
+    def __init__(self, f: Any, pull: Pull, item: Item, have: int) -> None:
+        self.f, self.pull, self.item = f, pull, item
+        self.done = self.shown = have
+        self.last = time.monotonic()
+
+    def write(self, data: bytes) -> int:
+        if self.pull.cancelled.is_set():
+            raise _Stop()
+        n: int = self.f.write(data)
+        self.done += len(data)
+        self.pull.fetched += len(data)
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_SEC or self.done - self.shown >= PROGRESS_BYTES:
+            self.last, self.shown = now, self.done
+            self.pull._progress(self.item, self.done)
+        return n
+
+    def truncate(self, size: int | None = None) -> int:
+        """The server ignored the Range: huggingface_hub starts the file again."""
+        n: int = self.f.truncate() if size is None else self.f.truncate(size)
+        self.done = self.f.tell()
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.f, name)
+
+
+def _link(blob: Path, dst: Path) -> None:
+    """A relative symlink, as huggingface_hub makes them; a hard link (or a copy) where symlinks are refused."""
+    try:
+        os.symlink(os.path.relpath(blob, dst.parent), dst)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        try:
+            os.link(blob, dst)
+        except OSError:
+            shutil.copyfile(blob, dst)
+
+
+# ---- the routes ---------------------------------------------------------------------------------------------
