@@ -46,6 +46,12 @@ class ModelSpec:
     def key(self) -> str:
         return f"{self.engine}|{self.fw_model}"
 
+    def worker_env(self) -> dict[str, str]:
+        """The variables a worker of this model starts with (the pool's workers and hasrctl batch's actors)."""
+        if self.engine == "fake" and self.fw_model.startswith("fake:"):
+            return {"HASR_FAKE_ALLOC_MB": self.fw_model[5:]}  # the sized fake worker
+        return {"HASR_FW_MODEL": self.fw_model} if self.fw_model else {}
+
 
 def data_dir() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hasr" / "models"

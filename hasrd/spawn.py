@@ -45,11 +45,7 @@ def make_spawn(engine: str, *, python: str = "", gpu_spec: str = "", need_vram_m
 def make_pool_spawn(settings: Any, has_gpus: Callable[[], bool]) -> Callable[[Any, str], Any]:
     """The pool's spawn factory: a worker for (model, device), device "cpu" or a GPU UUID (hasrd.placement)."""
     def for_worker(spec: Any, device: str) -> Callable[[Callable[[str], None]], Any]:
-        env: dict[str, str] = {}
-        if spec.engine == "fake" and spec.fw_model.startswith("fake:"):
-            env["HASR_FAKE_ALLOC_MB"] = spec.fw_model[5:]  # modelspec's sized fake worker
-        elif spec.fw_model:
-            env["HASR_FW_MODEL"] = spec.fw_model
+        env = spec.worker_env()
         gpu_spec = "" if device == "cpu" else device
         if device == "cpu" and has_gpus():  # placed on the CPU of a GPU machine: keep it off the GPUs
             env.update(HASR_FW_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")

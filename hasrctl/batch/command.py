@@ -46,12 +46,7 @@ def _model(model: str | None, engine: str | None) -> tuple[Any, str, dict[str, s
         spec = modelspec.resolve(model or "", s)
     except errors.ModelNotFound as e:
         raise UsageError(f"--model: {e.message}") from None
-    env: dict[str, str] = {}
-    if spec.engine == "fake" and spec.fw_model.startswith("fake:"):
-        env["HASR_FAKE_ALLOC_MB"] = spec.fw_model[5:]
-    elif spec.fw_model:
-        env["HASR_FW_MODEL"] = spec.fw_model
-    return spec, engine or spec.engine, env
+    return spec, engine or spec.engine, spec.worker_env()
 
 
 def _language(language: str | None) -> str:
