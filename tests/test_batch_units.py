@@ -269,3 +269,12 @@ def test_without_ray_installed_it_says_how_to_get_it(tmp_path: Path) -> None:
     res = hasrctl("batch", str(tmp_path / "missing-but-not-checked-yet"), "-o", str(tmp_path / "o"), env=env)
     assert res.returncode == 2, res
     assert "pip install 'hasr[cpu,batch]'" in res.stderr
+
+
+def test_an_mpeg_ts_stream_is_known_by_its_sync_bytes(tmp_path: Path) -> None:
+    ts = bytearray(os.urandom(600))
+    ts[0] = ts[188] = ts[376] = 0x47
+    (tmp_path / "rec.ts").write_bytes(bytes(ts))
+    ts[376] = 0x00
+    (tmp_path / "not.ts").write_bytes(bytes(ts))
+    assert [Path(f).name for f in inputs.expand([str(tmp_path)]).files] == ["rec.ts"]

@@ -51,17 +51,11 @@ def looks_like_media(head: bytes) -> bool:
 def _is_media(path: str) -> bool:
     try:
         with open(path, "rb") as f:
-            head = f.read(16)
+            head = f.read(377)
     except OSError:
         return True  # unreadable: taken, so that the run records why it failed instead of hiding it
-    if head[:1] == b"\x47":  # MPEG-TS: a sync byte every 188 bytes
-        try:
-            with open(path, "rb") as f:
-                ts = f.read(188 * 3 + 1)
-            if len(ts) > 376 and ts[188] == 0x47 and ts[376] == 0x47:
-                return True
-        except OSError:
-            return True
+    if len(head) == 377 and head[0] == head[188] == head[376] == 0x47:
+        return True  # MPEG-TS: a sync byte every 188 bytes
     return looks_like_media(head)
 
 
