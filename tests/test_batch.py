@@ -44,27 +44,45 @@ def corpus(module_tmp: str) -> Path:
     return root
 
 
+def _ray_env(base: str, **extra: str) -> dict[str, str]:
+    """cli_env with a Ray temporary directory of this test's own: Ray's processes inherit it, so a test finds its
+    own Ray processes (and no other run's on the same machine) by their environment."""
+    return cli_env(base, RAY_TMPDIR=os.path.join(base, "r"), **extra)
+
+
 def _env(base: str, **extra: str) -> dict[str, str]:
-    return cli_env(base, HASR_ENGINE="auto", HASR_FW_DEVICE="cpu", HASR_IDLE_EXIT_SEC="30", **extra)
+    return _ray_env(base, HASR_ENGINE="auto", HASR_FW_DEVICE="cpu", HASR_IDLE_EXIT_SEC="30", **extra)
 
 
 def _rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
 
 
-def _ray_processes() -> set[int]:
-    res = subprocess.run(["pgrep", "-f", "raylet|gcs_server|ray::"], capture_output=True, text=True)
-    return {int(p) for p in res.stdout.split()}
+def _ours(pid: int, env: dict[str, str]) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"RAY_TMPDIR={env['RAY_TMPDIR']}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _pids(pattern: str, env: dict[str, str]) -> set[int]:
+    res = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return {int(p) for p in res.stdout.split() if _ours(int(p), env)}
+
+
+def _ray_processes(env: dict[str, str]) -> set[int]:
+    """The Ray processes a run with ``env`` started (its raylet, GCS, agents, workers and actors)."""
+    return _pids("raylet|gcs_server|ray::", env)
 
 
 @pytest.fixture(scope="module")
 def first_run(module_tmp: str, corpus: Path) -> tuple[Any, Path, dict[str, str]]:
     env = _env(os.path.join(module_tmp, "e1"))
     out = Path(module_tmp) / "out"
-    before = _ray_processes()
     res = hasrctl("batch", str(corpus), "-o", str(out), "-f", "txt,srt,json", "--workers", "2", "--no-progress",
                   env=env, timeout=600)
-    assert wait_until(lambda: not (_ray_processes() - before), 30), "Ray's processes outlived the run"
+    assert wait_until(lambda: not _ray_processes(env), 30), "Ray's processes outlived the run"
     return res, out, env
 
 
@@ -123,7 +141,6 @@ def test_rerun_skips_everything_and_changes_nothing(first_run: Any, corpus: Path
     res, out, env = first_run
     before = (out / "manifest.jsonl").read_bytes()
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")}
-    ray_before = _ray_processes()
     again = hasrctl("batch", str(corpus), "-o", str(out), "-f", "txt,srt,json", "--workers", "2", env=env)
     assert again.returncode == 1, show(again)  # the broken file is still failed: its bytes did not change
     assert "9 of 9 input(s) are up to date (1 failed for their content" in again.stderr, again.stderr
@@ -131,7 +148,7 @@ def test_rerun_skips_everything_and_changes_nothing(first_run: Any, corpus: Path
     assert "local Ray" not in again.stderr, "nothing to do must not start Ray"
     assert (out / "manifest.jsonl").read_bytes() == before
     assert stamps == {p: p.stat().st_mtime_ns for p in stamps}
-    assert not (_ray_processes() - ray_before)  # its cost is the scan and the hashes (benchmarks/batch.py: 0.029)
+    assert not _ray_processes(env)  # its cost is the scan and the hashes (benchmarks/batch.py: 0.029)
 
 
 def test_changed_options_or_content_are_redone(module_tmp: str, corpus: Path, first_run: Any) -> None:
@@ -211,7 +228,7 @@ def test_a_list_file_and_stdin_name_the_inputs(short_tmp: str, corpus: Path) -> 
 
 def _slow_fake(base: str) -> dict[str, str]:
     """The fake engine taking 1.5 s per second of audio: time to kill an actor mid-file."""
-    return cli_env(base, HASR_ENGINE="fake", HASR_FAKE_RTF="1.5")
+    return _ray_env(base, HASR_ENGINE="fake", HASR_FAKE_RTF="1.5")
 
 
 def _journal_rows(out: Path) -> int:
@@ -224,31 +241,29 @@ def _journal_rows(out: Path) -> int:
     return n
 
 
-def _actor_pids() -> list[int]:
-    res = subprocess.run(["pgrep", "-f", r"ray::MapWorker\(Map\(Transcriber\)\)"], capture_output=True, text=True)
-    return [int(p) for p in res.stdout.split()]
+def _actor_pids(env: dict[str, str]) -> set[int]:
+    return _pids(r"ray::MapWorker\(Map\(Transcriber\)\)", env)
 
 
-def _busy_actor_pids() -> list[int]:
-    """Actors whose process is running a file now (the fake engine sleeps in transcribe: state S, but the
-    actor's name says so: Ray sets ``ray::MapWorker(...).submit`` while a task runs)."""
-    res = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True)
-    return [int(line.split()[0]) for line in res.stdout.splitlines()
-            if "ray::MapWorker(Map(Transcriber))." in line]
+def _busy_actor_pids(env: dict[str, str]) -> list[int]:
+    """This run's actors running a file now (Ray titles an actor ``ray::MapWorker(...).submit`` while a task
+    runs)."""
+    return sorted(_pids(r"ray::MapWorker\(Map\(Transcriber\)\)\.", env))
 
 
 def test_an_actor_killed_mid_file_is_restarted_and_the_file_retried(short_tmp: str, corpus: Path) -> None:
     out = Path(short_tmp) / "out"
     files = [corpus / "en" / "en_quick_brown_fox.flac", corpus / "en" / "deep" / "en_espeak_park.flac",
              corpus / "zh" / "deep" / "zh_pangrama.flac", corpus / "en" / "fox.data"]
+    env = _slow_fake(short_tmp)
     proc = subprocess.Popen([sys.executable, "-m", "hasrctl", "batch", *map(str, files), "-o", str(out),
-                             "--workers", "2", "--no-progress"], env=_slow_fake(short_tmp), cwd=str(REPO),
+                             "--workers", "2", "--no-progress"], env=env, cwd=str(REPO),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_until(lambda: _busy_actor_pids() or proc.poll() is not None, 120), "no actor started a file"
-        busy = _busy_actor_pids()
+        assert wait_until(lambda: _busy_actor_pids(env) or proc.poll() is not None, 120), "no actor started a file"
+        busy = _busy_actor_pids(env)
         assert busy, f"the run ended first: {proc.communicate()}"
-        actors_at_kill = set(_actor_pids())
+        actors_at_kill = _actor_pids(env)
         done_at_kill = _journal_rows(out)
         os.kill(busy[0], signal.SIGKILL)
         _stdout, stderr = proc.communicate(timeout=300)
@@ -268,7 +283,6 @@ def test_ctrl_c_keeps_what_finished_and_a_rerun_goes_on(short_tmp: str, corpus: 
     """Ctrl-C (or a SIGTERM) mid-run: the finished files are in the manifest, Ray's local processes end with the
     run, and the same command goes on from there."""
     out = Path(short_tmp) / "out"
-    before = _ray_processes()
     env = _slow_fake(short_tmp)
     args = [sys.executable, "-m", "hasrctl", "batch", str(corpus / "en"), str(corpus / "zh"), "-o", str(out),
             "--workers", "1", "--no-progress"]
@@ -283,7 +297,7 @@ def test_ctrl_c_keeps_what_finished_and_a_rerun_goes_on(short_tmp: str, corpus: 
             proc.kill()
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "run the same command" in stderr
-    assert wait_until(lambda: not (_ray_processes() - before), 30), "Ray's processes outlived the run"
+    assert wait_until(lambda: not _ray_processes(env), 30), "Ray's processes outlived the run"
     rows = _rows(out)
     assert 1 <= len(rows) < 8 and all(r["status"] == "ok" for r in rows)
     assert not (out / ".hasr-batch.journal").exists()
@@ -299,8 +313,7 @@ def test_a_file_that_kills_its_actor_every_time_is_failed_and_the_run_goes_on(sh
     from hasrctl.batch.run import RETRIES
 
     out = Path(short_tmp) / "out"
-    env = cli_env(short_tmp, HASR_ENGINE="fake", HASR_FAKE_CRASH_MID="1")
-    before = _ray_processes()
+    env = _ray_env(short_tmp, HASR_ENGINE="fake", HASR_FAKE_CRASH_MID="1")
     res = hasrctl("batch", str(corpus / "en" / "en_hello_world.flac"), "-o", str(out), "--workers", "1",
                   "--no-progress", env=env, timeout=300)
     assert res.returncode == 1, show(res)
@@ -308,4 +321,4 @@ def test_a_file_that_kills_its_actor_every_time_is_failed_and_the_run_goes_on(sh
     assert len(rows) == 1 and rows[0]["status"] == "failed", rows
     assert rows[0]["error"]["code"] == "worker_died" and f"{RETRIES + 1} times" in rows[0]["error"]["message"]
     assert "en_hello_world.flac" in res.stderr and "Traceback" not in res.stderr
-    assert wait_until(lambda: not (_ray_processes() - before), 30), "Ray's processes outlived the run"
+    assert wait_until(lambda: not _ray_processes(env), 30), "Ray's processes outlived the run"
