@@ -65,8 +65,9 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
                       "3 daemon unreachable. Several inputs: one failing makes the exit 1; when all fail "
                       "alike, their own code.")
 @click.argument("files", nargs=-1, required=True, metavar="FILE...", type=click.Path(allow_dash=True))
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS, case_sensitive=False), default="text",
-              show_default=True, envvar="HASR_FORMAT", show_envvar=True, help="Output format.")
+@click.option("-f", "--format", "fmt", type=click.Choice((*FORMATS, "txt"), case_sensitive=False), default="text",
+              show_default=True, envvar="HASR_FORMAT", show_envvar=True,
+              help="Output format (txt is text, as in hasrctl batch).")
 @click.option("-o", "--output", "out", metavar="FILE|DIR", envvar="HASR_OUTPUT", show_envvar=True,
               help="Write to FILE, or to DIR/NAME.<ext> for each input; - is stdout (the default).")
 @click.option("--beside", is_flag=True, envvar="HASR_BESIDE", show_envvar=True,
@@ -112,7 +113,7 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
       hasrctl transcribe --beside -f srt *.wav           # x.wav -> x.srt
       ffmpeg -i video.mkv -f wav - | hasrctl transcribe -l English -
     """
-    fmt = fmt.lower()
+    fmt = fmt.lower().replace("txt", "text")
     language = language or settings().language or None
     options = engine_options(prompt, word_timestamps, translate, model)
     try:

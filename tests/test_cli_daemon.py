@@ -98,6 +98,14 @@ def test_every_format_equals_the_shared_renderer_of_the_result(env: dict[str, st
         assert hasrctl("transcribe", "-f", fmt, wav, env=env).stdout == want
 
 
+def test_txt_is_text_as_batch_names_it(env: dict[str, str], wav: str, short_tmp: str) -> None:
+    """`hasrctl batch -f txt` and `transcribe -f txt` name one format: the same lines, in NAME.txt."""
+    assert hasrctl("transcribe", "-f", "txt", wav, env=env).stdout == TEXT
+    res = hasrctl("transcribe", "-f", "TXT", "-o", short_tmp, wav, env=env)
+    assert res.returncode == 0, show(res)
+    assert (Path(short_tmp) / (Path(wav).stem + ".txt")).read_text() == TEXT
+
+
 def test_output_directory_gets_name_dot_ext_and_is_never_overwritten(env: dict[str, str], wav: str,
                                                                       work: str) -> None:
     second = write_wav(os.path.join(work, "会议 记录.wav"), 1.0)
