@@ -189,7 +189,7 @@ def test_unknown_model_is_refused_before_ray_starts(short_tmp: str, corpus: Path
     (["{corpus}", "--language", "Klingon"], "--language"),
     (["{empty}"], "no audio or video files"),
     (["{corpus}/*.nothing"], "matches nothing"),
-    (["{corpus}", "--address", "ray://127.0.0.1:10001"], "ray job submit"),
+    (["{corpus}", "--address", "ray://127.0.0.1:port"], "ray://HOST:PORT"),
     (["{corpus}", "--address", "nohostport"], "HOST:PORT"),
 ])
 def test_bad_usage_exits_2_with_one_clear_line(short_tmp: str, corpus: Path, args: list[str], words: str) -> None:
@@ -202,7 +202,7 @@ def test_bad_usage_exits_2_with_one_clear_line(short_tmp: str, corpus: Path, arg
     assert words in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1:1", "auto"])
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "auto", "ray://127.0.0.1:1"])
 def test_an_unreachable_cluster_exits_3(short_tmp: str, corpus: Path, address: str) -> None:
     env = _env(short_tmp, RAY_ADDRESS="")
     env.pop("RAY_ADDRESS")
@@ -322,3 +322,116 @@ def test_a_file_that_kills_its_actor_every_time_is_failed_and_the_run_goes_on(sh
     assert rows[0]["error"]["code"] == "worker_died" and f"{RETRIES + 1} times" in rows[0]["error"]["message"]
     assert "en_hello_world.flac" in res.stderr and "Traceback" not in res.stderr
     assert wait_until(lambda: not _ray_processes(env), 30), "Ray's processes outlived the run"
+
+
+# ---- a cluster through the Ray Client (ray://) ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _all_ours(env: dict[str, str]) -> set[int]:
+    """Every process of this test's Ray (``ray start`` starts more than a driver's local Ray: a client server,
+    a log monitor, the autoscaler's monitor)."""
+    return {int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid() and _ours(int(p), env)}
+
+
+@pytest.fixture(scope="module")
+def client_head(module_tmp: str) -> Any:
+    """A Ray cluster of one head started with ``ray start``, token authentication on (as Ray 2.60 does once
+    ~/.ray/auth_token exists), its Ray Client server on a free port; stopped by killing this test's Ray processes
+    only (``ray stop`` would stop every Ray on the machine)."""
+    env = _env(os.path.join(module_tmp, "head"), RAY_AUTH_MODE="token")
+    port = _free_port()
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    res = subprocess.run([ray, "start", "--head", f"--port={_free_port()}", f"--ray-client-server-port={port}",
+                          "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+                          f"--dashboard-agent-listen-port={_free_port()}"],
+                         env=env, cwd=str(REPO), capture_output=True, text=True, timeout=180)
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield f"ray://127.0.0.1:{port}", env
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in _all_ours(env):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            if wait_until(lambda: not _all_ours(env), 15):
+                break
+
+
+def _client_server_logs(env: dict[str, str]) -> str:
+    logs = Path(env["RAY_TMPDIR"]) / "ray" / "session_latest" / "logs"
+    return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(logs.glob("ray_client*.err")))
+
+
+def test_a_cluster_through_the_ray_client_gives_the_same_rows(module_tmp: str, corpus: Path, first_run: Any,
+                                                              client_head: Any) -> None:
+    """--address ray://HEAD:PORT: Ray Data cannot run in a Ray Client driver, so the pipeline runs in an actor on
+    the cluster; the rows, texts and files are those of the local run, and nothing of the run stays on the
+    head."""
+    address, head_env = client_head
+    _res, first_out, _env1 = first_run
+    out = Path(module_tmp) / "client-out"
+    env = _env(os.path.join(module_tmp, "driver"), RAY_AUTH_MODE="token")
+    res = hasrctl("batch", str(corpus / "en"), "-o", str(out), "-f", "txt,srt", "--address", address,
+                  "--no-progress", env=env, timeout=600)
+    assert res.returncode == 0, show(res) + _client_server_logs(head_env)
+    assert f"on the Ray cluster at {address}: 2 actor(s)" in res.stderr and "Traceback" not in res.stderr
+    local = {r["path"]: r for r in _rows(first_out)}
+    rows = _rows(out)
+    assert sorted(r["path"] for r in rows) == sorted(p for p in local if p.startswith(str(corpus / "en")))
+    for r in rows:
+        assert r["status"] == "ok" and r["text"] == local[r["path"]]["text"], r
+        theirs = {Path(o).suffix: first_out / o for o in local[r["path"]]["outputs"]}
+        assert [Path(o).suffix for o in r["outputs"]] == [".txt", ".srt"]
+        for o in r["outputs"]:
+            assert (out / o).read_text() == theirs[Path(o).suffix].read_text()
+    # the pipeline's actor and its pool are gone with the run; the head stays up for the next one
+    assert wait_until(lambda: not _pids(r"ray::(Pipeline|MapWorker)", head_env), 60), "the run's actors stayed"
+    assert _pids("raylet", head_env)
+
+
+def test_a_ray_client_without_the_clusters_token_is_exit_3_with_the_fix(short_tmp: str, corpus: Path,
+                                                                       client_head: Any) -> None:
+    """Ray's client only times out (30 s) when the cluster refuses it for a missing token: say what to set."""
+    address, _head_env = client_head
+    env = _env(short_tmp)
+    env.pop("RAY_AUTH_MODE", None)
+    res = hasrctl("batch", str(corpus / "en" / "en_hello_world.flac"), "-o", str(Path(short_tmp) / "o"),
+                  "--address", address, env=env, timeout=300)
+    assert res.returncode == 3, show(res)
+    assert f"cannot reach the Ray cluster at {address}" in res.stderr and "RAY_AUTH_MODE=token" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_ctrl_c_through_the_ray_client_ends_the_runs_actors_on_the_cluster(short_tmp: str, corpus: Path,
+                                                                          client_head: Any) -> None:
+    """Interrupted, the driver kills its pipeline actor on the head, and the actor pool goes with it: nothing of
+    the run keeps working (or holding a GPU) on the cluster; the finished files are in the manifest."""
+    address, head_env = client_head
+    out = Path(short_tmp) / "out"
+    env = {**_slow_fake(short_tmp), "RAY_AUTH_MODE": "token"}
+    proc = subprocess.Popen([sys.executable, "-m", "hasrctl", "batch", str(corpus / "en"), str(corpus / "zh"),
+                             "-o", str(out), "--workers", "1", "--no-progress", "--address", address],
+                            env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: _journal_rows(out) >= 1 or proc.poll() is not None, 180)
+        assert _pids(r"ray::MapWorker", head_env), "no actor of the run on the head"
+        proc.send_signal(signal.SIGINT)
+        _stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr + _client_server_logs(head_env)
+    assert "interrupted" in stderr
+    rows = _rows(out)
+    assert 1 <= len(rows) < 8 and all(r["status"] == "ok" for r in rows)
+    assert wait_until(lambda: not _pids(r"ray::(Pipeline|MapWorker)", head_env), 60), "the run's actors stayed"

@@ -278,3 +278,49 @@ def test_an_mpeg_ts_stream_is_known_by_its_sync_bytes(tmp_path: Path) -> None:
     ts[376] = 0x00
     (tmp_path / "not.ts").write_bytes(bytes(ts))
     assert [Path(f).name for f in inputs.expand([str(tmp_path)]).files] == ["rec.ts"]
+
+
+class _RayThatRefuses:
+    """ray.init as the Ray Client fails it: the messages are Ray 2.60's."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.inits = 0
+
+    def init(self, **kwargs: object) -> None:
+        self.inits += 1
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def shutdown(self) -> None:
+        pass
+
+
+SERVER_FAILED = RuntimeError("Initialization failure from server:\nRuntimeError: Starting Ray client server failed. "
+                             "See ray_client_server_23000.err for detailed logs.")
+
+
+@pytest.mark.parametrize("errors, inits, refused", [
+    ([SERVER_FAILED], 2, None),  # the head's per-driver server died at start once: a second try connects
+    ([SERVER_FAILED, SERVER_FAILED], 2, "Starting Ray client server failed"),  # not twice
+    ([ConnectionError("ray client connection timeout")], 1, "set RAY_AUTH_MODE=token"),  # no retry for this
+])
+def test_the_ray_client_is_tried_again_only_when_the_heads_server_failed_to_start(
+        monkeypatch: pytest.MonkeyPatch, errors: list[Exception], inits: int, refused: str | None) -> None:
+    import socket
+
+    from hasrctl.batch import run
+
+    fake = _RayThatRefuses(*errors)
+    monkeypatch.setattr(run, "import_ray", lambda: fake)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with socket.socket() as head:  # something answers at the address: the TCP check passes
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        address = f"ray://127.0.0.1:{head.getsockname()[1]}"
+        if refused is None:
+            assert run.connect(address, None) is fake
+        else:
+            with pytest.raises(run.RayUnreachable, match=refused):
+                run.connect(address, None)
+    assert fake.inits == inits

@@ -109,7 +109,8 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None, gpus_per_worker:
               help="GPUs each actor takes: 0.5 puts two on a GPU, 0 makes CPU actors [default: 1 where the "
                    "cluster has GPUs, else 0].")
 @click.option("--address", metavar="ADDR", envvar="RAY_ADDRESS", show_envvar=True,
-              help="A Ray cluster: auto (the one `ray start` made on this machine) or HOST:6379 (its head) "
+              help="A Ray cluster: auto (the one `ray start` made on this machine), HOST:6379 (its head, from "
+                   "a machine of the cluster) or ray://HOST:10001 (its Ray Client server, from anywhere) "
                    "[default: a local Ray started for this run].")
 @click.option("--prompt", metavar="TEXT", help="Text that guides faster-whisper (names, spelling, style).")
 @click.option("--word-timestamps", is_flag=True, help="Time every word (json and verbose_json carry `words`).")

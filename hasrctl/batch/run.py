@@ -5,7 +5,8 @@ one file and the long ones do not finish last) with :class:`~hasrctl.batch.actor
 of ``workers`` actors: CPU actors splitting the local cores, or actors of ``gpus_per_worker`` GPUs. Results
 stream back in the order they finish. An actor that dies (a crash, an OOM kill, kill -9) is restarted by Ray
 and its files are retried (``RETRIES`` times each); a file that kills its actor every time is given up and
-recorded as failed, and the run goes on (``max_errored_blocks = -1``).
+recorded as failed, and the run goes on (``max_errored_blocks = -1``). Through the Ray Client (``ray://``) the
+same pipeline runs in a :class:`Pipeline` actor on the cluster, and the rows come back from it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit
 from hasrctl.client import Unreachable, UsageError
 
 RETRIES = 3
+CLIENT_PORT = 10001  # ray start --head's Ray Client server
 
 
 class RayUnreachable(Unreachable):
@@ -60,15 +62,15 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """A TCP connect to a cluster's address first: Ray itself waits minutes on an address nobody answers."""
     if address == "auto":
         return
-    if address.startswith("ray://"):
-        # Ray Client: its server did not start a session for a Ray Data driver here (Ray 2.60, tested)
-        raise UsageError(f"--address {address}: the Ray Client (ray://) is not supported; run hasrctl batch on a "
-                         f"node of the cluster with --address auto, or submit it there: ray job submit --address "
-                         f"http://HEAD:8265 -- hasrctl batch ... --address auto (docs/BATCH.md)")
-    parts = urlsplit(f"tcp://{address}")
-    host, port = parts.hostname, parts.port
+    client = address.startswith("ray://")
+    parts = urlsplit(address if client else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port or (CLIENT_PORT if client else None)
+    except ValueError:  # a port that is not a number
+        host = port = None
     if not host or not port:
-        raise UsageError(f"--address {address}: use auto or HOST:PORT (the head's GCS port, 6379 by default)")
+        raise UsageError(f"--address {address}: use auto, HOST:PORT (the head's GCS port, 6379 by default) or "
+                         f"ray://HOST:PORT (the head's Ray Client server, {CLIENT_PORT} by default)")
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as e:
@@ -76,16 +78,22 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
                              f"`ray start --head`, or leave --address out for a local Ray") from None
 
 
-def _auth_hint(log: str | None) -> str:
-    """What Ray wrote to its log (OUTDIR/.hasr-batch.ray.log) when a cluster refused us for a missing token."""
+def _auth_hint(log: str | None, address: str) -> str:
+    """Why a cluster that answered refused us, where a missing token is the likely reason: Ray's log
+    (OUTDIR/.hasr-batch.ray.log) names it for a GCS address; the Ray Client only times out (30 s)."""
+    advice = ("set RAY_AUTH_MODE=token with the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
+              "(docs/BATCH.md)")
+    if address.startswith("ray://"):
+        if os.environ.get("RAY_AUTH_MODE") == "token":
+            return ""
+        return f"; if the cluster uses token authentication (Ray's default where ~/.ray/auth_token exists), {advice}"
     try:
         with open(log or "", encoding="utf-8", errors="replace") as f:
             text = f.read()[-20000:]
     except OSError:
         return ""
     if "InvalidAuthToken" in text or "AuthenticationError" in text or "UNAUTHENTICATED" in text:
-        return ("; the cluster refused this driver's token: set RAY_AUTH_MODE=token with the cluster's token "
-                "in ~/.ray/auth_token or RAY_AUTH_TOKEN (docs/BATCH.md)")
+        return f"; the cluster refused this driver's token: {advice}"
     return ""
 
 
@@ -100,10 +108,24 @@ def connect(address: str | None, num_cpus: int | None, log: str | None = None) -
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "include_dashboard": False}
     if address:
         _check_reachable(address)
-        try:
-            ray.init(address=address, **quiet)
-        except (ConnectionError, TimeoutError, RuntimeError) as e:
-            raise RayUnreachable(f"cannot reach the Ray cluster at {address}: {e}{_auth_hint(log)}") from None
+        if address.startswith("ray://"):
+            # the cluster's log lines come back to the Ray Client through a logger without a handler, which
+            # Python prints on the terminal: they go with Ray's other lines
+            client_log = logging.getLogger("ray.util.client.logsclient")
+            if log and not client_log.handlers:
+                client_log.addHandler(logging.FileHandler(log, encoding="utf-8"))
+        for attempt in (1, 2):
+            try:
+                ray.init(address=address, **quiet)
+                break
+            except (ConnectionError, TimeoutError, RuntimeError) as e:
+                # The head's client server starts a server process for each driver; once here (1 connection of
+                # about 10) that process exited at once and the driver was refused. Another try costs seconds.
+                if attempt == 1 and "Starting Ray client server failed" in str(e):
+                    shutdown(ray)
+                    continue
+                raise RayUnreachable(f"cannot reach the Ray cluster at {address}: {e}{_auth_hint(log, address)}"
+                                     ) from None
     else:
         ray.init(address="local", num_cpus=num_cpus, **quiet)
     return ray
@@ -139,10 +161,63 @@ def cluster(ray: Any) -> tuple[int, float]:
 
 def results(ray: Any, job: Job, paths: list[str]) -> Iterator[dict[str, Any]]:
     """Each file's row (actor.Transcriber.transcribe) as it finishes; files whose tasks died ``RETRIES`` + 1
-    times are left out (the caller records them)."""
+    times are left out (the caller records them).
+
+    Through the Ray Client (``ray://``) Ray Data cannot run its executor in this process (Ray 2.60: "'Worker'
+    object has no attribute 'core_worker'"), so the same pipeline runs in a :class:`Pipeline` actor on the
+    cluster, and the rows come back from it one by one."""
+    env = actor_env(job)
+    if not _through_client(ray):
+        yield from _pipeline(ray, job, paths, env)
+        return
+    try:
+        pipeline = ray.remote(num_cpus=0, max_restarts=0)(Pipeline).remote(job, paths, env)
+    except ModuleNotFoundError as e:  # the Ray Client unpickles the class on the cluster at once
+        if (e.name or "").partition(".")[0] not in ("hasrctl", "hasrd"):
+            raise
+        raise RayUnreachable(f"the Ray cluster cannot import {e.name}: install the same hasr on every node "
+                             f"(pip install 'hasr[cpu,batch]'; docs/BATCH.md)") from None
+    try:
+        while (row := ray.get(pipeline.next.remote())) is not None:
+            yield row
+    finally:
+        with contextlib.suppress(Exception):  # the actors of its pool are its own: they go with it
+            ray.kill(pipeline)
+
+
+def actor_env(job: Job) -> dict[str, str]:
+    """The actors' environment: the job, the HASR_* settings, and this shell's threads."""
+    from hasrctl.batch.actor import JOB_VAR
+
+    return {**job.env, JOB_VAR: json.dumps({"engine": job.engine, "language": job.language, "options": job.options,
+                                            "formats": job.formats, "rules": dataclasses.asdict(job.rules),
+                                            "model": job.model}),
+            # Ray sets OMP_NUM_THREADS to an actor's CPUs unless it is given; numpy's BLAS (the mel spectrogram)
+            # and CTranslate2 with another thread count give other low-order results (a cue edge moved 20 ms),
+            # so the actors thread as the daemon's worker does: as this shell says, or the libraries' default
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "")}
+
+
+def _through_client(ray: Any) -> bool:
+    return bool(ray.util.client.ray.is_connected())
+
+
+class Pipeline:
+    """The pipeline run where Ray Data can run it, for a driver connected through the Ray Client."""
+
+    def __init__(self, job: Job, paths: list[str], env: dict[str, str]) -> None:
+        import ray
+
+        self._rows = _pipeline(ray, job, paths, env)
+
+    def next(self) -> dict[str, Any] | None:
+        return next(self._rows, None)
+
+
+def _pipeline(ray: Any, job: Job, paths: list[str], env: dict[str, str]) -> Iterator[dict[str, Any]]:
     from ray.data import DataContext
 
-    from hasrctl.batch.actor import JOB_VAR, Transcriber
+    from hasrctl.batch.actor import Transcriber
 
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
@@ -150,13 +225,6 @@ def results(ray: Any, job: Job, paths: list[str]) -> Iterator[dict[str, Any]]:
     ctx.max_errored_blocks = -1  # a file that kills its actor every time ends its own row, not the run
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ds = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=max(1, len(paths)))
-    env = {**job.env, JOB_VAR: json.dumps({"engine": job.engine, "language": job.language, "options": job.options,
-                                           "formats": job.formats, "rules": dataclasses.asdict(job.rules),
-                                           "model": job.model}),
-           # Ray sets OMP_NUM_THREADS to an actor's CPUs unless it is given; numpy's BLAS (the mel spectrogram)
-           # and CTranslate2 with another thread count give other low-order results (a cue edge moved 20 ms), so
-           # the actors thread as the daemon's worker does: as this shell says, or the libraries' default ("")
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "")}
     with warnings.catch_warnings():
         # Ray 2.60 names no parameter for a task's retries and warns on the generic one (removed in 2.64; the
         # extra pins Ray below 2.61)
