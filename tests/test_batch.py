@@ -348,8 +348,8 @@ def client_head(module_tmp: str) -> Any:
     only (``ray stop`` would stop every Ray on the machine)."""
     env = _env(os.path.join(module_tmp, "head"), RAY_AUTH_MODE="token")
     port = _free_port()
-    ray = os.path.join(os.path.dirname(sys.executable), "ray")
-    res = subprocess.run([ray, "start", "--head", f"--port={_free_port()}", f"--ray-client-server-port={port}",
+    ray = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command of this interpreter's Ray
+    res = subprocess.run([*ray, "start", "--head", f"--port={_free_port()}", f"--ray-client-server-port={port}",
                           "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
                           f"--dashboard-agent-listen-port={_free_port()}"],
                          env=env, cwd=str(REPO), capture_output=True, text=True, timeout=180)
