@@ -13,10 +13,10 @@ import click
 
 from hasrctl import output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, CliError, Client, Unreachable
-from hasrctl.common import Daemon, daemon_options, engine_options, say, settings, socket_option
+from hasrctl.common import FORMAT_NAMES, Daemon, daemon_options, engine_options, say, settings, socket_option
 from hasrd import subtitles
 from hasrd.errors import InvalidOption
-from hasrd.formats import FORMATS, lines, render
+from hasrd.formats import lines, render
 
 
 def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
@@ -65,7 +65,7 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
                       "3 daemon unreachable. Several inputs: one failing makes the exit 1; when all fail "
                       "alike, their own code.")
 @click.argument("files", nargs=-1, required=True, metavar="FILE...", type=click.Path(allow_dash=True))
-@click.option("-f", "--format", "fmt", type=click.Choice((*FORMATS, "txt"), case_sensitive=False), default="text",
+@click.option("-f", "--format", "fmt", type=click.Choice(list(FORMAT_NAMES), case_sensitive=False), default="text",
               show_default=True, envvar="HASR_FORMAT", show_envvar=True,
               help="Output format (txt is text, as in hasrctl batch).")
 @click.option("-o", "--output", "out", metavar="FILE|DIR", envvar="HASR_OUTPUT", show_envvar=True,
@@ -113,7 +113,7 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
       hasrctl transcribe --beside -f srt *.wav           # x.wav -> x.srt
       ffmpeg -i video.mkv -f wav - | hasrctl transcribe -l English -
     """
-    fmt = fmt.lower().replace("txt", "text")
+    fmt = FORMAT_NAMES[fmt.lower()]
     language = language or settings().language or None
     options = engine_options(prompt, word_timestamps, translate, model)
     try:

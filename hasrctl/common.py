@@ -9,6 +9,10 @@ from typing import Any, Callable
 import click
 
 from hasrctl.client import Client, UsageError
+from hasrd.formats import FORMATS
+
+# the formats as a user may name them: the daemon's (and OpenAI's) names, and txt for text, as files are named
+FORMAT_NAMES = {**{f: f for f in FORMATS}, "txt": "text"}
 
 
 def say(message: str) -> None:

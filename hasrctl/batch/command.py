@@ -15,11 +15,9 @@ from typing import Any
 import click
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
-from hasrctl.common import engine_options, say, settings
+from hasrctl.common import FORMAT_NAMES, engine_options, say, settings
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
-FORMAT_NAMES = {"txt": "text", "text": "text", "srt": "srt", "vtt": "vtt", "json": "json",
-                "verbose_json": "verbose_json"}
 
 
 def parse_formats(values: tuple[str, ...]) -> list[str]:
