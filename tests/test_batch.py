@@ -369,7 +369,9 @@ def client_head(module_tmp: str) -> Any:
 
 def _client_server_logs(env: dict[str, str]) -> str:
     logs = Path(env["RAY_TMPDIR"]) / "ray" / "session_latest" / "logs"
-    return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(logs.glob("ray_client*.err")))
+    """The head's Ray Client server logs, for a failure's message (a connection refused says only "see them")."""
+    return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                   for p in sorted(logs.glob("ray_client*.err")))
 
 
 def test_a_cluster_through_the_ray_client_gives_the_same_rows(module_tmp: str, corpus: Path, first_run: Any,
