@@ -102,10 +102,14 @@ class Settings:
     r2t2_model: str = _s("", "R2T2 weights: a directory, or a Hugging Face repo id in the local cache ('' = "
                              "netease-youdao/Confucius4-R2T2 from the cache)")
     fw_device: str = _s("auto", "faster-whisper device: auto | cpu | cuda")
+    cublas_from_cuda13: bool = _s(False, "hosts with only CUDA 13: give CTranslate2 (faster-whisper) CUDA 13's "
+                                         "cuBLAS under the CUDA 12 names it opens (a private link directory first "
+                                         "on the worker's LD_LIBRARY_PATH; docs/GPU.md)", since="0.2.0")
     fw_compute_type: str = _s("default", "faster-whisper compute type (default: float16 on GPU, int8 on CPU)")
     language: str = _s("", "default language ('' = detect: R2T2 and faster-whisper each detect it)")
-    whisper_batch: int = _s(2, "whisper engine: VAD clips decoded together (faster on long files, deterministic); "
-                                "0 = one after another with a seeded temperature fallback")
+    whisper_batch: int = _s(-1, "whisper engine: VAD clips decoded together (faster on long files, deterministic); "
+                                 "-1 = by device (2 on the CPU, 16 on CUDA: measured, docs/GPU.md); 0 = one after "
+                                 "another")
     whisper_segment_sec: float = _s(300.0, "whisper engine: long audio is cut at silences into pieces of at most "
                                            "this (bounds the worker's memory)")
     v2c_final: str = _s("thread", "when faster-whisper re-transcribes a closed sentence window: thread (while the "

@@ -167,3 +167,38 @@ def test_a_cancel_stops_a_long_transcription_within_one_batch_and_the_worker_kee
         assert w.proc.poll() is None
     finally:
         w.close()
+
+
+def test_silero_hears_each_sample_of_a_long_file_once_not_three_times(mandarin: np.ndarray,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The language vote, the long-audio cut and each piece's clips share one VAD pass (hasrd/worker/vad.py):
+    on a GPU the CPU's VAD was most of a long file's time, and the file went through Silero three times."""
+    from faster_whisper import vad as fw_vad
+
+    heard: list[int] = []
+    real = fw_vad.get_speech_timestamps
+
+    def counting(audio: np.ndarray, *a: Any, **kw: Any) -> Any:
+        heard.append(len(audio))
+        return real(audio, *a, **kw)
+
+    monkeypatch.setattr(fw_vad, "get_speech_timestamps", counting)
+    long = np.concatenate([mandarin] * 3)  # ~2 minutes, cut into pieces of at most 50 s
+    engine = WhisperEngine(config.load({"HASR_WHISPER_SEGMENT_SEC": "50", "HASR_WHISPER_BATCH": "4"}), "", "cpu",
+                           "int8")
+    engine.load(lambda phase: None)
+    result = engine.transcribe(long, "", {}, NullEmitter(), lambda: False)  # no language: the vote runs too
+    assert result["language_detected"] and result["final"]  # (whisper base hears espeak Mandarin as Thai)
+    # each cut's block is at most 50 s and starts at the last cut (past half the block): < 2x, where it was > 3x
+    assert sum(heard) < 2 * len(long), (sum(heard) / len(long), heard)
+    # the vote took its speech from the first piece's spans: no VAD call covers the file's head a second time
+    assert sum(1 for n in heard if n >= 50 * SR - 2560) <= len(long) // (25 * SR)
+
+
+def test_the_batch_follows_the_device_unless_set() -> None:
+    from hasrd.worker.engines.whisper import batch_for
+
+    assert batch_for("cpu", -1) == 2 and batch_for("cuda", -1) == 16
+    assert batch_for("cuda", 0) == 0 and batch_for("cpu", 8) == 8
+    assert WhisperEngine(config.load({}), "", "cuda", "float16").batch == 16
+    assert WhisperEngine(config.load({"HASR_WHISPER_BATCH": "4"}), "", "cuda", "float16").batch == 4

@@ -16,7 +16,7 @@ keep their answer.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -24,6 +24,8 @@ SR = 16000
 SCAN_SEC = 600.0  # look for speech in the first ten minutes only (VAD costs time on a 4-hour file)
 WINDOW_SEC = 30.0
 DETECT_WINDOWS = 4
+SCAN = int(SCAN_SEC * SR)
+NEED = int(DETECT_WINDOWS * WINDOW_SEC * SR)  # samples of speech the vote wants
 FAVOURED = ("zh", "en")
 FAVOUR_RATIO = 0.25
 
@@ -41,22 +43,40 @@ def locale_language(env: dict[str, str] | None = None) -> str:
     return ""
 
 
-def speech_of(pcm: np.ndarray) -> np.ndarray:
-    """The speech in the first SCAN_SEC of ``pcm``, concatenated (the whole scan when VAD hears none)."""
+def speech_of(pcm: np.ndarray, known: tuple[Sequence[tuple[int, int]], int] | None = None) -> np.ndarray:
+    """The speech in the first SCAN_SEC of ``pcm``, concatenated (the whole scan when VAD hears none).
+
+    ``known``: speech spans (samples) the caller's VAD already found in ``pcm[:covered]``, as (spans, covered).
+    They are used instead of a VAD pass of our own when they hold enough speech for the vote or cover all there
+    is to scan (the whisper engine's first piece: Silero then runs once per sample of a file, not twice).
+    """
+    head = np.asarray(pcm[:SCAN], dtype=np.float32)
+    need = NEED
+    if known is not None:
+        spans, covered = known
+        speech = gather(head, spans, need)
+        if len(speech) >= need or covered >= len(head):
+            return speech if len(speech) else head[:need]
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
-    head = np.asarray(pcm[: int(SCAN_SEC * SR)], dtype=np.float32)
-    spans = get_speech_timestamps(head, VadOptions(min_silence_duration_ms=500))
-    need = int(DETECT_WINDOWS * WINDOW_SEC * SR)
+    found = get_speech_timestamps(head, VadOptions(min_silence_duration_ms=500))
+    speech = gather(head, [(s["start"], s["end"]) for s in found], need)
+    return speech if len(speech) else head[:need]
+
+
+def gather(head: np.ndarray, spans: Sequence[tuple[int, int]], need: int) -> np.ndarray:
+    """The spans' audio joined, up to ``need`` samples (empty when there are none)."""
     parts: list[np.ndarray] = []
     got = 0
-    for s in spans:
-        piece = head[s["start"]:s["end"]]
+    for a, b in spans:
+        piece = head[a:b]
+        if len(piece) == 0:
+            continue
         parts.append(piece)
         got += len(piece)
         if got >= need:
             break
-    return np.concatenate(parts)[:need] if parts else head[:need]
+    return np.concatenate(parts)[:need] if parts else np.zeros(0, np.float32)
 
 
 def vote(window_probs: list[list[tuple[str, float]]], allowed: set[str] | None = None,
@@ -78,9 +98,11 @@ def vote(window_probs: list[list[tuple[str, float]]], allowed: set[str] | None =
 
 
 def detect(model: Any, pcm: np.ndarray, allowed: set[str] | None = None,
-           cancelled: Callable[[], bool] = lambda: False) -> tuple[str, float]:
-    """The language of ``pcm`` for this WhisperModel: (code, probability); ("", 0.0) for no audio."""
-    speech = speech_of(pcm)
+           cancelled: Callable[[], bool] = lambda: False,
+           known: tuple[Sequence[tuple[int, int]], int] | None = None) -> tuple[str, float]:
+    """The language of ``pcm`` for this WhisperModel: (code, probability); ("", 0.0) for no audio. ``known``:
+    see :func:`speech_of`."""
+    speech = speech_of(pcm, known)
     if len(speech) == 0:
         return "", 0.0
     step = int(WINDOW_SEC * SR)

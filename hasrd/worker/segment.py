@@ -8,7 +8,9 @@ How: walk the audio in blocks of ``max_sec``; run faster-whisper's bundled Siler
 of the caller's array, which may be an mmap of a 4-hour memfd: never copied whole); cut in the middle of the
 longest pause in the block's second half, or, in unbroken sound, at its quietest 160 ms chunk. Cuts fall on
 the 160 ms chunk grid so that v2c's chunk indices stay global. Audio no longer than ``max_sec`` is one
-segment and VAD is not run at all (short requests behave exactly as the seed).
+segment and VAD is not run at all (short requests behave exactly as the seed). Each segment keeps the VAD's
+spans inside it (``spans``), so that a caller whose VAD options are the cut's (the whisper engine passes its own
+``vad``) need not run Silero over the same audio again.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Segment:
     start: int  # samples, a multiple of CHUNK
     end: int
     speech: bool  # False: VAD heard nothing in it (callers may skip it)
+    spans: tuple[tuple[int, int], ...] | None = None  # the VAD's speech inside it, from its start; None: not run
 
     @property
     def duration_s(self) -> float:
@@ -96,6 +99,11 @@ def has_speech(spans: Spans, start: int, end: int) -> bool:
     return any(s < end and e > start for s, e in spans)
 
 
+def inside(spans: Spans, end: int) -> tuple[tuple[int, int], ...]:
+    """The spans before ``end``, the one across it cut there (a cut in unbroken sound)."""
+    return tuple((s, min(e, end)) for s, e in sorted(spans) if s < end)
+
+
 def iter_segments(pcm: np.ndarray, max_sec: float, *, vad: VadFn | None = None) -> Iterator[Segment]:
     """Yield segments covering ``pcm`` in order; each at most ``max_sec`` long (and at least one chunk)."""
     n = len(pcm)
@@ -109,11 +117,16 @@ def iter_segments(pcm: np.ndarray, max_sec: float, *, vad: VadFn | None = None) 
         block = pcm[pos:pos + max_len]
         spans = vad(block)
         if n - pos <= max_len:
-            yield Segment(pos, n, has_speech(spans, 0, len(block)))
+            yield Segment(pos, n, has_speech(spans, 0, len(block)), inside(spans, len(block)))
             return
         cut = pick_cut(spans, len(block), max_len // 2) or quietest_cut(block, max_len // 2)
-        yield Segment(pos, pos + cut, has_speech(spans, 0, cut))
+        yield Segment(pos, pos + cut, has_speech(spans, 0, cut), inside(spans, cut))
         pos += cut
+
+
+def speech_segments(segments: Iterable[Segment]) -> Iterator[Segment]:
+    """The segments with speech, lazily."""
+    return (s for s in segments if s.speech)
 
 
 def speech_ranges(segments: Iterable[Segment]) -> Iterator[tuple[int, int]]:

@@ -36,14 +36,18 @@ and the result goes through :func:`~hasrd.worker.engines.plain_result`.
 
 from __future__ import annotations
 
+import itertools
 import math
+import sys
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from hasrd import cudalibs
 from hasrd.config import Settings
-from hasrd.worker import resegment, segment
+from hasrd.worker import resegment, segment, vad
+from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
 from hasrd.models import FwModel, resolve_fw
 from hasrd.worker.engine import Emitter, EngineError, plain_result
 from hasrd.worker.textrules import MAX_CAP, TOKENS_PER_S, clean_text, collapse_loops, token_cap  # noqa: F401
@@ -66,10 +70,39 @@ def compute_type_for(device: str, setting: str) -> str:
     return "float16" if device == "cuda" else "int8"
 
 
+BATCH_BY_DEVICE = {"cpu": 2, "cuda": 16}
+"""VAD clips decoded together when HASR_WHISPER_BATCH is -1 (docs/CONFIG.md has the measurements behind them)."""
+
+
+def batch_for(device: str, setting: int) -> int:
+    """The batch the whisper engine decodes with: the setting, or by device when it is negative (pure)."""
+    if setting >= 0:
+        return setting
+    return BATCH_BY_DEVICE.get(device, BATCH_BY_DEVICE["cpu"])
+
+
+def warm_up(model: Any) -> None:
+    """Run what a request runs (language detection, beam search, word alignment) once on a second of quiet noise.
+
+    Why: on a GPU the first use of CTranslate2's kernels costs seconds (measured on the H200: ~10 s for the first
+    5 s clip of a fresh machine, 0.24 s in any later process; the driver compiles the kernels the wheel ships as
+    PTX only, and caches them). Paying it here makes it part of the load, shown as a loading phase, instead of
+    the first request's wait.
+    """
+    noise = (np.random.default_rng(0).standard_normal(SR) * 1e-3).astype(np.float32)
+    model.detect_language(audio=noise)
+    segments, _info = model.transcribe(noise, language="en", beam_size=5, word_timestamps=True, vad_filter=False,
+                                       temperature=0.0, condition_on_previous_text=False)
+    for _segment in segments:
+        pass
+
+
 def load_model(model: FwModel, device: str, compute_type: str, device_index: int = 0) -> Any:
     """WhisperModel(...) with failures mapped to protocol codes and sentences."""
     from faster_whisper import WhisperModel
 
+    if device == "cuda":
+        cudalibs.preload_cuda12()  # the nvidia-cublas-cu12 wheel, where CTranslate2 does not look by itself
     try:
         if model.files is not None:
             return WhisperModel(model.name, device=device, device_index=device_index, compute_type=compute_type,
@@ -78,16 +111,26 @@ def load_model(model: FwModel, device: str, compute_type: str, device_index: int
                             compute_type=compute_type, local_files_only=True)
     except (RuntimeError, ValueError, OSError) as e:
         msg = str(e)
+        if device == "cuda" and ("cuda" in msg.lower() or "libcu" in msg.lower() or "memory" in msg.lower()):
+            raise cuda_error(e, model.name) from None
         if "out of memory" in msg.lower():
             raise EngineError("out_of_memory", f"faster-whisper ran out of memory loading {model.name} on "
                                                f"{device}: {msg}") from None
-        if device == "cuda" and ("cuda" in msg.lower() or "libcu" in msg.lower()):
-            raise EngineError("model_unavailable",
-                              f"faster-whisper cannot use CUDA ({msg}); CTranslate2 needs the CUDA 12 libraries "
-                              f"(pip install nvidia-cublas-cu12 where only CUDA 13 is installed), or set "
-                              f"HASR_FW_DEVICE=cpu") from None
         raise EngineError("model_unavailable", f"faster-whisper could not load {model.path or model.name} on "
                                                f"{device} ({compute_type}): {msg}") from None
+
+
+def cuda_error(e: BaseException, model: str) -> EngineError:
+    """A CUDA failure while loading or warming up, as the worker reports it: a missing CUDA 12 library gets
+    cudalibs' advice and its own code, running out of memory out_of_memory, anything else model_unavailable."""
+    msg = str(e)
+    lib = cudalibs.missing_library(msg)
+    if lib:
+        return EngineError(cudalibs.CODE, cudalibs.advice(lib, sys.executable, cudalibs.find_cuda13()))
+    if "out of memory" in msg.lower():
+        return EngineError("out_of_memory", f"faster-whisper ran out of GPU memory loading {model}: {msg}")
+    return EngineError("model_unavailable", f"faster-whisper cannot run {model} on the GPU ({msg}); or set "
+                                            f"HASR_FW_DEVICE=cpu")
 
 
 def whisper_code(model: Any, code: str) -> str | None:
@@ -152,45 +195,6 @@ NO_SPEECH_PROB = 0.6  # whisper's rule: a segment this likely silent and this un
 LOG_PROB_FLOOR = -1.0
 RETRY_KW: dict[str, Any] = {"no_repeat_ngram_size": 4}
 COMPRESSION_RATIO = 2.4  # whisper's rule: text that compresses more than this is a decoding loop
-CLIP_SEC = 30.0
-
-
-def speech_spans(audio: np.ndarray) -> list[tuple[float, float]]:
-    """Silero VAD's speech spans (seconds; padded as faster-whisper pads them, so a gap between two is silence)."""
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
-
-    spans = get_speech_timestamps(audio, VadOptions(min_silence_duration_ms=500, max_speech_duration_s=CLIP_SEC))
-    return [(sp["start"] / SR, sp["end"] / SR) for sp in spans]
-
-
-MIN_SILENCE = 0.5  # VadOptions(min_silence_duration_ms=500): two spans are apart only across this much silence
-
-
-def silences(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The silences between VAD spans: the gap between two spans, centred where it is and never shorter than
-    the VAD's minimum silence (padding makes spans touch across a pause of less than twice the pad, and the
-    pads are not exact, so the gap is the one sure part)."""
-    out = []
-    for (_a0, a1), (b0, _b1) in zip(spans, spans[1:]):
-        centre, half = (a1 + b0) / 2, max(MIN_SILENCE / 2, (b0 - a1) / 2)
-        out.append((round(centre - half, 3), round(centre + half, 3)))
-    return out
-
-
-def merge_clips(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Speech as contiguous clips of at most 30 s: neighbouring VAD spans merged while they fit."""
-    clips: list[list[float]] = []
-    for s0, s1 in spans:
-        if clips and s1 - clips[-1][0] <= CLIP_SEC:
-            clips[-1][1] = s1
-        else:
-            clips.append([s0, s1])
-    return [(c0, c1) for c0, c1 in clips]
-
-
-def speech_clips(audio: np.ndarray) -> list[tuple[float, float]]:
-    """Speech as contiguous clips of at most 30 s (seconds)."""
-    return merge_clips(speech_spans(audio))
 
 
 def timed_words(seg: Any, offset: float, source: int) -> list[resegment.Word]:
@@ -269,13 +273,25 @@ class WhisperEngine:
         self.extra = dict(identity or {})
         self.model: Any = None
         self.batched: Any = None
+        self.warm_up_s: float | None = None
 
     def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
         self.model_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {self.model_ref.name} on {self.device} ({self.compute_type})")
         self.model = load_model(self.model_ref, self.device, self.compute_type)
+        if self.device == "cuda":
+            phase("preparing the GPU's kernels (the first load on a machine compiles them: seconds, once)")
+            t0 = time.monotonic()
+            try:
+                warm_up(self.model)
+            except (RuntimeError, ValueError, OSError) as e:
+                raise cuda_error(e, self.model_ref.name) from None
+            self.warm_up_s = round(time.monotonic() - t0, 3)
+        threads = vad.use_threads(vad.default_threads())
         ident = {"engine": "whisper", "models": {"final": self.model_ref.describe()}, "device": self.device,
-                 "compute_type": self.compute_type}
+                 "compute_type": self.compute_type, "batch": self.batch, "vad_threads": threads}
+        if self.warm_up_s is not None:
+            ident["warm_up_s"] = self.warm_up_s
         ident.update(self.extra)
         return ident
 
@@ -288,13 +304,6 @@ class WhisperEngine:
         total_s = round(n / SR, 3)
         t0 = time.monotonic()
         emit.progress(0.0, total_s)
-        if fw_code is None and n:
-            from hasrd.worker import language_id
-
-            fw_code, probability = language_id.detect(self.model, pcm, set(model_codes(self.model)), cancelled)
-            fw_code = fw_code or None
-            if fw_code:
-                name, code = NAMES.get(fw_code, fw_code), fw_code
         per_sentence: list[dict[str, Any]] = []
         windows: list[dict[str, Any]] = []
         first_text_s: float | None = None
@@ -324,13 +333,32 @@ class WhisperEngine:
                 windows.append({"text": text, "start_chunk": c0,
                                 "end_chunk": max(c0, math.ceil(entry["end_s"] / 0.16) - 1)})
 
-        pieces = segment.speech_ranges(segment.iter_segments(pcm, self.settings.whisper_segment_sec))
-        for start, end in pieces:
+        # Silero runs once per sample: the cut's VAD of a long file is kept with each piece (segment.py), a file
+        # short enough to be one piece is VAD'd here, and the language vote takes its speech from the first
+        # pieces (read ahead until they hold enough speech for it), which are then decoded from that list.
+        parts = self._parts(pcm)
+        ahead: list[tuple[int, int, list[tuple[float, float]]]] = []
+        if fw_code is None and n:
+            from hasrd.worker import language_id
+
+            known: list[tuple[int, int]] = []
+            covered = n  # all of it, unless the vote has enough speech first
+            for part in parts:
+                ahead.append(part)
+                known += [(part[0] + int(round(a * SR)), part[0] + int(round(b * SR))) for a, b in part[2]]
+                if sum(b - a for a, b in known) >= language_id.NEED or part[1] >= language_id.SCAN:
+                    covered = part[1]
+                    break
+            fw_code, probability = language_id.detect(self.model, pcm, set(model_codes(self.model)), cancelled,
+                                                      known=(known, covered))
+            fw_code = fw_code or None
+            if fw_code:
+                name, code = NAMES.get(fw_code, fw_code), fw_code
+        for start, end, spans in itertools.chain(ahead, parts):
             if cancelled():
                 raise EngineError("cancelled", "the request was cancelled")
             offset = start / SR
             calls += 1
-            spans = speech_spans(pcm[start:end])
             cuts.add_pauses((offset + a, offset + b) for a, b in silences(spans))
             for s in self._decode(pcm[start:end], fw_code, options, spans):  # lazy: decoding while iterating
                 if cancelled():
@@ -367,6 +395,15 @@ class WhisperEngine:
         return WhisperLive(self.model, whisper_code(self.model, code), task_of(options), prompt_of(options), emit,
                            cancelled, options)
 
+    def _parts(self, pcm: np.ndarray) -> Iterator[tuple[int, int, list[tuple[float, float]]]]:
+        """The pieces with speech, lazily, each with its VAD spans (seconds, from the piece's start): the cut's
+        own VAD where it ran (long audio), one pass over the piece otherwise."""
+        for part in segment.speech_segments(segment.iter_segments(pcm, self.settings.whisper_segment_sec,
+                                                                  vad=vad.sample_spans)):
+            spans = (vad.seconds(part.spans) if part.spans is not None
+                     else vad.speech_spans(pcm[part.start:part.end]))
+            yield part.start, part.end, spans
+
     def _tokens(self, text: str) -> list[int]:
         """The model's text tokens for ``text`` (verbose_json's ``tokens``), as whisper would write it."""
         tok = getattr(self.model, "hf_tokenizer", None)
@@ -376,7 +413,7 @@ class WhisperEngine:
 
     @property
     def batch(self) -> int:
-        return max(0, int(self.settings.whisper_batch))
+        return batch_for(self.device, int(self.settings.whisper_batch))
 
     def _decode(self, audio: np.ndarray, fw_code: str | None, options: dict[str, Any],
                 spans: list[tuple[float, float]]) -> Iterable[Any]:
