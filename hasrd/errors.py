@@ -25,6 +25,7 @@ its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
     │   ├── QueueFull               queue_full      503
     │   ├── LoadFailed              load_failed     503  (the worker could not load; reason kept)
     │   ├── ModelUnavailable        model_unavailable 503
+    │   │   └── CudaLibrariesMissing cuda_libraries_missing 503  (CTranslate2's cuBLAS 12: hasrd/cudalibs.py)
     │   ├── Fatal                   fatal           503  (repeated load failures; `hasrctl load` clears)
     │   └── ShuttingDown            shutting_down   503
     ├── Timeout                     timeout         504  (over HASR_MAX_JOB_SEC, when set)
@@ -148,6 +149,10 @@ class ModelUnavailable(Unavailable):
     code = "model_unavailable"
 
 
+class CudaLibrariesMissing(ModelUnavailable):
+    code = "cuda_libraries_missing"
+
+
 class Fatal(Unavailable):
     code = "fatal"
 
@@ -201,6 +206,7 @@ _WORKER_CODES: dict[str, type[HasrError]] = {
 # failure to load is load_failed (503, retried after a backoff).
 _LOAD_CODES: dict[str, type[HasrError]] = {
     "model_unavailable": ModelUnavailable,
+    "cuda_libraries_missing": CudaLibrariesMissing,
     "protocol_mismatch": ProtocolMismatch,
 }
 

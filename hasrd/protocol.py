@@ -25,7 +25,7 @@ MAX_FRAME = 64 * 1024 * 1024
 _LEN = struct.Struct(">I")
 
 ERROR_CODES = ("invalid_audio", "model_unavailable", "out_of_memory", "runtime_failure", "cancelled", "timeout",
-               "protocol_mismatch", "unsupported")
+               "protocol_mismatch", "unsupported", "cuda_libraries_missing")
 
 
 class Msg(msgspec.Struct, tag=True, forbid_unknown_fields=False):

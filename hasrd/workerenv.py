@@ -29,7 +29,21 @@ def worker_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None) 
     parts = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x and x != shim]
     env["PYTHONPATH"] = os.pathsep.join([*parts, shim])
     env.update(extra or {})
+    if cublas_from_cuda13(env):
+        from hasrd import cudalibs
+
+        env = cudalibs.with_compat(env, private_runtime_dir())
     return env
+
+
+def cublas_from_cuda13(env: Mapping[str, str]) -> bool:
+    """HASR_CUBLAS_FROM_CUDA13, from the environment or config.toml (settings already checked at start)."""
+    from hasrd import config
+
+    try:
+        return bool(config.load(env).cublas_from_cuda13)
+    except (config.ConfigError, OSError, ValueError):
+        return False
 
 
 _SHIM_DIR: str | None = None
