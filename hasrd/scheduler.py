@@ -423,7 +423,8 @@ class Pool:
                    "device": "cpu" if e.device == placement.CPU else "cuda", "gpu_uuid":
                    None if e.device == placement.CPU else e.device, "state": snap["state"],
                    "busy": bool(snap["running"]) or e.reserved > 0, "job": snap["job"],
-                   "expires_in_s": snap["expires_in_s"], "load_s": snap["load_s"], "error": snap["error"]}
+                   "expires_in_s": snap["expires_in_s"], "load_s": snap["load_s"], "error": snap["error"],
+                   "need_mb": e.need_mb}
             if e.device == placement.CPU:
                 row["rss_mb"] = rss_mb(snap["pid"])
             else:
