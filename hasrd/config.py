@@ -110,8 +110,9 @@ class Settings:
     whisper_batch: int = _s(-1, "whisper engine: VAD clips decoded together (faster on long files, deterministic); "
                                  "-1 = by device (2 on the CPU, 16 on CUDA: measured, docs/GPU.md); 0 = one after "
                                  "another")
-    whisper_segment_sec: float = _s(300.0, "whisper engine: long audio is cut at silences into pieces of at most "
-                                           "this (bounds the worker's memory)")
+    whisper_segment_sec: float = _s(60.0, "whisper engine: long audio is cut at silences into pieces of at most "
+                                          "this, VAD'd one at a time while the clips before are decoded (bounds "
+                                          "the worker's memory)")
     v2c_final: str = _s("thread", "when faster-whisper re-transcribes a closed sentence window: thread (while the "
                                   "draft goes on) | inline (the draft waits) | after (the seed's order); same result")
     draft: str = _s("r2t2", "hybrid engine's draft: r2t2 | scripted (tests: the fake engine's HASR_FAKE_SCRIPT "

@@ -29,6 +29,11 @@ EMBEDDED = "base"
 GPU_ENGINES = ("hybrid", "r2t2")
 CPU_OVERHEAD_MB = 400  # a worker process with faster-whisper loaded, before the model
 GPU_NEED_MB = {"hybrid": 12000, "r2t2": 9000}
+# A faster-whisper worker on a GPU, measured on the H200 (benchmarks/gpu_real.py, docs/GPU.md): whisper base
+# (141 MB on disk, float16) held 814 MB, a large-v3-sized model (2947 MB) 4142 MB. What does not grow with the model
+# (CUDA's context, cuBLAS, the allocator's first blocks) and what does (the weights and CTranslate2's buffers):
+GPU_OVERHEAD_MB = 647
+GPU_WEIGHT_FACTOR = 1.186
 FAKE_OVERHEAD_MB = 600  # a fake worker's CUDA context beside the memory it was asked to hold
 
 
@@ -41,6 +46,7 @@ class ModelSpec:
     fw_model: str  # HASR_FW_MODEL for the worker ("" = as configured)
     need_mb: int  # memory on its device, until a loaded worker of it has been measured
     gpu_only: bool = False
+    gpu_need_mb: int = 0  # on a GPU, when that differs (a whisper model: float16 weights, not int8 + the process)
 
     @property
     def key(self) -> str:
@@ -68,6 +74,13 @@ def _cpu_need(model_mb: int) -> int:
     return CPU_OVERHEAD_MB + 2 * model_mb
 
 
+def gpu_need(model_mb: int, compute_type: str = "default") -> int:
+    """VRAM a faster-whisper worker of a model of ``model_mb`` MB on disk takes once loaded (int8 compute types
+    keep half the weights)."""
+    weights = model_mb * (0.5 if "int8" in compute_type else 1.0)
+    return int(GPU_OVERHEAD_MB + GPU_WEIGHT_FACTOR * weights)
+
+
 def default_spec(settings: Any) -> ModelSpec:
     engine = str(settings.engine)
     if engine in GPU_ENGINES:
@@ -78,12 +91,16 @@ def default_spec(settings: Any) -> ModelSpec:
         need = _cpu_need(150)
     gpu_only = engine in GPU_ENGINES or (engine == "fake" and bool(os.environ.get("HASR_FAKE_ALLOC_MB")))
     name = settings.fw_model or (engine if engine in GPU_ENGINES else EMBEDDED)
-    return ModelSpec(name, engine, "", need, gpu_only=gpu_only)
+    fw = Path(str(settings.fw_model))
+    model_mb = _dir_mb(fw) if fw.is_absolute() and (fw / "model.bin").is_file() else 150
+    on_gpu = gpu_need(model_mb, str(settings.fw_compute_type)) if engine == "whisper" else 0
+    return ModelSpec(name, engine, "", need, gpu_only=gpu_only, gpu_need_mb=on_gpu)
 
 
 def _whisper(name: str, fw_model: str, model_mb: int, settings: Any) -> ModelSpec:
     engine = "fake" if settings.engine == "fake" else "whisper"  # tests: the fake engine stands in for each
-    return ModelSpec(name, engine, fw_model, _cpu_need(model_mb))
+    on_gpu = gpu_need(model_mb, str(settings.fw_compute_type)) if engine == "whisper" else 0
+    return ModelSpec(name, engine, fw_model, _cpu_need(model_mb), gpu_need_mb=on_gpu)
 
 
 def resolve(name: str, settings: Any) -> ModelSpec:

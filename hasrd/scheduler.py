@@ -177,8 +177,10 @@ class Pool:
         fatal = [e for e in self.entries.values() if e.spec.key == spec.key and e.sup.state == State.FATAL]
         if fatal and not fatal[0].reserved:
             return placement.Decision("use", worker=fatal[0].key)  # its requests hear the kept reason
-        need = self.measured.get(spec.key) or spec.need_mb
         devices = self._devices()
+        # on a machine with GPUs a whisper model is placed by what it takes on one (they are tried first)
+        need = self.measured.get(spec.key) or (spec.gpu_need_mb if spec.gpu_need_mb and any(
+            d.name != placement.CPU for d in devices) else spec.need_mb)
         # a GPU engine on a machine without GPUs goes to the CPU, and the worker says what it lacks (or runs
         # there: the hybrid with a scripted draft in tests), as a single worker always did
         gpu_only = spec.gpu_only and any(d.name != placement.CPU for d in devices)
@@ -210,7 +212,8 @@ class Pool:
 
     def _new_entry(self, spec: ModelSpec, device: str, after: asyncio.Future[None] | None = None) -> Entry:
         key = next(self._keys)
-        entry = Entry(key, spec, device, None, self.measured.get(spec.key) or spec.need_mb)  # type: ignore[arg-type]
+        estimate = spec.gpu_need_mb if spec.gpu_need_mb and device != placement.CPU else spec.need_mb
+        entry = Entry(key, spec, device, None, self.measured.get(spec.key) or estimate)  # type: ignore[arg-type]
 
         def changed(snap: dict[str, Any]) -> None:
             self._worker_changed(entry)

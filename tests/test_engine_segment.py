@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -90,3 +91,34 @@ def test_ten_minutes_are_segmented_without_copying_the_input() -> None:
 def test_tiny_limits_still_make_progress(max_sec: float) -> None:
     segs = list(segment.iter_segments(np.random.default_rng(0).normal(0, 0.1, 5 * SR).astype(np.float32), max_sec))
     assert segs[-1].end == 5 * SR and all(s.end > s.start for s in segs)
+
+
+def test_the_vad_runs_ahead_in_its_thread_and_its_errors_come_out_where_the_item_would_have() -> None:
+    import threading
+
+    from hasrd.worker.engines.whisper import prefetch
+
+    seen: list[str] = []
+
+    def parts() -> Iterator[int]:
+        for k in range(3):
+            seen.append(threading.current_thread().name)
+            yield k
+        raise RuntimeError("VAD failed on piece 4")
+
+    it = prefetch(parts())
+    assert [next(it), next(it), next(it)] == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="piece 4"):
+        next(it)
+    assert set(seen) == {"hasr-vad"}
+
+    def endless() -> Iterator[int]:
+        k = 0
+        while True:
+            yield k
+            k += 1
+
+    stopped = prefetch(endless(), depth=2)
+    assert next(stopped) == 0
+    stopped.close()  # the consumer gave up (a cancel): the producer ends instead of filling memory
+    assert not stopped.thread.is_alive()

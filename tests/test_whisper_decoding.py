@@ -183,6 +183,16 @@ def test_silero_hears_each_sample_of_a_long_file_once_not_three_times(mandarin: 
         return real(audio, *a, **kw)
 
     monkeypatch.setattr(fw_vad, "get_speech_timestamps", counting)
+    from faster_whisper import BatchedInferencePipeline
+
+    batches: list[int] = []
+    real_batch = BatchedInferencePipeline.transcribe
+
+    def counting_batches(self: Any, audio: np.ndarray, *a: Any, **kw: Any) -> Any:
+        batches.append(len(kw["clip_timestamps"]))
+        return real_batch(self, audio, *a, **kw)
+
+    monkeypatch.setattr(BatchedInferencePipeline, "transcribe", counting_batches)
     long = np.concatenate([mandarin] * 3)  # ~2 minutes, cut into pieces of at most 50 s
     engine = WhisperEngine(config.load({"HASR_WHISPER_SEGMENT_SEC": "50", "HASR_WHISPER_BATCH": "4"}), "", "cpu",
                            "int8")
@@ -193,6 +203,9 @@ def test_silero_hears_each_sample_of_a_long_file_once_not_three_times(mandarin: 
     assert sum(heard) < 2 * len(long), (sum(heard) / len(long), heard)
     # the vote took its speech from the first piece's spans: no VAD call covers the file's head a second time
     assert sum(1 for n in heard if n >= 50 * SR - 2560) <= len(long) // (25 * SR)
+    # a batch takes clips across pieces: full batches of 4 after the first clip (alone, on the CPU)
+    assert batches[0] == 1 and all(n == 4 for n in batches[1:-1]) and 1 <= batches[-1] <= 4, batches
+    assert len(result["per_sentence"]) >= len(batches)
 
 
 def test_the_batch_follows_the_device_unless_set() -> None:

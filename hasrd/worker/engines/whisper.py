@@ -8,12 +8,12 @@ Whole files (whisper engine): Silero VAD on, timestamps per segment, optional wo
 read too) as faster-whisper's ``initial_prompt`` for every piece. Two ways to decode, chosen by
 HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's defaults):
 
-- batched (N > 0, the default): faster-whisper's BatchedInferencePipeline over VAD clips of up to 30 s, N at a
-  time, beam 5 at temperature 0; whisper's no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is
+- batched (N > 0, the default; 2 on the CPU, 16 on CUDA): faster-whisper's BatchedInferencePipeline over VAD
+  clips of up to 30 s, N at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is
   applied to its segments, which it does not do itself, and a clip that fails whisper's quality rule (a loop:
   compression ratio > 2.4; or avg_logprob < -1) is decoded again alone with ``no_repeat_ngram_size=4``.
-- sequential (0): beam 5 at temperature 0 piece by piece, without conditioning on previous text, and a token
-  cap for short pieces, so one hallucination cannot feed the next window.
+- sequential (0): beam 5 at temperature 0 clip by clip, without conditioning on previous text, and a token
+  cap for short clips, so one hallucination cannot feed the next window.
 
 Never a sampling temperature: faster-whisper's fallback samples, and CTranslate2's sampling generator lives in
 its worker threads, where ``set_random_seed`` does not reach after the first call (measured: the second
@@ -22,9 +22,11 @@ PCM, settings and model give the same text, every time. A loop that survives (wh
 its token limit when it loses hard audio) is said once (:func:`collapse_loops`).
 
 Either way text is cleaned of U+FFFD and zero-width characters (whisper byte-level tokens cut mid-character),
-silence gives no segments, hence an empty transcript, and long input goes through segment.py first, so the mel
-spectrogram never covers more than HASR_WHISPER_SEGMENT_SEC. Without a language the language is voted over
-several windows of speech (language_id.py), once per file, and reported with its probability.
+silence gives no segments, hence an empty transcript, and long input goes through segment.py first: Silero VAD
+(vad.py) runs once per sample, a piece of at most HASR_WHISPER_SEGMENT_SEC at a time, in a thread that keeps a
+piece or two ahead of the decoder, and its spans give both the clips and the silences the sentences are cut at.
+Without a language the language is voted over several windows of speech (language_id.py, from the first
+pieces' spans), once per file, and reported with its probability.
 
 The v2c windows never get the prompt: they are the seed's call verbatim, and a prompt on a short fragment of a
 truncated sentence invites whisper to echo or continue it (hybrid.py).
@@ -230,6 +232,58 @@ def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], tokeni
     return entry
 
 
+class Prefetch:
+    """An iterator run ahead in a thread of its own, at most ``depth`` items ahead: the next piece's VAD (ONNX
+    Runtime, which lets go of the GIL) runs while the decoder works on this one. Its errors come out where the
+    item would have; :meth:`close` stops it after the item in hand."""
+
+    _END = object()
+
+    def __init__(self, source: Iterator[Any], depth: int = 2) -> None:
+        import queue
+        import threading
+
+        self.q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.source = source
+        self.thread = threading.Thread(target=self._run, name="hasr-vad", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for item in self.source:
+                if self.stop.is_set():
+                    return
+                self.q.put((True, item))
+            self.q.put((True, self._END))
+        except BaseException as e:  # handed to the consumer
+            self.q.put((False, e))
+
+    def __iter__(self) -> Prefetch:
+        return self
+
+    def __next__(self) -> Any:
+        ok, item = self.q.get()
+        if not ok:
+            raise item
+        if item is self._END:
+            self.q.put((True, self._END))  # a second reader also ends
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self.stop.set()
+        while self.thread.is_alive():
+            try:
+                self.q.get(timeout=0.05)  # unblock a producer waiting for room
+            except Exception:
+                pass
+
+
+def prefetch(source: Iterator[Any], depth: int = 2) -> Prefetch:
+    return Prefetch(source, depth)
+
+
 class Shifted:
     """A segment of a clip decoded alone, with times moved to the piece's clock."""
 
@@ -335,37 +389,47 @@ class WhisperEngine:
 
         # Silero runs once per sample: the cut's VAD of a long file is kept with each piece (segment.py), a file
         # short enough to be one piece is VAD'd here, and the language vote takes its speech from the first
-        # pieces (read ahead until they hold enough speech for it), which are then decoded from that list.
-        parts = self._parts(pcm)
-        ahead: list[tuple[int, int, list[tuple[float, float]]]] = []
-        if fw_code is None and n:
-            from hasrd.worker import language_id
+        # pieces (read ahead until they hold enough speech for it), which are then decoded from that list. The
+        # VAD runs a piece or two ahead of the decoder, in a thread of its own (prefetch).
+        parts = prefetch(self._parts(pcm))
+        try:
+            ahead: list[tuple[int, int, list[tuple[float, float]]]] = []
+            if fw_code is None and n:
+                from hasrd.worker import language_id
 
-            known: list[tuple[int, int]] = []
-            covered = n  # all of it, unless the vote has enough speech first
-            for part in parts:
-                ahead.append(part)
-                known += [(part[0] + int(round(a * SR)), part[0] + int(round(b * SR))) for a, b in part[2]]
-                if sum(b - a for a, b in known) >= language_id.NEED or part[1] >= language_id.SCAN:
-                    covered = part[1]
-                    break
-            fw_code, probability = language_id.detect(self.model, pcm, set(model_codes(self.model)), cancelled,
-                                                      known=(known, covered))
-            fw_code = fw_code or None
-            if fw_code:
-                name, code = NAMES.get(fw_code, fw_code), fw_code
-        for start, end, spans in itertools.chain(ahead, parts):
-            if cancelled():
-                raise EngineError("cancelled", "the request was cancelled")
-            offset = start / SR
-            calls += 1
-            cuts.add_pauses((offset + a, offset + b) for a, b in silences(spans))
-            for s in self._decode(pcm[start:end], fw_code, options, spans):  # lazy: decoding while iterating
+                known: list[tuple[int, int]] = []
+                covered = n  # all of it, unless the vote has enough speech first
+                for part in parts:
+                    ahead.append(part)
+                    known += [(part[0] + int(round(a * SR)), part[0] + int(round(b * SR))) for a, b in part[2]]
+                    if sum(b - a for a, b in known) >= language_id.NEED or part[1] >= language_id.SCAN:
+                        covered = part[1]
+                        break
+                fw_code, probability = language_id.detect(self.model, pcm, set(model_codes(self.model)),
+                                                          cancelled, known=(known, covered))
+                fw_code = fw_code or None
+                if fw_code:
+                    name, code = NAMES.get(fw_code, fw_code), fw_code
+
+            def clips() -> Iterator[tuple[float, float]]:
+                """Each piece's clips on the file's clock, its silences told to the sentence cutter first."""
+                nonlocal calls
+                for start, end, spans in itertools.chain(ahead, parts):
+                    if cancelled():
+                        raise EngineError("cancelled", "the request was cancelled")
+                    offset = start / SR
+                    calls += 1
+                    cuts.add_pauses((offset + a, offset + b) for a, b in silences(spans))
+                    yield from ((offset + c0, offset + c1) for c0, c1 in merge_clips(spans))
+
+            for s in self._decode(pcm, fw_code, options, clips()):  # lazy: decoding while iterating
                 if cancelled():
                     raise EngineError("cancelled", "the request was cancelled")
-                emit.progress(round(min(offset + float(s.end), total_s), 3), total_s)
+                emit.progress(round(min(float(s.end), total_s), 3), total_s)
                 sources.append(s)
-                settle(cuts.add(timed_words(s, offset, len(sources) - 1)))
+                settle(cuts.add(timed_words(s, 0.0, len(sources) - 1)))
+        finally:
+            parts.close()
         settle(cuts.flush(), end=True)
         emit.progress(total_s, total_s)
         elapsed = time.monotonic() - t0
@@ -415,18 +479,25 @@ class WhisperEngine:
     def batch(self) -> int:
         return batch_for(self.device, int(self.settings.whisper_batch))
 
-    def _decode(self, audio: np.ndarray, fw_code: str | None, options: dict[str, Any],
-                spans: list[tuple[float, float]]) -> Iterable[Any]:
-        """One piece's segments with timed words, lazily, in time order (see the module docstring for the two
-        ways); ``spans`` are the piece's VAD speech spans (:func:`speech_spans`), the batched way's clips."""
+    def _decode(self, pcm: np.ndarray, fw_code: str | None, options: dict[str, Any],
+                clips: Iterator[tuple[float, float]]) -> Iterable[Any]:
+        """The file's segments with timed words on its clock, lazily, in time order (see the module docstring for
+        the two ways); ``clips`` are its speech clips (seconds), pieces after pieces."""
         common: dict[str, Any] = dict(word_timestamps=True, initial_prompt=prompt_of(options), language=fw_code,
                                       task=task_of(options))
         temperature = temperature_of(options)
         if temperature:  # asked for: sampling, so no longer the same text every time
             common["temperature"] = temperature
         if self.batch <= 0:
-            return self._sequential(audio, common)
-        return self._batched(audio, common, spans)
+            return self._by_clip(pcm, common, clips)
+        return self._batched(pcm, common, clips)
+
+    def _by_clip(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float]]
+                 ) -> Iterable[Any]:
+        """Sequential: each clip alone, beam 5 at temperature 0 (the token cap is per clip)."""
+        for c0, c1 in clips:
+            for seg in self._sequential(pcm[int(c0 * SR):int(c1 * SR)], common, vad=False):
+                yield Shifted(seg, c0)
 
     def _sequential(self, audio: np.ndarray, common: dict[str, Any], vad: bool = True,
                     **extra: Any) -> Iterable[Any]:
@@ -434,22 +505,19 @@ class WhisperEngine:
         segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw)
         return segments
 
-    def _batched(self, audio: np.ndarray, common: dict[str, Any], spans: list[tuple[float, float]]) -> Iterable[Any]:
-        """VAD clips of up to 30 s decoded N at a time at temperature 0; a clip that fails whisper's quality
-        rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1 where it is speech) is decoded
-        again alone with ``no_repeat_ngram_size=4`` (still at temperature 0: deterministic)."""
+    def _batched(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float]]
+                 ) -> Iterable[Any]:
+        """VAD clips of up to 30 s decoded N at a time at temperature 0, a batch taking clips across pieces; a clip
+        that fails whisper's quality rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1
+        where it is speech) is decoded again alone with ``no_repeat_ngram_size=4`` (still at temperature 0:
+        deterministic)."""
         from faster_whisper import BatchedInferencePipeline
         from faster_whisper.transcribe import get_compression_ratio
 
         if self.batched is None:
             self.batched = BatchedInferencePipeline(self.model)
-        clips = merge_clips(spans)
-        if not clips:
-            return
-        # a segment's seek is its clip's start in 10 ms frames, computed by the pipeline from whole samples
-        by_start = {int(int(c0 * SR) / SR * 100): (c0, c1) for c0, c1 in clips}
 
-        def settle(group: list[Any]) -> Iterable[Any]:
+        def settle(group: list[Any], span: tuple[float, float]) -> Iterable[Any]:
             text = "".join(str(g.text) for g in group)
             speech = [g for g in group if not is_no_speech(g)]
             looped = bool(text.strip()) and get_compression_ratio(text) > COMPRESSION_RATIO
@@ -457,24 +525,30 @@ class WhisperEngine:
             if not (looped or unsure):
                 yield from speech
                 return
-            c0, c1 = by_start.get(int(group[0].seek), (float(group[0].start), float(group[-1].end)))
-            a0 = int(c0 * SR)
-            for seg in self._sequential(audio[a0:int(c1 * SR)], common, vad=False, **RETRY_KW):
+            c0, c1 = span
+            for seg in self._sequential(pcm[int(c0 * SR):int(c1 * SR)], common, vad=False, **RETRY_KW):
                 yield Shifted(seg, c0)
 
         # One call per batch, so that each batch's clips are settled (and progress reported) as soon as it is
-        # decoded, not when the next batch shows that a clip has ended; the first clip alone, so that the
-        # progress line moves within seconds of the start.
-        batches = [clips[:1]] + [clips[k:k + self.batch] for k in range(1, len(clips), self.batch)]
-        for batch in batches:
+        # decoded. On the CPU the first clip goes alone, so that the progress line moves within seconds of the
+        # start; a GPU decodes a whole batch in a fraction of a second, and a lone clip would cost a batch's time.
+        size = 1 if self.device == "cpu" else self.batch
+        while True:
+            batch = list(itertools.islice(clips, size))
+            if not batch:
+                return
+            size = self.batch
+            # a segment's seek is its clip's start in 10 ms frames, computed by the pipeline from whole samples
+            by_start = {int(int(c0 * SR) / SR * 100): (c0, c1) for c0, c1 in batch}
             segments, _info = self.batched.transcribe(
-                audio, clip_timestamps=[{"start": c0, "end": c1} for c0, c1 in batch], batch_size=self.batch,
+                pcm, clip_timestamps=[{"start": c0, "end": c1} for c0, c1 in batch], batch_size=self.batch,
                 vad_filter=False, **{**BATCHED_KW, **common})
             groups: dict[int, list[Any]] = {}
             for seg in segments:
                 groups.setdefault(int(seg.seek), []).append(seg)
             for seek in sorted(groups):
-                yield from settle(groups[seek])
+                group = groups[seek]
+                yield from settle(group, by_start.get(seek, (float(group[0].start), float(group[-1].end))))
 
     def close(self) -> None:
         self.model = None
