@@ -289,8 +289,12 @@ def s_warm(b: Bench) -> None:
     pcm = pcm_of(CLIP)
     fw_text(m.transcribe(pcm, language="en", beam_size=5)[0])
     direct, _ = timed(lambda: fw_text(m.transcribe(pcm, language="en", beam_size=5)[0]), 5)
+    words, _ = timed(lambda: fw_text(m.transcribe(pcm, language="en", beam_size=5, word_timestamps=True,
+                                                  vad_filter=True)[0]), 5)
     row("warm", "warm 5 s clip: OpenAI route (upload, decode, verbose_json)", f"{oa:.3f} s", f"{direct:.3f} s",
         oa / direct, "<= 1.2x", oa / direct <= 1.2)
+    row("warm", "the same against faster-whisper with VAD and word timestamps (what hasr runs)", f"{oa:.3f} s",
+        f"{words:.3f} s", oa / words)
     row("warm", "warm 5 s clip: hasrctl transcribe (a new CLI process)", f"{cli:.3f} s", f"{direct:.3f} s",
         cli / direct, "<= 1.2x", cli / direct <= 1.2)
 
@@ -359,6 +363,17 @@ def s_profile(b: Bench) -> None:
     RAW["profile"] = out.getvalue()[-6000:]
     eng.close()
     row("profile", "the engine in-process on the long file (no daemon, no upload)", f"{took:.2f} s")
+    from hasrd.worker import segment, vad
+
+    head = pcm[: 300 * SR]
+    sweep = []
+    pieces = segment.quiet_pieces(head, 60.0)
+    for n in (1, 2, 4, 8):
+        t, _ = timed(lambda n=n: list(vad.piece_spans(head, pieces, n)), 2)
+        sweep.append(f"{n}: {t:.3f} s")
+    t1, _ = timed(lambda: vad.speech_spans(head), 2)
+    sweep.append(f"one pass over all 300 s: {t1:.3f} s")
+    row("profile", "Silero VAD over 300 s in 60 s pieces, by threads side by side", "; ".join(sweep))
 
 
 def s_tune(b: Bench) -> None:
@@ -421,11 +436,19 @@ def s_zh(b: Bench) -> None:
     path = os.path.join(b.args.audio, "zh_long_3min.flac")
     ref = Path(path).with_suffix(".txt").read_text()
     out = {}
+    from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+    pcm = pcm_of(path)
     for device in (b.device, "cpu") if b.device == "cuda" else ("cpu",):
         with b.daemon(HASR_FW_DEVICE=device, HASR_FW_COMPUTE_TYPE="default") as d:
             t, body = b.openai(d, path, language="zh")
         out[device] = (t, cer(ref, body["text"]), body["text"])
-        row("zh", f"3-minute Mandarin on {device}", f"{t:.2f} s, CER {out[device][1]:.3f}")
+        m = WhisperModel(b.model, device=device, compute_type="float16" if device == "cuda" else "int8")
+        pipe = fw_text(BatchedInferencePipeline(m).transcribe(pcm, language="zh", batch_size=16)[0])
+        seq = fw_text(m.transcribe(pcm, language="zh", beam_size=5)[0])
+        del m
+        row("zh", f"3-minute Mandarin on {device}", f"{t:.2f} s, CER {out[device][1]:.3f}",
+            f"faster-whisper's pipeline CER {cer(ref, pipe):.3f}, sequential {cer(ref, seq):.3f}")
     RAW["zh"] = out
     if "cuda" in out:
         row("zh", "Mandarin: CER on the GPU against the CPU", f"{out['cuda'][1]:.3f}", f"{out['cpu'][1]:.3f}",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tracemalloc
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -93,32 +92,47 @@ def test_tiny_limits_still_make_progress(max_sec: float) -> None:
     assert segs[-1].end == 5 * SR and all(s.end > s.start for s in segs)
 
 
-def test_the_vad_runs_ahead_in_its_thread_and_its_errors_come_out_where_the_item_would_have() -> None:
+def test_quiet_pieces_end_at_the_quietest_chunk_of_each_blocks_second_half() -> None:
+    pcm = np.ones(150 * SR, np.float32)
+    for quiet in (40, 85, 140):  # quiet chunks: the cuts go there, not at the block ends
+        pcm[quiet * SR:quiet * SR + CH] = 0.01
+    a, b, c = (q * SR // CH * CH for q in (40, 85, 140))
+    assert segment.quiet_pieces(pcm, 60) == [(0, a), (a, b), (b, c), (c, 150 * SR)]
+    assert segment.quiet_pieces(pcm[:60 * SR], 60) == [(0, 60 * SR)]  # short: one piece
+
+
+def test_pieces_are_vad_d_side_by_side_in_order_and_a_close_drops_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
+    import time
 
-    from hasrd.worker.engines.whisper import prefetch
+    from hasrd.worker import vad
 
-    seen: list[str] = []
+    threads: set[str] = set()
+    started: list[int] = []
 
-    def parts() -> Iterator[int]:
-        for k in range(3):
-            seen.append(threading.current_thread().name)
-            yield k
-        raise RuntimeError("VAD failed on piece 4")
+    def fake_spans(audio: np.ndarray) -> list[tuple[float, float]]:
+        started.append(len(audio))
+        threads.add(threading.current_thread().name)
+        time.sleep(0.05 if len(audio) == SR else 0.0)  # the first piece is the slowest: order must still hold
+        return [] if len(audio) == 3 * SR else [(0.0, len(audio) / SR)]
 
-    it = prefetch(parts())
-    assert [next(it), next(it), next(it)] == [0, 1, 2]
-    with pytest.raises(RuntimeError, match="piece 4"):
-        next(it)
-    assert set(seen) == {"hasr-vad"}
+    monkeypatch.setattr(vad, "speech_spans", fake_spans)
+    pcm = np.zeros(20 * SR, np.float32)
+    pieces = [(0, SR), (SR, 3 * SR), (3 * SR, 6 * SR), (6 * SR, 10 * SR)]
+    got = list(vad.piece_spans(pcm, pieces, 3))
+    assert [(a, b) for a, b, _ in got] == [(0, SR), (SR, 3 * SR), (6 * SR, 10 * SR)]  # the speechless one left out
+    assert all(t.startswith("hasr-vad") for t in threads)
 
-    def endless() -> Iterator[int]:
-        k = 0
-        while True:
-            yield k
-            k += 1
+    def boom(audio: np.ndarray) -> list[tuple[float, float]]:
+        raise RuntimeError("VAD failed")
 
-    stopped = prefetch(endless(), depth=2)
-    assert next(stopped) == 0
-    stopped.close()  # the consumer gave up (a cancel): the producer ends instead of filling memory
-    assert not stopped.thread.is_alive()
+    monkeypatch.setattr(vad, "speech_spans", boom)
+    with pytest.raises(RuntimeError, match="VAD failed"):
+        list(vad.piece_spans(pcm, pieces, 2))
+    monkeypatch.setattr(vad, "speech_spans", fake_spans)
+    started.clear()
+    many = [(k * SR, (k + 1) * SR) for k in range(100)]
+    gen = vad.piece_spans(pcm, many, 2)
+    next(gen)
+    gen.close()  # a cancelled request: what was not started never runs
+    assert len(started) <= 2 * 2 + 1

@@ -8,9 +8,10 @@ How: walk the audio in blocks of ``max_sec``; run faster-whisper's bundled Siler
 of the caller's array, which may be an mmap of a 4-hour memfd: never copied whole); cut in the middle of the
 longest pause in the block's second half, or, in unbroken sound, at its quietest 160 ms chunk. Cuts fall on
 the 160 ms chunk grid so that v2c's chunk indices stay global. Audio no longer than ``max_sec`` is one
-segment and VAD is not run at all (short requests behave exactly as the seed). Each segment keeps the VAD's
-spans inside it (``spans``), so that a caller whose VAD options are the cut's (the whisper engine passes its own
-``vad``) need not run Silero over the same audio again.
+segment and VAD is not run at all (short requests behave exactly as the seed).
+
+The whisper engine cuts by :func:`quiet_pieces` instead: each cut at the quietest chunk of a block's second half,
+known before any VAD runs, so that its pieces can be VAD'd side by side (worker/vad.py), each from a quiet start.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ class Segment:
     start: int  # samples, a multiple of CHUNK
     end: int
     speech: bool  # False: VAD heard nothing in it (callers may skip it)
-    spans: tuple[tuple[int, int], ...] | None = None  # the VAD's speech inside it, from its start; None: not run
 
     @property
     def duration_s(self) -> float:
@@ -95,13 +95,24 @@ def quietest_cut(block: np.ndarray, min_len: int, align: int = CHUNK) -> int:
     return (first + int(np.argmin(energy))) * align
 
 
+def quiet_pieces(pcm: np.ndarray, max_sec: float, align: int = CHUNK) -> list[tuple[int, int]]:
+    """``pcm`` as consecutive (start, end) pieces of at most ``max_sec``, each ending at the quietest aligned chunk
+    of its block's second half (:func:`quietest_cut`); one piece when it is no longer. Pure and cheap (an energy
+    per chunk), so the pieces are the same whatever runs when."""
+    n = len(pcm)
+    max_len = max(align, int(max_sec * SR) // align * align)
+    out: list[tuple[int, int]] = []
+    pos = 0
+    while n - pos > max_len:
+        cut = quietest_cut(pcm[pos:pos + max_len], max_len // 2, align)
+        out.append((pos, pos + cut))
+        pos += cut
+    out.append((pos, n))
+    return out
+
+
 def has_speech(spans: Spans, start: int, end: int) -> bool:
     return any(s < end and e > start for s, e in spans)
-
-
-def inside(spans: Spans, end: int) -> tuple[tuple[int, int], ...]:
-    """The spans before ``end``, the one across it cut there (a cut in unbroken sound)."""
-    return tuple((s, min(e, end)) for s, e in sorted(spans) if s < end)
 
 
 def iter_segments(pcm: np.ndarray, max_sec: float, *, vad: VadFn | None = None) -> Iterator[Segment]:
@@ -117,16 +128,11 @@ def iter_segments(pcm: np.ndarray, max_sec: float, *, vad: VadFn | None = None) 
         block = pcm[pos:pos + max_len]
         spans = vad(block)
         if n - pos <= max_len:
-            yield Segment(pos, n, has_speech(spans, 0, len(block)), inside(spans, len(block)))
+            yield Segment(pos, n, has_speech(spans, 0, len(block)))
             return
         cut = pick_cut(spans, len(block), max_len // 2) or quietest_cut(block, max_len // 2)
-        yield Segment(pos, pos + cut, has_speech(spans, 0, cut), inside(spans, cut))
+        yield Segment(pos, pos + cut, has_speech(spans, 0, cut))
         pos += cut
-
-
-def speech_segments(segments: Iterable[Segment]) -> Iterator[Segment]:
-    """The segments with speech, lazily."""
-    return (s for s in segments if s.speech)
 
 
 def speech_ranges(segments: Iterable[Segment]) -> Iterator[tuple[int, int]]:

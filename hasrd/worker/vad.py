@@ -1,59 +1,72 @@
-"""Silero VAD for the whisper engine: run once per sample of a file, on more than one CPU thread.
+"""Silero VAD for the whisper engine: once per sample of a file, its pieces side by side.
 
-Why: on a GPU the decoder is fast and the CPU's VAD is hasr's bottleneck. Measured on the H200 host (notes/gpu.md):
-Silero took 0.6 s of a 5-minute file's 1.9 s, and the file went through it three times (the language vote's scan,
-the long-audio cut, then each piece's clips). Now the segmenter's VAD of a block (segment.py) is kept with the
-segment, and a piece's clips and the language vote are taken from it; a piece no one has VAD'd yet gets one pass.
+Why: on a GPU the decoder is fast and the CPU's VAD is hasr's bottleneck. Measured on the H200 host
+(notes/gpu.md, benchmarks/gpu_real.py): Silero took 0.8 s of a 5-minute file's 1.7 s in the engine, and the file
+had gone through it three times (the language vote's scan, the long-audio cut, then each piece's clips).
 
-Threads: faster-whisper builds its Silero session with one intra-op thread. :func:`use_threads` gives the cached
-session more; ONNX Runtime then splits the encoder's convolutions over them, and the probabilities are the same to
-the bit (measured: max difference 0.0 with 1 and 2 threads; 0.88 -> 0.61 s for 5 minutes on 2 cores). The VAD runs
-between decoder calls of the same worker, never beside them, so the threads do not compete with the decoder.
+How: the file is cut into pieces before any VAD runs, each at the quietest 160 ms of a block's second half
+(segment.quiet_pieces: an energy per chunk); every piece is VAD'd on its own, from a quiet start, by a few threads
+side by side and ahead of the decoder (:func:`piece_spans`); the spans give the piece's clips, the silences the
+sentences are cut at, and the language vote's speech. ONNX Runtime lets go of the GIL while it runs, and each
+piece's spans are the same whichever thread ran it when: the pieces, hence the text, do not depend on timing.
+(More intra-op threads for one Silero run gained nothing past the machine's cores and lost beyond them: 60 s took
+0.089 s with 1 thread, 0.085 s with 2, 0.192 s with 4 on a 2-core machine.)
 """
 
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections import deque
+from typing import Generator, Iterable
 
 import numpy as np
 
 SR = 16000
 CLIP_SEC = 30.0  # whisper's window: a clip of speech is at most this long
 MIN_SILENCE = 0.5  # VadOptions(min_silence_duration_ms=500): two spans are apart only across this much silence
-MAX_THREADS = 4
+MAX_WORKERS = 8
 
 
-def default_threads() -> int:
-    """The VAD's threads: the CPUs this process may use, at most MAX_THREADS (more gains little on 5 minutes)."""
+def default_workers() -> int:
+    """Threads that VAD pieces side by side: the CPUs this process may use, at most MAX_WORKERS."""
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         n = os.cpu_count() or 1
-    return max(1, min(MAX_THREADS, n))
+    return max(1, min(MAX_WORKERS, n))
 
 
-def use_threads(n: int) -> int:
-    """Give faster-whisper's cached Silero session ``n`` intra-op threads; returns the threads it now has (1 when
-    this faster-whisper keeps its session elsewhere: the VAD still works, on one thread)."""
-    from faster_whisper import vad as fw_vad
+Part = tuple[int, int, list[tuple[float, float]]]
 
-    model = fw_vad.get_vad_model()
-    session = getattr(model, "session", None)
-    if n <= 1 or session is None:
-        return 1
-    import onnxruntime
 
-    opts = onnxruntime.SessionOptions()
-    opts.inter_op_num_threads = 1
-    opts.intra_op_num_threads = n
-    opts.enable_cpu_mem_arena = False
-    opts.log_severity_level = 4
-    path = os.path.join(fw_vad.get_assets_path(), "silero_vad_v6.onnx")
-    if not os.path.exists(path):
-        return 1
-    model.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"], sess_options=opts)
-    return n
+def piece_spans(pcm: np.ndarray, pieces: Iterable[tuple[int, int]], workers: int) -> Generator[Part, None, None]:
+    """(start, end, speech spans in seconds from the piece's start) for each piece with speech, in order; the
+    pieces are VAD'd by ``workers`` threads, up to twice that many ahead of the caller. Closing the generator
+    (a cancelled request) drops the pieces not yet started."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+    from faster_whisper.vad import get_vad_model
+
+    get_vad_model()  # one session for every thread (its cache is not locked: build it before they start)
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="hasr-vad")
+    pending: deque[tuple[tuple[int, int], Future[list[tuple[float, float]]]]] = deque()
+    todo = iter(pieces)
+
+    def submit() -> None:
+        for piece in todo:
+            pending.append((piece, pool.submit(speech_spans, pcm[piece[0]:piece[1]])))
+            return
+
+    try:
+        for _ in range(2 * max(1, workers)):
+            submit()
+        while pending:
+            (start, end), future = pending.popleft()
+            submit()
+            spans = future.result()
+            if spans:
+                yield start, end, spans
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def speech_spans(audio: np.ndarray) -> list[tuple[float, float]]:
@@ -62,16 +75,6 @@ def speech_spans(audio: np.ndarray) -> list[tuple[float, float]]:
 
     spans = get_speech_timestamps(audio, VadOptions(min_silence_duration_ms=500, max_speech_duration_s=CLIP_SEC))
     return [(sp["start"] / SR, sp["end"] / SR) for sp in spans]
-
-
-def sample_spans(block: np.ndarray) -> list[tuple[int, int]]:
-    """:func:`speech_spans` in samples: what segment.iter_segments cuts by, so that its VAD serves the clips too."""
-    return [(int(round(a * SR)), int(round(b * SR))) for a, b in speech_spans(block)]
-
-
-def seconds(spans: Sequence[tuple[int, int]], offset: int = 0) -> list[tuple[float, float]]:
-    """Sample spans (relative to ``offset``) as seconds."""
-    return [((offset + a) / SR, (offset + b) / SR) for a, b in spans]
 
 
 def silences(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

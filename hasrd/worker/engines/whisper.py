@@ -42,7 +42,7 @@ import itertools
 import math
 import sys
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Generator, Iterable, Iterator
 
 import numpy as np
 
@@ -232,58 +232,6 @@ def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], tokeni
     return entry
 
 
-class Prefetch:
-    """An iterator run ahead in a thread of its own, at most ``depth`` items ahead: the next piece's VAD (ONNX
-    Runtime, which lets go of the GIL) runs while the decoder works on this one. Its errors come out where the
-    item would have; :meth:`close` stops it after the item in hand."""
-
-    _END = object()
-
-    def __init__(self, source: Iterator[Any], depth: int = 2) -> None:
-        import queue
-        import threading
-
-        self.q: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.stop = threading.Event()
-        self.source = source
-        self.thread = threading.Thread(target=self._run, name="hasr-vad", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            for item in self.source:
-                if self.stop.is_set():
-                    return
-                self.q.put((True, item))
-            self.q.put((True, self._END))
-        except BaseException as e:  # handed to the consumer
-            self.q.put((False, e))
-
-    def __iter__(self) -> Prefetch:
-        return self
-
-    def __next__(self) -> Any:
-        ok, item = self.q.get()
-        if not ok:
-            raise item
-        if item is self._END:
-            self.q.put((True, self._END))  # a second reader also ends
-            raise StopIteration
-        return item
-
-    def close(self) -> None:
-        self.stop.set()
-        while self.thread.is_alive():
-            try:
-                self.q.get(timeout=0.05)  # unblock a producer waiting for room
-            except Exception:
-                pass
-
-
-def prefetch(source: Iterator[Any], depth: int = 2) -> Prefetch:
-    return Prefetch(source, depth)
-
-
 class Shifted:
     """A segment of a clip decoded alone, with times moved to the piece's clock."""
 
@@ -328,6 +276,7 @@ class WhisperEngine:
         self.model: Any = None
         self.batched: Any = None
         self.warm_up_s: float | None = None
+        self.vad_workers = vad.default_workers()
 
     def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
         self.model_ref = resolve_fw(self.fw_spec, phase)
@@ -341,9 +290,8 @@ class WhisperEngine:
             except (RuntimeError, ValueError, OSError) as e:
                 raise cuda_error(e, self.model_ref.name) from None
             self.warm_up_s = round(time.monotonic() - t0, 3)
-        threads = vad.use_threads(vad.default_threads())
         ident = {"engine": "whisper", "models": {"final": self.model_ref.describe()}, "device": self.device,
-                 "compute_type": self.compute_type, "batch": self.batch, "vad_threads": threads}
+                 "compute_type": self.compute_type, "batch": self.batch, "vad_workers": self.vad_workers}
         if self.warm_up_s is not None:
             ident["warm_up_s"] = self.warm_up_s
         ident.update(self.extra)
@@ -390,8 +338,8 @@ class WhisperEngine:
         # Silero runs once per sample: the cut's VAD of a long file is kept with each piece (segment.py), a file
         # short enough to be one piece is VAD'd here, and the language vote takes its speech from the first
         # pieces (read ahead until they hold enough speech for it), which are then decoded from that list. The
-        # VAD runs a piece or two ahead of the decoder, in a thread of its own (prefetch).
-        parts = prefetch(self._parts(pcm))
+        # pieces are VAD'd side by side, ahead of the decoder (vad.piece_spans).
+        parts = self._parts(pcm)
         try:
             ahead: list[tuple[int, int, list[tuple[float, float]]]] = []
             if fw_code is None and n:
@@ -459,14 +407,10 @@ class WhisperEngine:
         return WhisperLive(self.model, whisper_code(self.model, code), task_of(options), prompt_of(options), emit,
                            cancelled, options)
 
-    def _parts(self, pcm: np.ndarray) -> Iterator[tuple[int, int, list[tuple[float, float]]]]:
-        """The pieces with speech, lazily, each with its VAD spans (seconds, from the piece's start): the cut's
-        own VAD where it ran (long audio), one pass over the piece otherwise."""
-        for part in segment.speech_segments(segment.iter_segments(pcm, self.settings.whisper_segment_sec,
-                                                                  vad=vad.sample_spans)):
-            spans = (vad.seconds(part.spans) if part.spans is not None
-                     else vad.speech_spans(pcm[part.start:part.end]))
-            yield part.start, part.end, spans
+    def _parts(self, pcm: np.ndarray) -> Generator[vad.Part, None, None]:
+        """The pieces with speech, lazily, each with its VAD spans (seconds, from the piece's start)."""
+        pieces = segment.quiet_pieces(pcm, self.settings.whisper_segment_sec)
+        return vad.piece_spans(pcm, pieces, self.vad_workers)
 
     def _tokens(self, text: str) -> list[int]:
         """The model's text tokens for ``text`` (verbose_json's ``tokens``), as whisper would write it."""
