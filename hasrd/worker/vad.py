@@ -69,6 +69,11 @@ def piece_spans(pcm: np.ndarray, pieces: Iterable[tuple[int, int]], workers: int
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def prime() -> None:
+    """Build Silero's session and run it once (a worker's load does this beside the model's)."""
+    speech_spans(np.zeros(SR, np.float32))
+
+
 def speech_spans(audio: np.ndarray) -> list[tuple[float, float]]:
     """Silero VAD's speech spans (seconds; padded as faster-whisper pads them, so a gap between two is silence)."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import threading
 import time
 from typing import Any, Callable, Generator, Iterable, Iterator
 
@@ -281,6 +282,9 @@ class WhisperEngine:
     def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
         self.model_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {self.model_ref.name} on {self.device} ({self.compute_type})")
+        # Silero's session is built beside the model's load (its first request would wait for it otherwise)
+        primed = threading.Thread(target=vad.prime, name="hasr-vad-prime", daemon=True)
+        primed.start()
         self.model = load_model(self.model_ref, self.device, self.compute_type)
         if self.device == "cuda":
             phase("preparing the GPU's kernels (the first load on a machine compiles them: seconds, once)")
@@ -290,6 +294,7 @@ class WhisperEngine:
             except (RuntimeError, ValueError, OSError) as e:
                 raise cuda_error(e, self.model_ref.name) from None
             self.warm_up_s = round(time.monotonic() - t0, 3)
+        primed.join()
         ident = {"engine": "whisper", "models": {"final": self.model_ref.describe()}, "device": self.device,
                  "compute_type": self.compute_type, "batch": self.batch, "vad_workers": self.vad_workers}
         if self.warm_up_s is not None:
@@ -359,8 +364,9 @@ class WhisperEngine:
                 if fw_code:
                     name, code = NAMES.get(fw_code, fw_code), fw_code
 
-            def clips() -> Iterator[tuple[float, float]]:
-                """Each piece's clips on the file's clock, its silences told to the sentence cutter first."""
+            def clips() -> Iterator[tuple[float, float] | None]:
+                """Each piece's clips on the file's clock, its silences told to the sentence cutter first; None
+                after each piece (where a first batch may stop: see _batched)."""
                 nonlocal calls
                 for start, end, spans in itertools.chain(ahead, parts):
                     if cancelled():
@@ -369,6 +375,7 @@ class WhisperEngine:
                     calls += 1
                     cuts.add_pauses((offset + a, offset + b) for a, b in silences(spans))
                     yield from ((offset + c0, offset + c1) for c0, c1 in merge_clips(spans))
+                    yield None
 
             for s in self._decode(pcm, fw_code, options, clips()):  # lazy: decoding while iterating
                 if cancelled():
@@ -424,7 +431,7 @@ class WhisperEngine:
         return batch_for(self.device, int(self.settings.whisper_batch))
 
     def _decode(self, pcm: np.ndarray, fw_code: str | None, options: dict[str, Any],
-                clips: Iterator[tuple[float, float]]) -> Iterable[Any]:
+                clips: Iterator[tuple[float, float] | None]) -> Iterable[Any]:
         """The file's segments with timed words on its clock, lazily, in time order (see the module docstring for
         the two ways); ``clips`` are its speech clips (seconds), pieces after pieces."""
         common: dict[str, Any] = dict(word_timestamps=True, initial_prompt=prompt_of(options), language=fw_code,
@@ -436,10 +443,10 @@ class WhisperEngine:
             return self._by_clip(pcm, common, clips)
         return self._batched(pcm, common, clips)
 
-    def _by_clip(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float]]
+    def _by_clip(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float] | None]
                  ) -> Iterable[Any]:
         """Sequential: each clip alone, beam 5 at temperature 0 (the token cap is per clip)."""
-        for c0, c1 in clips:
+        for c0, c1 in (c for c in clips if c is not None):
             for seg in self._sequential(pcm[int(c0 * SR):int(c1 * SR)], common, vad=False):
                 yield Shifted(seg, c0)
 
@@ -449,7 +456,7 @@ class WhisperEngine:
         segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw)
         return segments
 
-    def _batched(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float]]
+    def _batched(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float] | None]
                  ) -> Iterable[Any]:
         """VAD clips of up to 30 s decoded N at a time at temperature 0, a batch taking clips across pieces; a clip
         that fails whisper's quality rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1
@@ -474,14 +481,23 @@ class WhisperEngine:
                 yield Shifted(seg, c0)
 
         # One call per batch, so that each batch's clips are settled (and progress reported) as soon as it is
-        # decoded. On the CPU the first clip goes alone, so that the progress line moves within seconds of the
-        # start; a GPU decodes a whole batch in a fraction of a second, and a lone clip would cost a batch's time.
-        size = 1 if self.device == "cpu" else self.batch
+        # decoded. The first batch is short: on the CPU one clip, so that the progress line moves within seconds
+        # of the start; on a GPU the first piece's clips, decoded while the other pieces' VAD runs (a lone clip
+        # would cost a whole batch's time there). The batches are the same whatever the timing: same text.
+        first = True
         while True:
-            batch = list(itertools.islice(clips, size))
+            batch: list[tuple[float, float]] = []
+            for clip in clips:
+                if clip is None:
+                    if first and batch and self.device != "cpu":
+                        break
+                    continue
+                batch.append(clip)
+                if len(batch) >= (1 if first and self.device == "cpu" else self.batch):
+                    break
             if not batch:
                 return
-            size = self.batch
+            first = False
             # a segment's seek is its clip's start in 10 ms frames, computed by the pipeline from whole samples
             by_start = {int(int(c0 * SR) / SR * 100): (c0, c1) for c0, c1 in batch}
             segments, _info = self.batched.transcribe(
