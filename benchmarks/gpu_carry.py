@@ -73,10 +73,15 @@ def main() -> int:
                                            key=lambda x: -x[1])
     small = [p for p in sorted(model.iterdir()) if p.is_file() and p.name not in ("model.bin", ".hasr-verified")]
     tail = small + sorted((work / "audio").iterdir())
-    folders: list[list[tuple[str, Path | tuple[int, int]]]] = [[]]
+    folders: list[list[tuple[str, Path | tuple[int, int] | tuple[Path, int, int]]]] = [[]]
     room = [cap]
     for w, size in items:
         k = next((i for i, r in enumerate(room) if r >= size), None)
+        if k is None and size > cap:  # Ray's wheel: in pieces (w.part000, ...), joined by gpu_setup.sh
+            for i, at in enumerate(range(0, size, cap)):
+                folders.append([(f"{w.name}.part{i:03d}", (w, at, min(cap, size - at)))])
+                room.append(cap - min(cap, size - at))
+            continue
         if k is None:
             folders.append([])
             room.append(cap)
@@ -107,9 +112,10 @@ def main() -> int:
         d.mkdir(parents=True)
         for name, src in items_:
             if isinstance(src, tuple):
-                with open(big, "rb") as f_in, open(d / name, "wb") as f_out:
-                    f_in.seek(src[0])
-                    f_out.write(f_in.read(src[1]))
+                path, at, length = (big, *src) if len(src) == 2 else src
+                with open(path, "rb") as f_in, open(d / name, "wb") as f_out:
+                    f_in.seek(at)
+                    f_out.write(f_in.read(length))
             else:
                 shutil.copy(src, d / name)
         (d / "model.sha256").write_text(digest + "\n")

@@ -42,7 +42,8 @@ from speech import edit_distance, norm_en, norm_zh  # noqa: E402
 SR = 16000
 CLIP = REPO / "tests" / "data" / "en_espeak_park.flac"
 CLIP_TEXT = "The weather is nice today. We are going to the park to take a walk."
-SECTIONS = ("cold", "jit", "nolib", "warm", "long", "profile", "tune", "vram", "zh", "models", "live", "hybrid", "faults", "big")
+SECTIONS = ("cold", "jit", "nolib", "warm", "long", "profile", "tune", "vram", "zh", "models", "live", "hybrid", "faults", "big",
+            "coldprof", "batch")
 ROWS: list[dict[str, Any]] = []
 RAW: dict[str, Any] = {}
 
@@ -624,6 +625,78 @@ def s_big(b: Bench) -> None:
     m.model.encode(sv)
     enc, _ = timed(lambda: m.model.encode(sv), 5)
     row("big", "encoder time per 30 s window", f"{enc * 1000:.1f} ms")
+
+
+def s_coldprof(b: Bench) -> None:
+    """Where a cold start's time goes before the model loads: the interpreter, the worker's imports, the package
+    versions and CUDA's device count it reads, NVML's inventory in the daemon."""
+    probes = {
+        "python -c pass": "pass",
+        "import hasrd.worker.main": "import hasrd.worker.main",
+        "+ the engine factory (select)": "import hasrd.worker.main, hasrd.worker.engines.select",
+        "+ package_versions()": "from hasrd.worker.engines import select; select.package_versions()",
+        "+ cuda_devices()": "from hasrd.worker.engines import select; select.cuda_devices()",
+        "import faster_whisper": "import faster_whisper",
+        "hasrd.gpu.list_gpus() (daemon)": "from hasrd import gpu; gpu.list_gpus()",
+        "import hasrctl.cli": "import hasrctl.cli",
+    }
+    out = []
+    for label, code in probes.items():
+        ts = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            subprocess.run([sys.executable, "-c", code], env={**os.environ, **b.env()}, capture_output=True,
+                           timeout=120)
+            ts.append(time.monotonic() - t0)
+        out.append(f"{label} {med(ts):.3f}")
+    RAW["coldprof"] = out
+    row("coldprof", "a fresh process, median of 3 (s)", "; ".join(out))
+
+
+def s_batch(b: Bench) -> None:
+    """hasrctl batch on a local Ray with GPU actors (1 GPU each, then two actors of 0.5 on the one GPU) against
+    the daemon one file at a time: audio hours per hour, and whether every txt is the daemon's."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        row("batch", "hasrctl batch on Ray", "not measured: Ray is not installed here (gpu_carry.py --ray carries "
+            "its 80 MB wheel in two more calls)")
+        return
+    src = Path(b.tmp, "batch_in")
+    src.mkdir(exist_ok=True)
+    names = {"en_long_1min": 4, "en_long_5min": 2, "zh_long_3min": 2} if b.device == "cuda" else {"en_long_1min": 2}
+    files = []
+    for name, copies in names.items():
+        for k in range(copies):
+            dst = src / f"{name}_{k}.flac"
+            shutil.copy(os.path.join(b.args.audio, f"{name}.flac"), dst)
+            files.append(dst)
+    audio_s = sum(len(pcm_of(f)) / SR for f in files)
+    mine = Path(b.tmp, "daemon_out")
+    mine.mkdir(exist_ok=True)
+    with b.daemon() as d:
+        b.hasrctl(d, "-l", "en", str(CLIP))
+        t0 = time.monotonic()
+        for f in files:
+            b.hasrctl(d, "-q", "-f", "txt", "-o", str(mine / f"{f.stem}.txt"), str(f))
+        daemon_s = time.monotonic() - t0
+    row("batch", f"the daemon, one file after another ({len(files)} files, {audio_s / 60:.1f} min)",
+        f"{daemon_s:.1f} s, {audio_s / daemon_s * 1:.0f}x real time")
+    for gpus, workers in (("1", "1"), ("0.5", "2")) if b.device == "cuda" else (("0", "1"), ("0", "2")):
+        out = Path(b.tmp, f"batch_out_{workers}")
+        env = {**os.environ, **b.env(), "RAY_TMPDIR": str(Path(b.tmp, f"ray{workers}"))}  # the opt-in, as a user
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "hasrctl", "batch", str(src), "-o", str(out), "-f", "txt",
+                            "--gpus-per-worker", gpus, "--workers", workers, "--no-progress", "-q"], env=env,
+                           capture_output=True, text=True, timeout=400)
+        wall = time.monotonic() - t0
+        same = sum(1 for f in files if (mine / f"{f.stem}.txt").exists() and any(
+            p.read_bytes() == (mine / f"{f.stem}.txt").read_bytes() for p in out.rglob(f"{f.stem}.txt")))
+        RAW[f"batch_{workers}"] = {"rc": r.returncode, "stderr": r.stderr[-1500:], "wall": wall}
+        row("batch", f"hasrctl batch, {workers} actor(s) of {gpus} GPU", f"{wall:.1f} s (exit {r.returncode}), "
+            f"{audio_s / wall:.0f}x real time" + ("" if r.returncode == 0 else f": {r.stderr[-200:]}"),
+            f"the daemon {audio_s / daemon_s:.0f}x", daemon_s / wall, "same text as the daemon",
+            same == len(files))
 
 
 def main() -> int:

@@ -7,6 +7,11 @@ set -euo pipefail
 S=/tmp/stash
 mkdir -p "$S" /tmp/model /tmp/audio /tmp/cu12
 cp "$1"/* "$S"/
+for first in "$S"/*.whl.part000; do  # a wheel carried in pieces (Ray's): joined before it is installed
+  [ -e "$first" ] || continue
+  whl=${first%.part000}
+  cat $(ls "$whl".part* | sort) > "$whl"
+done
 if [ ! -f /tmp/site/.done ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$S"/*.whl
   touch /tmp/site/.done

@@ -147,3 +147,30 @@ def test_doctor_says_the_same_words_and_accepts_the_wheel() -> None:
     assert wheel.state == "ok" and "/v/lib/nvidia/cublas/lib" in wheel.what
     cudnn = doctor.lib_check("libcudnn.so.9", "libcudnn.so.9: cannot open shared object file", "/v/bin/python")
     assert cudnn.state == "ok" and "does not need it" in cudnn.what
+
+
+def test_hasrctl_batchs_actors_get_the_opt_in_as_the_daemons_workers_do(tmp_path: Path, cuda13: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on the H200: with only the opt-in set, every batch actor failed to load (its environment is Ray's,
+    not the daemon's). Ray sets runtime_env's variables when it starts an actor's process, and expands
+    ${LD_LIBRARY_PATH} to the node's own value."""
+    import dataclasses
+
+    from hasrctl.batch import run as rn
+
+    monkeypatch.setattr(cudalibs, "CUDA13_DIRS", (str(cuda13),))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    os.chmod(tmp_path, 0o700)
+
+    @dataclasses.dataclass
+    class Rules:
+        max_line_width: int = 0
+
+    job = rn.Job(engine="whisper", env={}, language="", options={}, formats=["txt"], rules=Rules(), model="",
+                 workers=1, gpus_per_worker=1.0)
+    monkeypatch.delenv("HASR_CUBLAS_FROM_CUDA13", raising=False)
+    assert "LD_LIBRARY_PATH" not in rn.actor_env(job)
+    monkeypatch.setenv("HASR_CUBLAS_FROM_CUDA13", "1")
+    parts = rn.actor_env(job)["LD_LIBRARY_PATH"].split(os.pathsep)
+    assert parts[0].endswith("cuda12-compat") and parts[1] == "${LD_LIBRARY_PATH}" and parts[2] == str(cuda13)
+    assert os.readlink(os.path.join(parts[0], "libcublas.so.12")) == str(cuda13 / "libcublas.so.13")

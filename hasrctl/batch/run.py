@@ -186,16 +186,26 @@ def results(ray: Any, job: Job, paths: list[str]) -> Iterator[dict[str, Any]]:
 
 
 def actor_env(job: Job) -> dict[str, str]:
-    """The actors' environment: the job, the HASR_* settings, and this shell's threads."""
+    """The actors' environment: the job, the HASR_* settings, this shell's threads, and HASR_CUBLAS_FROM_CUDA13's
+    library directory as the daemon gives it to its workers (hasrd/cudalibs.py: made on this machine, so it serves
+    a local Ray; a cluster's nodes need cuBLAS 12 of their own, the nvidia-cublas-cu12 wheel)."""
     from hasrctl.batch.actor import JOB_VAR
+    from hasrd import cudalibs, workerenv
 
-    return {**job.env, JOB_VAR: json.dumps({"engine": job.engine, "language": job.language, "options": job.options,
-                                            "formats": job.formats, "rules": dataclasses.asdict(job.rules),
-                                            "model": job.model}),
-            # Ray sets OMP_NUM_THREADS to an actor's CPUs unless it is given; numpy's BLAS (the mel spectrogram)
-            # and CTranslate2 with another thread count give other low-order results (a cue edge moved 20 ms),
-            # so the actors thread as the daemon's worker does: as this shell says, or the libraries' default
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "")}
+    env = {**job.env, JOB_VAR: json.dumps({"engine": job.engine, "language": job.language, "options": job.options,
+                                           "formats": job.formats, "rules": dataclasses.asdict(job.rules),
+                                           "model": job.model}),
+           # Ray sets OMP_NUM_THREADS to an actor's CPUs unless it is given; numpy's BLAS (the mel spectrogram)
+           # and CTranslate2 with another thread count give other low-order results (a cue edge moved 20 ms),
+           # so the actors thread as the daemon's worker does: as this shell says, or the libraries' default
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "")}
+    if workerenv.cublas_from_cuda13(os.environ):
+        # Ray sets env_vars when it starts an actor's process, where the loader reads them; ${...} is its own
+        # expansion of the node's value
+        compat = cudalibs.with_compat({"LD_LIBRARY_PATH": "${LD_LIBRARY_PATH}"}, workerenv.private_runtime_dir())
+        if compat.get("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}") != "${LD_LIBRARY_PATH}":
+            env["LD_LIBRARY_PATH"] = compat["LD_LIBRARY_PATH"]
+    return env
 
 
 def _through_client(ray: Any) -> bool:
