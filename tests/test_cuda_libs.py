@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hasrd import cudalibs, errors
-from hasrd.worker.engines import whisper
+from hasrd.worker.engines import fwload
 from hasrd.models import FwModel
 from hasrctl import doctor
 
@@ -126,8 +126,8 @@ def test_the_workers_load_error_has_its_code_and_the_advice_and_no_traceback(
 
     monkeypatch.setattr(faster_whisper, "WhisperModel", _NoCublas)
     monkeypatch.setattr(cudalibs, "preload_cuda12", lambda paths=None: None)
-    with pytest.raises(whisper.EngineError) as e:
-        whisper.load_model(FwModel(path=str(tmp_path), name="base", revision="", source="directory"), "cuda", "float16")
+    with pytest.raises(fwload.EngineError) as e:
+        fwload.load_model(FwModel(path=str(tmp_path), name="base", revision="", source="directory"), "cuda", "float16")
     assert e.value.code == "cuda_libraries_missing"
     assert "needs libcublas.so.12" in e.value.message and "pip install nvidia-cublas-cu12" in e.value.message
     assert "Traceback" not in e.value.message
@@ -135,7 +135,7 @@ def test_the_workers_load_error_has_its_code_and_the_advice_and_no_traceback(
     err = errors.from_worker_load(e.value.code, e.value.message)
     assert isinstance(err, errors.ModelUnavailable) and err.code == "cuda_libraries_missing" and err.status == 503
     # the same failure in the first decode (the warm-up) reads the same
-    late = whisper.cuda_error(RuntimeError(CT2_MESSAGE), "base")
+    late = fwload.cuda_error(RuntimeError(CT2_MESSAGE), "base")
     assert (late.code, late.message) == (e.value.code, e.value.message)
 
 

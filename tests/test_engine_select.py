@@ -173,7 +173,7 @@ def test_an_unwritable_cache_falls_back_to_joining_in_memory(tmp_path: Path) -> 
 
 
 def test_a_cuda_device_that_cannot_be_used_is_model_unavailable_naming_the_fix() -> None:
-    from hasrd.worker.engines.whisper import load_model
+    from hasrd.worker.engines.fwload import load_model
 
     with pytest.raises(EngineError) as e:
         load_model(models.resolve_fw(model_dir()), "cuda", "float16", device_index=99)  # none here, nor on a GPU host

@@ -86,7 +86,7 @@ def test_the_detections_encoding_is_served_once_to_an_input_one_frame_apart() ->
 @pytest.fixture(scope="module")
 def whisper() -> Iterator[Any]:
     from hasrd import models
-    from hasrd.worker.engines.whisper import load_model
+    from hasrd.worker.engines.fwload import load_model
 
     yield load_model(models.resolve_fw(model_dir()), "cpu", "int8")
 

@@ -209,7 +209,7 @@ def test_silero_hears_each_sample_of_a_long_file_once_not_three_times(mandarin: 
 
 
 def test_the_batch_follows_the_device_unless_set() -> None:
-    from hasrd.worker.engines.whisper import batch_for
+    from hasrd.worker.engines.fwload import batch_for
 
     assert batch_for("cpu", -1) == 2 and batch_for("cuda", -1) == 16
     assert batch_for("cuda", 0) == 0 and batch_for("cpu", 8) == 8

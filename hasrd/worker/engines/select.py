@@ -19,7 +19,7 @@ from typing import Any
 from hasrd import config
 from hasrd.worker.engine import Engine, EngineError
 from hasrd.models import GPU_DEFAULT, fw_repo, hf_snapshot, resolve_fw, resolve_weights
-from hasrd.worker.engines.whisper import compute_type_for
+from hasrd.worker.engines.fwload import compute_type_for
 
 @dataclass(frozen=True)
 class Available:

@@ -1,0 +1,88 @@
+"""faster-whisper on a device: the compute type and batch by device, the model's load, the GPU warm-up, and CUDA's
+failures as the worker reports them (the whisper and hybrid engines load through this).
+
+The defaults by device are measured (docs/GPU.md): float16 and batches of 16 on CUDA, int8 and 2 on the CPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from hasrd import cudalibs
+from hasrd.models import FwModel
+from hasrd.worker.engine import EngineError
+
+SR = 16000
+
+
+def compute_type_for(device: str, setting: str) -> str:
+    """float16 on CUDA, int8 on the CPU, unless a compute type is configured."""
+    if setting and setting != "default":
+        return setting
+    return "float16" if device == "cuda" else "int8"
+
+
+BATCH_BY_DEVICE = {"cpu": 2, "cuda": 16}
+"""VAD clips decoded together when HASR_WHISPER_BATCH is -1 (docs/CONFIG.md has the measurements behind them)."""
+
+
+def batch_for(device: str, setting: int) -> int:
+    """The batch the whisper engine decodes with: the setting, or by device when it is negative (pure)."""
+    if setting >= 0:
+        return setting
+    return BATCH_BY_DEVICE.get(device, BATCH_BY_DEVICE["cpu"])
+
+
+def warm_up(model: Any) -> None:
+    """Run what a request runs (language detection, beam search, word alignment) once on a second of quiet noise.
+
+    Why: on a GPU the first use of CTranslate2's kernels costs seconds (measured on the H200: ~10 s for the first
+    5 s clip of a fresh machine, 0.24 s in any later process; the driver compiles the kernels the wheel ships as
+    PTX only, and caches them). Paying it here makes it part of the load, shown as a loading phase, instead of
+    the first request's wait.
+    """
+    noise = (np.random.default_rng(0).standard_normal(SR) * 1e-3).astype(np.float32)
+    model.detect_language(audio=noise)
+    segments, _info = model.transcribe(noise, language="en", beam_size=5, word_timestamps=True, vad_filter=False,
+                                       temperature=0.0, condition_on_previous_text=False)
+    for _segment in segments:
+        pass
+
+
+def load_model(model: FwModel, device: str, compute_type: str, device_index: int = 0) -> Any:
+    """WhisperModel(...) with failures mapped to protocol codes and sentences."""
+    from faster_whisper import WhisperModel
+
+    if device == "cuda":
+        cudalibs.preload_cuda12()  # the nvidia-cublas-cu12 wheel, where CTranslate2 does not look by itself
+    try:
+        if model.files is not None:
+            return WhisperModel(model.name, device=device, device_index=device_index, compute_type=compute_type,
+                                files=dict(model.files))
+        return WhisperModel(model.path or model.name, device=device, device_index=device_index,
+                            compute_type=compute_type, local_files_only=True)
+    except (RuntimeError, ValueError, OSError) as e:
+        msg = str(e)
+        if device == "cuda" and ("cuda" in msg.lower() or "libcu" in msg.lower() or "memory" in msg.lower()):
+            raise cuda_error(e, model.name) from None
+        if "out of memory" in msg.lower():
+            raise EngineError("out_of_memory", f"faster-whisper ran out of memory loading {model.name} on "
+                                               f"{device}: {msg}") from None
+        raise EngineError("model_unavailable", f"faster-whisper could not load {model.path or model.name} on "
+                                               f"{device} ({compute_type}): {msg}") from None
+
+
+def cuda_error(e: BaseException, model: str) -> EngineError:
+    """A CUDA failure while loading or warming up, as the worker reports it: a missing CUDA 12 library gets
+    cudalibs' advice and its own code, running out of memory out_of_memory, anything else model_unavailable."""
+    msg = str(e)
+    lib = cudalibs.missing_library(msg)
+    if lib:
+        return EngineError(cudalibs.CODE, cudalibs.advice(lib, sys.executable, cudalibs.find_cuda13()))
+    if "out of memory" in msg.lower():
+        return EngineError("out_of_memory", f"faster-whisper ran out of GPU memory loading {model}: {msg}")
+    return EngineError("model_unavailable", f"faster-whisper cannot run {model} on the GPU ({msg}); or set "
+                                            f"HASR_FW_DEVICE=cpu")
