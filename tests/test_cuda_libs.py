@@ -21,11 +21,14 @@ from hasrctl import doctor
 CT2_MESSAGE = "Library libcublas.so.12 is not found or cannot be loaded"
 
 
-def _lib(path: Path, soname: str) -> None:
-    """A shared library named ``path`` whose soname is ``soname`` (one function: hasr_mark)."""
-    src = path.parent / "mark.c"
+def _libs(d: Path, names: tuple[str, ...]) -> Path:
+    """Shared libraries ``d``/NAME whose sonames are their names (one function each: hasr_mark)."""
+    d.mkdir(parents=True)
+    src = d / "mark.c"
     src.write_text("int hasr_mark(void) { return 12; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(path), str(src)], check=True)
+    for name in names:
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{name}", "-o", str(d / name), str(src)], check=True)
+    return d
 
 
 def _loads_by_name(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -36,21 +39,14 @@ def _loads_by_name(code: str, env: dict[str, str] | None = None) -> subprocess.C
 @pytest.fixture
 def wheel_site(tmp_path: Path) -> Path:
     """A site-packages holding what the nvidia-cublas-cu12 wheel installs (nvidia/cublas/lib/*.so.12)."""
-    lib = tmp_path / "site" / "nvidia" / "cublas" / "lib"
-    lib.mkdir(parents=True)
-    for name in cudalibs.CUBLAS12:
-        _lib(lib / name, name)
+    _libs(tmp_path / "site" / "nvidia" / "cublas" / "lib", cudalibs.CUBLAS12)
     return tmp_path / "site"
 
 
 @pytest.fixture
 def cuda13(tmp_path: Path) -> Path:
     """A CUDA 13 toolkit's library directory: libcublas(Lt).so.13 only."""
-    d = tmp_path / "cuda-13.0" / "targets" / "x86_64-linux" / "lib"
-    d.mkdir(parents=True)
-    for name in cudalibs.CUBLAS13:
-        _lib(d / name, name)
-    return d
+    return _libs(tmp_path / "cuda-13.0" / "targets" / "x86_64-linux" / "lib", cudalibs.CUBLAS13)
 
 
 def test_ctranslate2s_message_names_the_library_and_the_advice_says_how_to_get_it() -> None:
