@@ -48,7 +48,7 @@ def speech_of(pcm: np.ndarray, known: tuple[Sequence[tuple[int, int]], int] | No
 
     ``known``: speech spans (samples) the caller's VAD already found in ``pcm[:covered]``, as (spans, covered).
     They are used instead of a VAD pass of our own when they hold enough speech for the vote or cover all there
-    is to scan (the whisper engine's first piece: Silero then runs once per sample of a file, not twice).
+    is to scan (the whisper engine's first pieces: Silero then runs once per sample of a file, not twice).
     """
     head = np.asarray(pcm[:SCAN], dtype=np.float32)
     need = NEED

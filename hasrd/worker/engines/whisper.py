@@ -9,8 +9,8 @@ read too) as faster-whisper's ``initial_prompt`` for every piece. Two ways to de
 HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's defaults):
 
 - batched (N > 0, the default; 2 on the CPU, 16 on CUDA): faster-whisper's BatchedInferencePipeline over VAD
-  clips of up to 30 s, N at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is
-  applied to its segments, which it does not do itself, and a clip that fails whisper's quality rule (a loop:
+  clips of up to 30 s, N at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's
+  no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does not do itself, and a clip that fails whisper's quality rule (a loop:
   compression ratio > 2.4; or avg_logprob < -1) is decoded again alone with ``no_repeat_ngram_size=4``.
 - sequential (0): beam 5 at temperature 0 clip by clip, without conditioning on previous text, and a token
   cap for short clips, so one hallucination cannot feed the next window.
@@ -22,9 +22,10 @@ PCM, settings and model give the same text, every time. A loop that survives (wh
 its token limit when it loses hard audio) is said once (:func:`collapse_loops`).
 
 Either way text is cleaned of U+FFFD and zero-width characters (whisper byte-level tokens cut mid-character),
-silence gives no segments, hence an empty transcript, and long input goes through segment.py first: Silero VAD
-(vad.py) runs once per sample, a piece of at most HASR_WHISPER_SEGMENT_SEC at a time, in a thread that keeps a
-piece or two ahead of the decoder, and its spans give both the clips and the silences the sentences are cut at.
+silence gives no segments, hence an empty transcript, and long input is cut at its quietest chunks into pieces of
+at most HASR_WHISPER_SEGMENT_SEC (segment.quiet_pieces) before any VAD runs: Silero (vad.py) runs once per
+sample, the pieces side by side in a few threads and ahead of the decoder, and its spans give both the clips and
+the silences the sentences are cut at.
 Without a language the language is voted over several windows of speech (language_id.py, from the first
 pieces' spans), once per file, and reported with its probability.
 
@@ -269,10 +270,9 @@ class WhisperEngine:
                 windows.append({"text": text, "start_chunk": c0,
                                 "end_chunk": max(c0, math.ceil(entry["end_s"] / 0.16) - 1)})
 
-        # Silero runs once per sample: the cut's VAD of a long file is kept with each piece (segment.py), a file
-        # short enough to be one piece is VAD'd here, and the language vote takes its speech from the first
-        # pieces (read ahead until they hold enough speech for it), which are then decoded from that list. The
-        # pieces are VAD'd side by side, ahead of the decoder (vad.piece_spans).
+        # Silero runs once per sample (the pieces side by side, ahead of the decoder: vad.piece_spans); the language
+        # vote takes its speech from the first pieces (read ahead until they hold enough speech for it), which are
+        # then decoded from that list.
         parts = self._parts(pcm)
         try:
             ahead: list[tuple[int, int, list[tuple[float, float]]]] = []
