@@ -60,8 +60,12 @@ class Wire:
                                                end_s=end_s)))
 
 
-def whisper_engine(stub: StubWhisper) -> WhisperEngine:
-    """The sequential path (HASR_WHISPER_BATCH=0) calls ``model.transcribe`` per piece: the stub sees each call."""
+def whisper_engine(stub: StubWhisper, monkeypatch: pytest.MonkeyPatch) -> WhisperEngine:
+    """The sequential path (HASR_WHISPER_BATCH=0) calls ``model.transcribe`` per VAD clip: the stub sees each call.
+    The VAD hears the whole (silent) input as one clip, as it would a short utterance."""
+    from hasrd.worker import vad
+
+    monkeypatch.setattr(vad, "speech_spans", lambda audio: [(0.0, len(audio) / SR)] if len(audio) else [])
     e = WhisperEngine(config.load(env={"HASR_WHISPER_BATCH": "0"}), "", "cpu", "int8")
     e.model = stub  # no load(): the stub stands in for WhisperModel
     return e
@@ -75,21 +79,22 @@ def all_plain(obj: Any) -> bool:
     return obj is None or type(obj) in (str, int, float, bool)
 
 
-def test_the_prompt_reaches_faster_whisper_as_initial_prompt() -> None:
+def test_the_prompt_reaches_faster_whisper_as_initial_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
     stub = StubWhisper()
-    e = whisper_engine(stub)
+    e = whisper_engine(stub, monkeypatch)
     pcm = np.zeros(2 * SR, np.float32)
     e.transcribe(pcm, "en", {"prompt": "Hasr, R2T2, faster-whisper."}, Wire(), lambda: False)
     e.transcribe(pcm, "en", {}, Wire(), lambda: False)
     e.transcribe(pcm, "en", {"initial_prompt": "older key"}, Wire(), lambda: False)  # what /transcribe once took
     assert [c["initial_prompt"] for c in stub.calls] == ["Hasr, R2T2, faster-whisper.", None, "older key"]
-    assert all(c["language"] == "en" and c["beam_size"] == 5 and c["vad_filter"] for c in stub.calls)
+    # the clip is the engine's own VAD's (hasrd/worker/vad.py): faster-whisper is not asked to run Silero again
+    assert all(c["language"] == "en" and c["beam_size"] == 5 and not c["vad_filter"] for c in stub.calls)
 
 
-def test_word_timestamps_from_numpy_values_cross_the_worker_channel() -> None:
+def test_word_timestamps_from_numpy_values_cross_the_worker_channel(monkeypatch: pytest.MonkeyPatch) -> None:
     stub = StubWhisper()
     wire = Wire()
-    r = whisper_engine(stub).transcribe(np.zeros(2 * SR, np.float32), "en", {"word_timestamps": True}, wire,
+    r = whisper_engine(stub, monkeypatch).transcribe(np.zeros(2 * SR, np.float32), "en", {"word_timestamps": True}, wire,
                                         lambda: False)
     assert stub.calls[0]["word_timestamps"] is True
     p.encode(p.Result(id=1, result=r))  # TypeError here was runtime_failure through the daemon
