@@ -151,17 +151,20 @@ def module_checks(p: dict[str, Any], settings: config.Settings, python: str) -> 
         out.append(Check("warn" if gpu_engine else "ok", f"r2t2 is not installed ({r2['error']}): no hybrid engine",
                          f"{git} into the GPU venv"))
     for lib, err in p["libs"].items():
-        out.append(lib_check(lib, err, python))
+        check = lib_check(lib, err, python)
+        if check is not None:
+            out.append(check)
     if p.get("cuda") is not None:
         out.append(Check("ok", f"the worker sees {int(p['cuda'])} CUDA device(s)") if p["cuda"] else
                    Check("warn", "the worker sees no CUDA device", "check the driver and the CUDA libraries above"))
     return out
 
 
-def lib_check(lib: str, err: str | None, python: str) -> Check:
+def lib_check(lib: str, err: str | None, python: str) -> Check | None:
     """One CUDA library as the worker's interpreter loads it. cuBLAS 12 from the nvidia-cublas-cu12 wheel is
     fine although the loader does not find it (the worker loads it by path: hasrd/cudalibs.py); a missing one
-    gets the worker's own load error's advice."""
+    gets the worker's own load error's advice. A missing CUDA runtime or cuDNN is not worth a line: CTranslate2
+    carries its runtime and runs whisper without cuDNN (measured on a CUDA 13-only H200), torch brings its own."""
     from hasrd import cudalibs
 
     if err is None:
@@ -170,8 +173,7 @@ def lib_check(lib: str, err: str | None, python: str) -> Check:
         return Check("ok", f"{lib} is {err.split(' but ')[0]} (the worker loads it from there)")
     if lib in cudalibs.CUBLAS12:
         return Check("warn", f"{lib} does not load: {err}", cudalibs.advice(lib, python, cudalibs.find_cuda13()))
-    # CTranslate2 carries its CUDA runtime and runs whisper without cuDNN (measured on a CUDA 13-only H200)
-    return Check("ok", f"{lib} does not load ({err}); faster-whisper does not need it")
+    return None
 
 
 def _size_gib(path: str) -> float:

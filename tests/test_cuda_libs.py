@@ -137,12 +137,13 @@ def test_the_workers_load_error_has_its_code_and_the_advice_and_no_traceback(
 
 def test_doctor_says_the_same_words_and_accepts_the_wheel() -> None:
     missing = doctor.lib_check("libcublas.so.12", "libcublas.so.12: cannot open shared object file", "/v/bin/python")
-    assert missing.state == "warn" and "/v/bin/python -m pip install nvidia-cublas-cu12" in missing.fix
+    assert missing is not None and missing.state == "warn"
+    assert "/v/bin/python -m pip install nvidia-cublas-cu12" in missing.fix
     wheel = doctor.lib_check("libcublas.so.12", "installed in /v/lib/nvidia/cublas/lib but not on the loader path",
                              "/v/bin/python")
-    assert wheel.state == "ok" and "/v/lib/nvidia/cublas/lib" in wheel.what
-    cudnn = doctor.lib_check("libcudnn.so.9", "libcudnn.so.9: cannot open shared object file", "/v/bin/python")
-    assert cudnn.state == "ok" and "does not need it" in cudnn.what
+    assert wheel is not None and wheel.state == "ok" and "/v/lib/nvidia/cublas/lib" in wheel.what
+    # faster-whisper needs neither (CTranslate2 carries its CUDA runtime; whisper runs without cuDNN): no line
+    assert doctor.lib_check("libcudnn.so.9", "libcudnn.so.9: cannot open shared object file", "/v/bin/python") is None
 
 
 def test_hasrctl_batchs_actors_get_the_opt_in_as_the_daemons_workers_do(tmp_path: Path, cuda13: Path,
