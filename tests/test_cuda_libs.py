@@ -131,8 +131,13 @@ def test_the_workers_load_error_has_its_code_and_the_advice_and_no_traceback(
     err = errors.from_worker_load(e.value.code, e.value.message)
     assert isinstance(err, errors.ModelUnavailable) and err.code == "cuda_libraries_missing" and err.status == 503
     # the same failure in the first decode (the warm-up) reads the same
-    late = fwload.cuda_error(RuntimeError(CT2_MESSAGE), "base")
-    assert (late.code, late.message) == (e.value.code, e.value.message)
+    class FirstDecodeFails:  # the model loaded; CTranslate2 opens cuBLAS at its first product, in the warm-up
+        def detect_language(self, audio: object) -> None:
+            raise RuntimeError(CT2_MESSAGE)
+
+    with pytest.raises(fwload.EngineError) as late:
+        fwload.warm_up(FirstDecodeFails(), "base")
+    assert (late.value.code, late.value.message) == (e.value.code, e.value.message)
 
 
 def test_doctor_says_the_same_words_and_accepts_the_wheel() -> None:

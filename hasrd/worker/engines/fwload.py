@@ -7,6 +7,7 @@ The defaults by device are measured (docs/GPU.md): float16 and batches of 16 on 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -36,20 +37,25 @@ def batch_for(device: str, setting: int) -> int:
     return BATCH_BY_DEVICE.get(device, BATCH_BY_DEVICE["cpu"])
 
 
-def warm_up(model: Any) -> None:
-    """Run what a request runs (language detection, beam search, word alignment) once on a second of quiet noise.
+def warm_up(model: Any, name: str) -> float:
+    """Seconds spent running what a request runs (language detection, beam search, word alignment) once on a second of quiet noise.
 
     Why: on a GPU the first use of CTranslate2's kernels costs seconds (measured on the H200: ~10 s for the first
     5 s clip of a fresh machine, 0.24 s in any later process; the driver compiles the kernels the wheel ships as
     PTX only, and caches them). Paying it here makes it part of the load, shown as a loading phase, instead of
-    the first request's wait.
+    the first request's wait. A CUDA failure here (cuBLAS 12 missing) is the load's, as :func:`cuda_error` says.
     """
+    t0 = time.monotonic()
     noise = (np.random.default_rng(0).standard_normal(SR) * 1e-3).astype(np.float32)
-    model.detect_language(audio=noise)
-    segments, _info = model.transcribe(noise, language="en", beam_size=5, word_timestamps=True, vad_filter=False,
-                                       temperature=0.0, condition_on_previous_text=False)
-    for _segment in segments:
-        pass
+    try:
+        model.detect_language(audio=noise)
+        segments, _info = model.transcribe(noise, language="en", beam_size=5, word_timestamps=True,
+                                           vad_filter=False, temperature=0.0, condition_on_previous_text=False)
+        for _segment in segments:
+            pass
+    except (RuntimeError, ValueError, OSError) as e:
+        raise cuda_error(e, name) from None
+    return round(time.monotonic() - t0, 3)
 
 
 def load_model(model: FwModel, device: str, compute_type: str, device_index: int = 0) -> Any:

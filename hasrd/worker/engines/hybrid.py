@@ -30,7 +30,7 @@ from hasrd.models import resolve_fw, resolve_weights
 from hasrd.worker.engine import Emitter, EngineError
 from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, load_draft, r2t2_knows, run_v2c,
                                        versions, warm_up)
-from hasrd.worker.engines.fwload import cuda_error, load_model
+from hasrd.worker.engines.fwload import load_model
 from hasrd.worker.engines.fwload import warm_up as fw_warm_up
 from hasrd.worker.engines.whisper import WhisperEngine, language_of, whisper_code, window_fn
 
@@ -77,10 +77,7 @@ class HybridEngine:
         self.fw = load_model(fw_ref, self.fw_device, self.compute_type)
         if self.fw_device == "cuda":  # CTranslate2's kernels compiled now, not in the first window (docs/GPU.md)
             phase("preparing the GPU's kernels for faster-whisper (the first load on a machine compiles them)")
-            try:
-                fw_warm_up(self.fw)
-            except (RuntimeError, ValueError, OSError) as e:
-                raise cuda_error(e, fw_ref.name) from None
+            fw_warm_up(self.fw, fw_ref.name)
         if not self.scripted:
             draft_id["warm_up_s"] = round(warm_up(self.draft, phase), 3)
         ident: dict[str, Any] = {"engine": "hybrid", "models": {"draft": draft_id, "final": fw_ref.describe()},

@@ -51,7 +51,7 @@ from hasrd.config import Settings
 from hasrd.worker import resegment, segment, vad
 from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
 from hasrd.models import resolve_fw
-from hasrd.worker.engines.fwload import batch_for, cuda_error, load_model, warm_up
+from hasrd.worker.engines.fwload import batch_for, load_model, warm_up
 from hasrd.worker.engine import Emitter, EngineError, plain_result
 from hasrd.worker.textrules import MAX_CAP, TOKENS_PER_S, clean_text, collapse_loops, token_cap  # noqa: F401
 from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
@@ -218,12 +218,7 @@ class WhisperEngine:
         self.model = load_model(self.model_ref, self.device, self.compute_type)
         if self.device == "cuda":
             phase("preparing the GPU's kernels (the first load on a machine compiles them: seconds, once)")
-            t0 = time.monotonic()
-            try:
-                warm_up(self.model)
-            except (RuntimeError, ValueError, OSError) as e:
-                raise cuda_error(e, self.model_ref.name) from None
-            self.warm_up_s = round(time.monotonic() - t0, 3)
+            self.warm_up_s = warm_up(self.model, self.model_ref.name)
         primed.join()
         ident = {"engine": "whisper", "models": {"final": self.model_ref.describe()}, "device": self.device,
                  "compute_type": self.compute_type, "batch": self.batch, "vad_workers": self.vad_workers}
