@@ -302,7 +302,8 @@ SERVER_FAILED = RuntimeError("Initialization failure from server:\nRuntimeError:
 
 @pytest.mark.parametrize("errors, inits, refused", [
     ([SERVER_FAILED], 2, None),  # the head's per-driver server died at start once: a second try connects
-    ([SERVER_FAILED, SERVER_FAILED], 2, "Starting Ray client server failed"),  # not twice
+    ([SERVER_FAILED] * 3, 4, None),  # three times: the fourth try connects
+    ([SERVER_FAILED] * 4, 4, "Starting Ray client server failed"),  # not a fifth
     ([ConnectionError("ray client connection timeout")], 1, "set RAY_AUTH_MODE=token"),  # no retry for this
 ])
 def test_the_ray_client_is_tried_again_only_when_the_heads_server_failed_to_start(
@@ -313,6 +314,7 @@ def test_the_ray_client_is_tried_again_only_when_the_heads_server_failed_to_star
 
     fake = _RayThatRefuses(*errors)
     monkeypatch.setattr(run, "import_ray", lambda: fake)
+    monkeypatch.setattr(run.time, "sleep", lambda _s: None)
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     with socket.socket() as head:  # something answers at the address: the TCP check passes
         head.bind(("127.0.0.1", 0))

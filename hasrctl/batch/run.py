@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from hasrctl.client import Unreachable, UsageError
 
 RETRIES = 3
+CLIENT_TRIES = 4  # ray:// connections tried when the head's per-driver server fails to start
 CLIENT_PORT = 10001  # ray start --head's Ray Client server
 
 
@@ -115,7 +116,7 @@ def connect(address: str | None, num_cpus: int | None, log: str | None = None) -
             client_log = logging.getLogger("ray.util.client.logsclient")
             if log and not client_log.handlers:
                 client_log.addHandler(logging.FileHandler(log, encoding="utf-8"))
-        for attempt in (1, 2, 3, 4):
+        for attempt in range(1, CLIENT_TRIES + 1):
             try:
                 ray.init(address=address, **quiet)
                 break
@@ -123,7 +124,7 @@ def connect(address: str | None, num_cpus: int | None, log: str | None = None) -
                 # The head's client server starts a server process for each driver; once here (1 connection of
                 # about 10) that process exited at once and the driver was refused, and twice in a row on a
                 # machine with both cores busy (gRPC skipped its fork handlers). Another try costs seconds.
-                if attempt < 4 and "Starting Ray client server failed" in str(e):
+                if attempt < CLIENT_TRIES and "Starting Ray client server failed" in str(e):
                     shutdown(ray)
                     time.sleep(2.0 * attempt)
                     continue
