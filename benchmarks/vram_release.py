@@ -1,7 +1,7 @@
 """Does unloading give all VRAM back? Run on a GPU host (issue 2).
 
 The fake engine allocates HASR_FAKE_ALLOC_MB on the GPU with torch while loaded. Readings of the GPU's used
-memory (NVML, or nvidia-smi) are taken before loading, while loaded, and after the supervisor's unload (which
+memory (NVML, or nvidia-smi) are taken before loading, while loaded, and after the runner's stop (which
 ends the worker process). For contrast, the same allocation freed *in process* (del + empty_cache) is
 measured in a child process that stays alive: the CUDA context's memory stays behind, which is why hasr
 unloads by ending the worker.
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hasrd import config  # noqa: E402
 from hasrd.gpu import list_gpus  # noqa: E402
-from hasrd.supervisor import Supervisor  # noqa: E402
+from hasrd.runner import Runner  # noqa: E402
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess  # noqa: E402
 
@@ -45,12 +45,12 @@ async def through_hasr(mb: int) -> tuple[int, int, int, float]:
     async def spawn(report: object) -> WorkerProcess:
         return await WorkerProcess.spawn("fake", env=env)
 
-    sup = Supervisor(config.Settings(engine="fake", load_timeout_sec=120), spawn)
+    runner = Runner(config.Settings(engine="fake", load_timeout_sec=120), spawn)
     before = settle()
-    await sup.load()
+    await runner.ready()
     loaded = settle()
     t0 = time.monotonic()
-    await sup.unload()
+    await runner.stop()
     unload_s = time.monotonic() - t0
     after = settle()
     return before, loaded, after, unload_s

@@ -69,7 +69,7 @@ async def health(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)  # the same rule as every route: the daemon's state is its owner's business
     try:
-        snap = d.supervisor.snapshot()
+        snap = d.pool.snapshot()
         return JSONResponse({
             "status": "ok" if snap["health"] == "busy" else snap["health"],
             "model_loaded": snap["state"] == "ready",
@@ -117,7 +117,7 @@ async def transcribe(request: Request) -> Response:
 async def ps(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request, names=True)
-    snap = d.supervisor.snapshot()
+    snap = d.pool.snapshot()
     for w in snap["workers"]:  # each GPU worker's VRAM, measured now (NVML or nvidia-smi; its process group)
         if w["pid"] and w["device"] == "cuda":
             w["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(w["pid"]))
@@ -142,7 +142,7 @@ async def load(request: Request) -> Response:
             raise errors.BadRequest("keep_alive must be a number of seconds (<0 = forever)") from None
     elif body is not None and not isinstance(body, dict):
         raise errors.BadRequest("the body must be a JSON object like {\"keep_alive\": 600}")
-    return JSONResponse(await d.supervisor.load(keep, model=spec))
+    return JSONResponse(await d.pool.load(keep, model=spec))
 
 
 def _model_of(d: Daemon, body: Any) -> ModelSpec | None:
@@ -161,8 +161,8 @@ async def unload(request: Request) -> Response:
     body = await read_json(request, '{"model": "base"}')
     if body is not None and not isinstance(body, dict):
         raise errors.BadRequest("the body must be empty or a JSON object like {\"model\": \"base\"}")
-    await d.supervisor.unload(_model_of(d, body))
-    return JSONResponse({"state": d.supervisor.state.value, "workers": d.supervisor.workers()})
+    await d.pool.unload(_model_of(d, body))
+    return JSONResponse({"state": d.pool.state.value, "workers": d.pool.workers()})
 
 
 async def stop(request: Request) -> Response:
@@ -180,7 +180,7 @@ async def events(request: Request) -> Response:
         q = d.events.subscribe()
         try:
             if not d.events.latest:
-                yield jsonl(d.supervisor.snapshot())
+                yield jsonl(d.pool.snapshot())
             while not d.events.closed:
                 snap = await q.get()
                 if not snap:  # the daemon is exiting: end the stream so the connection closes

@@ -28,7 +28,7 @@ DECODES_AT_ONCE = 2
 @dataclass
 class Daemon:
     settings: Settings
-    supervisor: Pool  # the worker pool (hasrd.scheduler): one Supervisor per worker below it
+    pool: Pool  # the worker pool (hasrd.scheduler): admission, the queue, a runner per worker
     events: Broadcaster
     request_stop: Callable[[], None] = lambda: None
     uid: int = field(default_factory=os.getuid)

@@ -18,7 +18,7 @@ from starlette.responses import StreamingResponse
 
 from hasrd import errors
 from hasrd.pcm import PcmBuffer
-from hasrd.scheduler import PoolLease as Lease
+from hasrd.scheduler import Lease
 
 if TYPE_CHECKING:
     from hasrd.context import Daemon

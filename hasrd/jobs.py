@@ -22,7 +22,7 @@ from hasrd.formats import annotate
 from hasrd.intake import LeasedStream, decode, until_disconnected
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
-from hasrd.scheduler import PoolLease
+from hasrd.scheduler import Lease
 
 log = logging.getLogger("hasrd.api")
 
@@ -39,11 +39,11 @@ class Job:
     model: ModelSpec | None = None
 
 
-async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, lease: PoolLease,
+async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, lease: Lease,
                   on_event: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
-        result = await d.supervisor.transcribe(pcm, name=job.name, language=job.language, options=job.options,
+        result = await d.pool.transcribe(pcm, name=job.name, language=job.language, options=job.options,
                                                on_event=on_event, lease=lease, model=job.model)
     finally:
         pcm.close()
@@ -57,7 +57,7 @@ async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, 
 
 
 def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable[[dict[str, Any]], bytes | None],
-               job: Job, *, lease: PoolLease) -> AsyncIterator[bytes]:
+               job: Job, *, lease: Lease) -> AsyncIterator[bytes]:
     """Run a job while yielding its events rendered by ``render``; the client leaving cancels the job."""
     async def gen() -> AsyncIterator[bytes]:
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -106,7 +106,7 @@ async def admitted(d: Daemon, request: Request, source: Any, job: Job,
                    render: Callable[[dict[str, Any]], bytes | None] | None, media_type: str,
                    respond: Callable[[dict[str, Any]], Response]) -> Response:
     """Admit, decode and run one job; ``render`` streams its events (None: one response at the end)."""
-    lease = d.supervisor.admit(job.model)
+    lease = d.pool.admit(job.model)
     handed_on = False
     try:
         pcm, info = await until_disconnected(request, decode(d, source, job.name))

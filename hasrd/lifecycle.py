@@ -1,7 +1,7 @@
-"""The worker lifecycle's vocabulary, as plain values the supervisor owns: its states and the one table of
+"""The worker lifecycle's vocabulary, as plain values a runner owns: its states and the one table of
 transitions between them, the keep-alive a load may set, and what a failed job had made final.
 
-(supervisor.py's docstring says what happens in each state.)
+(runner.py's docstring says what happens in each state.)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 
 
 class IllegalTransition(RuntimeError):
-    """A bug in the supervisor: a state change the table does not allow."""
+    """A bug in the runner: a state change the table does not allow."""
 
 
 def check_transition(old: State, new: State) -> None:

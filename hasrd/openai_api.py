@@ -1,7 +1,7 @@
 """The OpenAI-compatible endpoints: /v1/audio/transcriptions, /v1/audio/translations, /v1/models[/{id}].
 
 Field by field as OpenAI's API reference has them (docs/API.md has the table); the job itself runs through
-the same admission, decoding and supervisor as /transcribe (``jobs.admitted``).
+the same admission, decoding and pool as /transcribe (``jobs.admitted``).
 """
 
 from __future__ import annotations

@@ -313,11 +313,11 @@ async def delete(request: Request) -> Response:
         with contextlib.suppress(errors.HasrError):
             spec = modelspec.resolve(name, d.settings)
             specs[spec.key] = spec
-        for entry in list(d.supervisor.entries.values()):  # the same files under another name
-            if any(_within(a, b) for a in _where(entry.spec.fw_model) for b in target.paths):
-                specs[entry.spec.key] = entry.spec
+        for ref in list(d.pool.refs.values()):  # the same files under another name
+            if any(_within(a, b) for a in _where(ref.spec.fw_model) for b in target.paths):
+                specs[ref.spec.key] = ref.spec
         for spec in specs.values():
-            await d.supervisor.unload(spec)
+            await d.pool.unload(spec)
         freed = await asyncio.to_thread(remove, target)
     finally:
         if lock is not None:

@@ -21,7 +21,7 @@ event as one of its own types). Deviation: a sentence can be final (and its delt
 has ended.
 
 Lifecycle: the session is admitted at connect (a lease: no TTL unload and no idle exit while it is open),
-loads the worker at the first audio, and takes the worker ahead of queued files (supervisor.live). A client
+loads the worker at the first audio, and takes the worker ahead of queued files (Pool.live). A client
 that goes away ends it (the worker stays loaded); one that sends nothing for HASR_LIVE_IDLE_SEC is told so
 and closed.
 
@@ -260,11 +260,11 @@ class Live:
             self.pending -= len(pcm)
 
     async def run(self) -> None:
-        sup = self.d.supervisor
+        pool = self.d.pool
         created = "transcription_session.created" if self.cfg.beta else "session.created"
         self.send(event(created, session=self.cfg.session(self.sid)))
         try:
-            lease = sup.admit()
+            lease = pool.admit()
         except errors.HasrError as e:
             self.send(error_event(e.code, e.message, kind="server_error"))
             return
@@ -285,7 +285,7 @@ class Live:
             options: dict[str, Any] = {"silence_ms": self.cfg.silence_ms}
             if self.cfg.prompt:
                 options["prompt"] = self.cfg.prompt
-            async with sup.live(language=self.cfg.language, options=options, on_event=self.on_event,
+            async with pool.live(language=self.cfg.language, options=options, on_event=self.on_event,
                                 lease=lease, max_wait=self.d.settings.live_queue_sec,
                                 model=self.cfg.spec) as session:
                 self.session = session

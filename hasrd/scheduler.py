@@ -1,22 +1,25 @@
-"""The worker pool: which worker a request goes to, when another starts, which idle one stops.
+"""The worker pool: the one owner of admission, the queue, which worker a request goes to, when another starts,
+which idle one stops, and every worker's keep-alive and TTL (Ollama's server/sched.go).
 
-Each worker is one process with one (model, device), owned by its own :class:`~hasrd.supervisor.Supervisor`
-(its states, its load and backoff, its TTL and keep-alive, its stall watchdog and cancel handshake: all as for a
-single worker). The :class:`Pool` sits above them (Ollama's server/sched.go): it admits requests (the daemon's
-``in_flight``, its queue bound, its exit), and routes each to a worker by :func:`hasrd.placement.choose`:
+Each worker is one process with one (model, device), its lifecycle owned by a :class:`~hasrd.runner.Runner`
+(states, load, backoff, fatal, crash, stop) that knows nothing of queues; the pool holds a :class:`RunnerRef`
+per runner (its reservations, its keep-alive and expiry timer) and makes runners with an injected factory, so
+routing, admission, eviction and the TTL are tested with plain fakes (tests/test_pool.py).
 
-- an idle worker of the request's model; else a new worker, while fewer than HASR_MAX_WORKERS run and a device
-  holds the model; else the least recently used idle worker is stopped to make room; else the request waits.
-- Waiting is one FIFO for the whole pool, live sessions ahead of files (supervisor's policy, pool-wide): every
-  change (a job ends, a worker stops or fails) hands free workers to waiters in order, each waiter told its new
-  position. A waiter whose model cannot be placed yet does not hold up one behind it whose model can.
-- A worker serves one request at a time (its Supervisor's slot); the pool reserves a worker for the request it
-  hands it to, so two requests never pick the same idle worker.
-- A worker whose TTL unloaded it (or that died and will not be retried) leaves the pool; one whose loads failed
-  until FATAL stays, so its model's requests get the kept reason until ``hasrctl load`` clears it.
-
-The daemon sees one object with the supervisor's surface (admit, transcribe, live, load, unload, snapshot,
-state, in_flight, unload_in, close, kill_now): with one worker allowed and one model it behaves as before.
+- A request is admitted (:meth:`Pool.admit`, a :class:`Lease`) before its audio is decoded and released exactly
+  once: the daemon's ``in_flight``, its queue bound (HASR_MAX_QUEUE) and its exit. While any request for a model
+  is admitted, that model's workers do not expire.
+- It is routed by :func:`hasrd.placement.choose`: an idle worker of its model; else a new worker, while fewer
+  than HASR_MAX_WORKERS run and a device holds the model; else the least recently used idle worker is stopped to
+  make room; else it waits.
+- Waiting is one FIFO for the whole pool, live sessions ahead of files (hasrd.waitqueue): every change (a job
+  ends, a worker stops or fails) hands free workers to waiters in order, each told its new position. A waiter
+  whose model cannot be placed yet does not hold up one behind it whose model can.
+- A worker serves one request at a time: the pool reserves it for the request it hands it to.
+- A worker's TTL runs only while nothing holds it (no reservation, no admitted request for its model); when it
+  runs out the worker stops and leaves the pool. /api/unload stops workers once their running job is done
+  (queued requests wait, then start new ones). A worker whose loads failed until FATAL stays, so its model's
+  requests get the kept reason until ``hasrctl load`` clears it.
 """
 
 from __future__ import annotations
@@ -26,86 +29,94 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from hasrd import errors, gpu, placement, policy
 from hasrd.config import Settings
-from hasrd.lifecycle import KeepAlive, State
+from hasrd.lifecycle import SETTING, KeepAlive, State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
-from hasrd.supervisor import EventSink, SpawnFn, Supervisor
+from hasrd.poolstatus import WorkerView, pool_json, pool_state, rss_mb, worker_row
+from hasrd.runner import Runner
 from hasrd.waitqueue import WaitQueue
-from hasrd.workerproc import LiveSession
+from hasrd.workerproc import EventSink, LiveSession
 
 log = logging.getLogger("hasrd.scheduler")
 
-MakeSpawn = Callable[[ModelSpec, str], SpawnFn]
-"""(model, device) -> the spawn function of a worker for that model on that device ("cpu" or a GPU UUID)."""
+MakeRunner = Callable[[ModelSpec, str], Runner]
+"""(model, device) -> a stopped runner for that model on that device ("cpu" or a GPU UUID). The pool wires its
+``on_change`` and ``waiters``."""
 Inventory = Callable[[], list[placement.Device]]
 
 
-@dataclass
-class Entry:
-    """One worker of the pool."""
+@dataclass(eq=False)
+class RunnerRef:
+    """The pool's hold on one runner: its reservations, its keep-alive and its expiry timer."""
 
     key: int
     spec: ModelSpec
     device: str
-    sup: Supervisor
+    runner: Runner
     need_mb: int
-    reserved: int = 0  # requests handed this worker and not finished
-    evicting: bool = False
+    last_used: float
+    refs: int = 0  # requests handed this worker and not finished
+    retiring: asyncio.Task[None] | None = None  # being stopped (TTL, unload, eviction): nobody new gets it
+    after: asyncio.Future[None] | None = None  # an evicted worker whose memory this one waits for
     held_mb: int = 0  # GPU memory its process group holds, measured once it is ready (0: not yet)
+    keep_alive: KeepAlive = SETTING
     last_state: State = State.STOPPED
+    timer: asyncio.TimerHandle | None = None
+    free: asyncio.Event = field(default_factory=asyncio.Event)  # set while refs == 0
 
     def seat(self) -> placement.Seat:
-        s = self.sup
-        busy = self.reserved > 0 or self.evicting or s.state == State.STOPPING or s.running > 0
-        return placement.Seat(self.key, self.spec.key, self.device, busy, s.state == State.READY,
-                              s.last_used, self.held_mb or self.need_mb)
+        r = self.runner
+        busy = self.refs > 0 or self.retiring is not None or r.state == State.STOPPING or r.job is not None
+        return placement.Seat(self.key, self.spec.key, self.device, busy, r.state == State.READY,
+                              self.last_used, self.held_mb or self.need_mb)
 
     @property
     def coming(self) -> bool:
         """It will take memory the device's free figure does not show yet: loading, or about to."""
-        return self.sup.state == State.STARTING or (self.sup.worker is None and self.reserved > 0
-                                                     and self.sup.state in (State.STOPPED, State.BACKOFF))
+        r = self.runner
+        return r.state == State.STARTING or (r.worker is None and self.refs > 0
+                                             and r.state in (State.STOPPED, State.BACKOFF))
 
 
 @dataclass
 class Waiter:
     spec: ModelSpec
     live: bool
-    fut: asyncio.Future[Entry] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    fut: asyncio.Future[RunnerRef] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-class PoolLease:
+class Lease:
     """One admitted request: counted in the pool's ``in_flight`` until :meth:`release` (idempotent); while it
-    lasts, the TTL of its model's workers waits (it may be decoding its audio, not routed yet)."""
+    lasts, its model's workers do not expire (it may be decoding its audio, not routed yet)."""
 
-    def __init__(self, pool: Pool, model: str) -> None:
-        self._pool = pool
-        self.model = model
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release = release
         self.released = False
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self._pool._release_lease(self.model)
+            self._release()
 
 
 class Pool:
-    def __init__(self, settings: Settings, make_spawn: MakeSpawn, default: ModelSpec, *,
+    def __init__(self, settings: Settings, make_runner: MakeRunner, default: ModelSpec, *,
                  inventory: Inventory, max_workers: int, clock: Callable[[], float] = time.monotonic,
                  on_change: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.s = settings
-        self.make_spawn = make_spawn
+        self.make_runner = make_runner
         self.default = default
         self.inventory = inventory
         self.max_workers = max(1, max_workers)
         self.clock = clock
         self.on_change = on_change
-        self.entries: dict[int, Entry] = {}
+        self.refs: dict[int, RunnerRef] = {}
         self.waiting: WaitQueue[Waiter] = WaitQueue()  # the pool's one queue: live first, positions told
         self.in_flight = 0
         self.closing = False
@@ -116,26 +127,29 @@ class Pool:
         self._idle = asyncio.Event()
         self._idle.set()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._blank = Supervisor(settings, make_spawn(default, placement.CPU), clock=clock)  # "nothing loaded"
 
     # ---- admission --------------------------------------------------------------------------------------
 
     def check_admission(self) -> None:
+        """Raise what admit() would raise, without admitting."""
         if self.closing:
             raise errors.ShuttingDown("the daemon is shutting down", retry_after=1)
         if self.in_flight >= self.s.max_queue + self.max_workers:
             raise errors.QueueFull(f"the queue is full: {self.in_flight} transcriptions are already running or "
                                    f"waiting (HASR_MAX_QUEUE={self.s.max_queue}); try again later", retry_after=5)
 
-    def admit(self, model: ModelSpec | None = None) -> PoolLease:
-        """Admit a request for ``model`` (the default): counted until its lease is released."""
+    def admit(self, model: ModelSpec | None = None) -> Lease:
+        """Admit a request for ``model`` (the default) from now (before its audio is decoded) until its lease
+        is released: neither its model's TTL nor the daemon's idle exit acts meanwhile."""
         self.check_admission()
         key = (model or self.default).key
         self.in_flight += 1
         self.holding[key] = self.holding.get(key, 0) + 1
         self._idle.clear()
+        for ref in self._of(key):
+            self._expiry(ref)
         self._changed()
-        return PoolLease(self, key)
+        return Lease(lambda: self._release_lease(key))
 
     def _release_lease(self, key: str) -> None:
         self.in_flight -= 1
@@ -143,19 +157,21 @@ class Pool:
         self.last_used = self.clock()
         if self.in_flight == 0:
             self._idle.set()
-        for e in self.entries.values():
-            if e.spec.key == key and e.sup.state == State.READY:
-                e.sup.last_used = max(e.sup.last_used, self.last_used)
-                e.sup._arm_ttl()  # held while the request lasted: its TTL counts from now
+        for ref in self._of(key):
+            ref.last_used = max(ref.last_used, self.last_used)  # held while the request lasted: counts from now
+            self._expiry(ref)
         self._changed()
 
     @contextlib.asynccontextmanager
-    async def lease(self, model: ModelSpec | None = None) -> AsyncIterator[PoolLease]:
+    async def lease(self, model: ModelSpec | None = None) -> AsyncIterator[Lease]:
         lease = self.admit(model)
         try:
             yield lease
         finally:
             lease.release()
+
+    def _of(self, model_key: str) -> list[RunnerRef]:
+        return [r for r in self.refs.values() if r.spec.key == model_key]
 
     # ---- routing ----------------------------------------------------------------------------------------
 
@@ -164,18 +180,15 @@ class Pool:
         already out of the free figure (read again whenever a worker is ready or stops)."""
         out = []
         for d in self.inventory():
-            pending = sum(e.need_mb for e in self.entries.values() if e.device == d.name and e.coming)
+            pending = sum(r.need_mb for r in self.refs.values() if r.device == d.name and r.coming)
             if d.name == placement.CPU:
                 pending = 0  # MemAvailable already counts every process that runs
             out.append(placement.Device(d.name, max(0, d.free_mb - pending), d.total_mb))
         return out
 
-    def _seats(self) -> list[placement.Seat]:
-        return [e.seat() for e in self.entries.values() if e.sup.state != State.FATAL]
-
     def _decide(self, spec: ModelSpec) -> placement.Decision:
-        fatal = [e for e in self.entries.values() if e.spec.key == spec.key and e.sup.state == State.FATAL]
-        if fatal and not fatal[0].reserved:
+        fatal = [r for r in self._of(spec.key) if r.runner.state == State.FATAL and r.retiring is None]
+        if fatal and not fatal[0].refs:
             return placement.Decision("use", worker=fatal[0].key)  # its requests hear the kept reason
         devices = self._devices()
         # on a machine with GPUs a whisper model is placed by what it takes on one (they are tried first)
@@ -184,65 +197,46 @@ class Pool:
         # a GPU engine on a machine without GPUs goes to the CPU, and the worker says what it lacks (or runs
         # there: the hybrid with a scripted draft in tests), as a single worker always did
         gpu_only = spec.gpu_only and any(d.name != placement.CPU for d in devices)
-        return placement.choose(self._seats(), spec.key, need, devices, self.max_workers, gpu_only=gpu_only,
+        seats = [r.seat() for r in self.refs.values() if r.runner.state != State.FATAL]
+        return placement.choose(seats, spec.key, need, devices, self.max_workers, gpu_only=gpu_only,
                                 name=spec.name)
 
-    def _take(self, spec: ModelSpec, d: placement.Decision) -> Entry:
+    def _take(self, spec: ModelSpec, d: placement.Decision) -> RunnerRef:
         """Act on a decision synchronously (reserve the worker, or create the new one), so that the next
         decision sees it; an eviction's stop runs in a task."""
         if d.kind == "use":
             assert d.worker is not None
-            entry = self.entries[d.worker]
+            ref = self.refs[d.worker]
         else:
             assert d.device is not None
+            after = None
             if d.kind == "evict":
                 assert d.victim is not None
-                victim = self.entries[d.victim]
-                victim.evicting = True
+                victim = self.refs[d.victim]
                 log.info("stopping the idle worker of %s on %s to make room for %s", victim.spec.name,
                          victim.device, spec.name)
-                stopped = asyncio.ensure_future(self._evict(victim))
-                self._tasks.add(stopped)
-                stopped.add_done_callback(self._tasks.discard)
-                entry = self._new_entry(spec, d.device, after=stopped)  # loads once the memory is back
-            else:
-                entry = self._new_entry(spec, d.device)
-        entry.reserved += 1
-        return entry
+                after = self._retire(victim)
+            ref = self._new_ref(spec, d.device, after)  # after an eviction it loads once the memory is back
+        ref.refs += 1
+        ref.free.clear()
+        self._expiry(ref)
+        return ref
 
-    def _new_entry(self, spec: ModelSpec, device: str, after: asyncio.Future[None] | None = None) -> Entry:
+    def _new_ref(self, spec: ModelSpec, device: str, after: asyncio.Future[None] | None) -> RunnerRef:
         key = next(self._keys)
         estimate = spec.gpu_need_mb if spec.gpu_need_mb and device != placement.CPU else spec.need_mb
-        entry = Entry(key, spec, device, None, self.measured.get(spec.key) or estimate)  # type: ignore[arg-type]
+        runner = self.make_runner(spec, device)
+        ref = RunnerRef(key, spec, device, runner, self.measured.get(spec.key) or estimate, self.clock(),
+                        after=after)
+        ref.free.set()
+        runner.on_change = lambda: self._runner_changed(ref)
+        runner.waiters = lambda: len(self.waiting)
+        self.refs[key] = ref
+        log.info("worker %d: %s on %s (%d of %d)", key, spec.name, device, len(self.refs), self.max_workers)
+        return ref
 
-        def changed(snap: dict[str, Any]) -> None:
-            self._worker_changed(entry)
-
-        spawn = self.make_spawn(spec, device)
-        if after is not None:
-            first = spawn
-
-            async def spawn_after(report: Callable[[str], None]) -> Any:
-                report("waiting for a stopped worker's memory")
-                await asyncio.wait([after])  # its outcome is the evicting task's; the memory is what counts
-                return await first(report)
-
-            spawn = spawn_after
-        entry.sup = Supervisor(self.s, spawn, clock=self.clock, on_change=changed)
-        entry.sup.holds = lambda: self.holding.get(spec.key, 0)
-        entry.sup.waiters = lambda: len(self.waiting)
-        self.entries[key] = entry
-        log.info("worker %d: %s on %s (%d of %d)", key, spec.name, device, len(self.entries), self.max_workers)
-        return entry
-
-    async def _evict(self, victim: Entry) -> None:
-        try:
-            await victim.sup.unload()
-        finally:
-            self.entries.pop(victim.key, None)
-            self._dispatch()
-
-    async def _acquire(self, spec: ModelSpec, on_event: EventSink | None, live: bool, max_wait: float) -> Entry:
+    async def _acquire(self, spec: ModelSpec, on_event: EventSink | None, live: bool, max_wait: float
+                       ) -> RunnerRef:
         if self.closing:
             raise errors.ShuttingDown("the daemon is stopping; this transcription did not start")
         if not any(w.live or not live for w in self.waiting):  # nobody waits ahead of this request
@@ -259,7 +253,7 @@ class Pool:
         except asyncio.TimeoutError:
             if w.fut.done() and not w.fut.cancelled() and w.fut.exception() is None:
                 self._release(w.fut.result())  # handed a worker just as the wait ran out
-            busy = ", ".join(sorted({str(e.sup.job.get("name")) for e in self.entries.values() if e.sup.job}))
+            busy = ", ".join(sorted({r.runner.job.name for r in self.refs.values() if r.runner.job}))
             raise errors.QueueFull(f"every worker is busy ({busy or 'loading'}): this live session waited "
                                    f"{max_wait:g} s (HASR_LIVE_QUEUE_SEC); try again once one is free",
                                    retry_after=5) from None
@@ -271,9 +265,28 @@ class Pool:
             if self.waiting.remove(w):
                 self._changed()
 
-    def _release(self, entry: Entry) -> None:
-        entry.reserved -= 1
-        self.last_used = self.clock()
+    async def _ready(self, ref: RunnerRef, on_event: EventSink | None) -> None:
+        """The reserved worker, loaded (after the memory of the worker evicted for it came back)."""
+        if ref.after is not None and not ref.after.done():
+            if on_event:
+                on_event({"event": "loading", "phase": "waiting for a stopped worker's memory", "elapsed_s": 0.0})
+            await asyncio.wait([ref.after])  # its outcome is the evicting task's; the memory is what counts
+        await ref.runner.ready(on_event)
+
+    async def _loading(self, spec: ModelSpec, on_event: EventSink | None) -> None:
+        """A request for a model whose worker is loading shares that load (its failure reaches every request
+        waiting for it, as the seed's single flight asks) before it waits for a worker of its own."""
+        for ref in self._of(spec.key):
+            if ref.runner.state == State.STARTING:
+                await ref.runner.loaded(on_event)
+                return
+
+    def _release(self, ref: RunnerRef) -> None:
+        ref.refs -= 1
+        self.last_used = ref.last_used = self.clock()
+        if ref.refs == 0:
+            ref.free.set()
+        self._expiry(ref)
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -293,107 +306,176 @@ class Pool:
         self._changed()
 
     def _prune(self) -> None:
-        """Workers that stopped (TTL, unload, a death not retried) and serve nobody leave the pool."""
-        for key, e in list(self.entries.items()):
-            if e.reserved == 0 and not e.evicting and e.sup.state == State.STOPPED and e.sup.in_flight == 0:
-                del self.entries[key]
+        """Workers that stopped (a death not retried) and serve nobody leave the pool."""
+        for key, r in list(self.refs.items()):
+            if r.refs == 0 and r.retiring is None and r.runner.state == State.STOPPED:
+                self._disarm(r)
+                del self.refs[key]
 
-    def _worker_changed(self, entry: Entry) -> None:
-        s = entry.sup
-        if s.state != entry.last_state:
-            entry.last_state = s.state
+    def _runner_changed(self, ref: RunnerRef) -> None:
+        state = ref.runner.state
+        if state != ref.last_state:
+            ref.last_state = state
             invalidate = getattr(self.inventory, "invalidate", None)
             if invalidate is not None:  # a worker loaded or stopped: the free memory moved
                 invalidate()
-            if s.state == State.READY and entry.device != placement.CPU and s.worker is not None:
-                self._spawn_task(self._measure(entry, s.worker.pid), f"hasr-measure-{entry.key}")
-            elif s.state != State.READY:
-                entry.held_mb = 0
-        if s.state in (State.STOPPED, State.FATAL):
-            self._prune()
-            if self.waiting:
-                asyncio.get_running_loop().call_soon(self._dispatch)
+            if state == State.READY:
+                ref.last_used = self.clock()
+                self._expiry(ref)
+                if ref.device != placement.CPU and ref.runner.worker is not None:
+                    self._spawn_task(self._measure(ref, ref.runner.worker.pid), f"hasr-measure-{ref.key}")
+            else:
+                ref.held_mb = 0
+                self._disarm(ref)
+            if state == State.STOPPING:  # the keep-alive was this worker's
+                ref.keep_alive = SETTING
+            if state in (State.STOPPED, State.FATAL):
+                self._prune()
+                if self.waiting:
+                    asyncio.get_running_loop().call_soon(self._dispatch)
         self._changed()
 
-    async def _measure(self, entry: Entry, pid: int) -> None:
+    async def _measure(self, ref: RunnerRef, pid: int) -> None:
         """A GPU worker's memory once it is ready (NVML, its process group): it replaces the estimate for this
         worker's seat and for its model's next worker."""
         held = await asyncio.to_thread(gpu.group_vram_mb, pid)
-        if held and entry.sup.worker is not None and entry.sup.worker.pid == pid:
-            entry.held_mb = held
-            self.measured[entry.spec.key] = held
+        if held and ref.runner.worker is not None and ref.runner.worker.pid == pid:
+            ref.held_mb = held
+            self.measured[ref.spec.key] = held
             self._changed()
 
-    @property
-    def loading(self) -> bool:
-        return any(e.sup.state == State.STARTING for e in self.entries.values())
-
-    def _spawn_task(self, coro: Any, name: str) -> None:
-        task = asyncio.ensure_future(coro)
+    def _spawn_task(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    # ---- keep-alive and expiry: one timer per worker, armed while nothing holds it --------------------------
+
+    def ttl(self, ref: RunnerRef) -> float | None:
+        return ref.keep_alive.ttl(self.s.idle_ttl_sec)
+
+    def expires_in(self, ref: RunnerRef) -> float | None:
+        """Seconds until the TTL stops ``ref``'s worker (None: not loaded, held, or kept alive for ever)."""
+        if ref.runner.state != State.READY or ref.retiring is not None:
+            return None
+        return policy.unload_in(self.clock(), ref.last_used, self.ttl(ref),
+                                ref.refs + self.holding.get(ref.spec.key, 0))
+
+    def _disarm(self, ref: RunnerRef) -> None:
+        if ref.timer is not None:
+            ref.timer.cancel()
+            ref.timer = None
+
+    def _expiry(self, ref: RunnerRef) -> None:
+        """(Re)arm ``ref``'s timer from what holds it now; disarmed while anything does."""
+        self._disarm(ref)
+        left = self.expires_in(ref)
+        if left is not None and not self.closing:
+            ref.timer = asyncio.get_running_loop().call_later(max(0.0, left), self._expired, ref)
+
+    def _expired(self, ref: RunnerRef) -> None:
+        ref.timer = None
+        left = self.expires_in(ref)
+        if left is None:
+            return
+        if left > 0:  # the clock moved differently from the loop's timer
+            self._expiry(ref)
+            return
+        log.info("worker %d idle for %.1f s (ttl %s): unloading", ref.key, self.clock() - ref.last_used,
+                 self.ttl(ref))
+        self._retire(ref)
+
+    def _retire(self, ref: RunnerRef) -> asyncio.Task[None]:
+        """Stop ``ref``'s worker once its running job is done (nobody new is handed it), then drop it."""
+        if ref.retiring is None:
+            self._disarm(ref)
+            ref.retiring = self._spawn_task(self._do_retire(ref), f"hasr-retire-{ref.key}")
+        return ref.retiring
+
+    async def _do_retire(self, ref: RunnerRef) -> None:
+        try:
+            await ref.free.wait()
+            await ref.runner.clear_failure()
+            await ref.runner.stop()
+        finally:
+            self.refs.pop(ref.key, None)
+            self._disarm(ref)
+            self._dispatch()
 
     # ---- requests ---------------------------------------------------------------------------------------
 
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
                          options: dict[str, Any] | None = None, on_event: EventSink | None = None,
-                         lease: PoolLease | None = None, model: ModelSpec | None = None) -> dict[str, Any]:
+                         lease: Lease | None = None, model: ModelSpec | None = None) -> dict[str, Any]:
+        """Wait for a worker of ``model``, load it if needed, run one transcription and return its result,
+        with the time spent queued, loading and working (``timings``). ``lease``: the request's admission,
+        taken before its audio was decoded; without one, it is admitted here."""
         if lease is None:
             async with self.lease(model) as own:
                 return await self.transcribe(pcm, name=name, language=language, options=options,
                                              on_event=on_event, lease=own, model=model)
+        assert not lease.released, "transcribe() on a released lease"
         spec = model or self.default
         t0 = self.clock()
-        entry = await self._acquire(spec, on_event, live=False, max_wait=0.0)
-        waited = self.clock() - t0
+        await self._loading(spec, on_event)
+        shared = self.clock() - t0
+        ref = await self._acquire(spec, on_event, live=False, max_wait=0.0)
         try:
-            sub = entry.sup.admit()
-            try:
-                result = await entry.sup.transcribe(pcm, name=name, language=language, options=options,
-                                                    on_event=on_event, lease=sub)
-            finally:
-                sub.release()
+            t1 = self.clock()
+            await self._ready(ref, on_event)
+            t2 = self.clock()
+            result = await ref.runner.transcribe(pcm, name=name, language=language, options=options,
+                                                 on_event=on_event)
+            t3 = self.clock()
+            worker = ref.runner.worker
         finally:
-            self._release(entry)
-        timings = result.setdefault("timings", {})
-        timings["queue_s"] = round(float(timings.get("queue_s") or 0.0) + waited, 4)
-        result.setdefault("worker", {"model": spec.name, "device": entry.device, "pid": entry.sup.worker.pid
-                                     if entry.sup.worker else None})
+            self._release(ref)
+        timings = dict(result.get("timings") or {})
+        timings.update(queue_s=round(t1 - t0 - shared, 4), load_s=round(t2 - t1 + shared, 4),
+                       work_s=round(t3 - t2, 4))
+        result["timings"] = timings
+        result.setdefault("worker", {"model": spec.name, "device": ref.device,
+                                     "pid": worker.pid if worker else None})
         return result
 
     @contextlib.asynccontextmanager
     async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
-                   on_event: EventSink | None = None, lease: PoolLease, max_wait: float = 0.0,
+                   on_event: EventSink | None = None, lease: Lease, max_wait: float = 0.0,
                    model: ModelSpec | None = None) -> AsyncIterator[LiveSession]:
-        entry = await self._acquire(model or self.default, on_event, live=True, max_wait=max_wait)
+        """A live session on a worker of ``model``, under ``lease``. It goes ahead of queued files (QueueFull
+        after ``max_wait`` s, if > 0, while every worker is busy); the worker serves only it until it ends."""
+        assert not lease.released, "live() on a released lease"
+        await self._loading(model or self.default, on_event)
+        ref = await self._acquire(model or self.default, on_event, live=True, max_wait=max_wait)
         try:
-            sub = entry.sup.admit()
-            try:
-                async with entry.sup.live(language=language, options=options, on_event=on_event,
-                                          lease=sub) as session:
-                    yield session
-            finally:
-                sub.release()
+            await self._ready(ref, on_event)
+            async with ref.runner.live(language=language, options=options, on_event=on_event) as session:
+                yield session
         finally:
-            self._release(entry)
+            self._release(ref)
 
     # ---- explicit control -------------------------------------------------------------------------------
 
     async def load(self, keep_alive: KeepAlive | None = None, model: ModelSpec | None = None) -> dict[str, Any]:
         """Load a worker of ``model`` (the default) now, with its keep-alive; clears its FATAL or BACKOFF."""
         async with self.lease(model):
-            entry = await self._acquire(model or self.default, None, live=False, max_wait=0.0)
+            ref = await self._acquire(model or self.default, None, live=False, max_wait=0.0)
             try:
-                await entry.sup.load(keep_alive)
+                ref.runner.retry_now()
+                await self._ready(ref, None)
+                if keep_alive is not None:
+                    ref.keep_alive = keep_alive
             finally:
-                self._release(entry)
+                self._release(ref)
         return self.snapshot()
 
     async def unload(self, model: ModelSpec | None = None) -> None:
-        """Stop every worker (of ``model``) once its running job is done; clears FATAL and BACKOFF."""
-        chosen = [e for e in self.entries.values() if model is None or e.spec.key == model.key]
-        await asyncio.gather(*(e.sup.unload() for e in chosen))
+        """Stop every worker (of ``model``) once its running job is done; clears FATAL and BACKOFF. Queued
+        requests wait, then start new workers."""
+        chosen = [r for r in self.refs.values() if model is None or r.spec.key == model.key]
+        await asyncio.gather(*(asyncio.shield(self._retire(r)) for r in chosen), return_exceptions=True)
         self._dispatch()
 
     # ---- observation ------------------------------------------------------------------------------------
@@ -401,56 +483,51 @@ class Pool:
     @property
     def state(self) -> State:
         """The pool in one word, for the seed's /health and the idle exit: the most active worker's state."""
-        states = {e.sup.state for e in self.entries.values()}
-        for s in (State.READY, State.STARTING, State.STOPPING, State.FATAL, State.BACKOFF):
-            if s in states:
-                return s
-        return State.STOPPED
+        return pool_state([r.runner.state for r in self.refs.values()])
+
+    @property
+    def loading(self) -> bool:
+        return any(r.runner.state == State.STARTING for r in self.refs.values())
+
+    @property
+    def running(self) -> int:
+        """Jobs and live sessions running now."""
+        return sum(1 for r in self.refs.values() if r.runner.job is not None)
 
     def unload_in(self) -> float | None:
         """Seconds until the last loaded worker's TTL ends (None: one is kept for ever, or busy)."""
-        lefts = [e.sup.unload_in() for e in self.entries.values() if e.sup.state == State.READY]
+        lefts = [self.expires_in(r) for r in self.refs.values() if r.runner.state == State.READY]
         if not lefts or any(x is None for x in lefts):
             return None
         return max(x for x in lefts if x is not None)
 
     @property
     def quiet_since(self) -> float:
-        return max([self.last_used] + [e.sup.last_used for e in self.entries.values()])
+        return max([self.last_used] + [r.last_used for r in self.refs.values()])
 
-    def workers(self) -> list[dict[str, Any]]:
+    def runner_of(self, model: ModelSpec | None = None) -> RunnerRef | None:
+        """The newest worker of ``model`` (the default), if any."""
+        refs = self._of((model or self.default).key)
+        return refs[-1] if refs else None
+
+    def _views(self) -> list[WorkerView]:
+        now = self.clock()
         out = []
-        for e in sorted(self.entries.values(), key=lambda e: e.key):
-            snap = e.sup.snapshot()
-            row = {"id": e.key, "pid": snap["pid"], "model": e.spec.name, "engine": e.spec.engine,
-                   "device": "cpu" if e.device == placement.CPU else "cuda", "gpu_uuid":
-                   None if e.device == placement.CPU else e.device, "state": snap["state"],
-                   "busy": bool(snap["running"]) or e.reserved > 0, "job": snap["job"],
-                   "expires_in_s": snap["expires_in_s"], "load_s": snap["load_s"], "error": snap["error"],
-                   "need_mb": e.need_mb}
-            if e.device == placement.CPU:
-                row["rss_mb"] = rss_mb(snap["pid"])
-            else:
-                row["vram_mb"] = snap["vram_mb"] or e.held_mb or None
-            row["status_text"] = snap["status_text"]
-            out.append(row)
+        for r in self.refs.values():
+            st = r.runner.status()
+            out.append(WorkerView(
+                r.key, r.spec.name, r.spec.engine, r.device, st, r.refs, r.need_mb, r.held_mb, self.expires_in(r),
+                self.ttl(r), round(now - r.last_used, 1),
+                rss_mb(st.pid) if r.device == placement.CPU else None))
         return out
 
+    def workers(self) -> list[dict[str, Any]]:
+        return [worker_row(v) for v in sorted(self._views(), key=lambda v: v.key)]
+
     def snapshot(self) -> dict[str, Any]:
-        """The most active worker's snapshot (the fields the tray and /health always had), with the pool's
-        counts, and every worker under ``workers``."""
-        order = {State.READY: 0, State.STARTING: 1, State.STOPPING: 2, State.FATAL: 3, State.BACKOFF: 4,
-                 State.STOPPED: 5}
-        entries = sorted(self.entries.values(), key=lambda e: (not e.sup.job, order[e.sup.state], e.key))
-        snap = (entries[0].sup if entries else self._blank).snapshot()
-        workers = self.workers()
-        snap.update(in_flight=self.in_flight, queue=len(self.waiting), workers=workers,
-                    max_workers=self.max_workers, running=sum(e.sup.running for e in self.entries.values()))
-        snap["state"] = self.state.value
-        snap["health"] = "busy" if snap["running"] and self.state == State.READY else \
-            policy.health_status(self.state.value)
-        snap["status_text"] = policy.pool_status_text(snap)
-        return snap
+        return pool_json(self._views(), engine=self.s.engine, in_flight=self.in_flight, queue=len(self.waiting),
+                         max_workers=self.max_workers, ttl_setting=self.s.idle_ttl_sec,
+                         idle_seconds=round(self.clock() - self.last_used, 1))
 
     def _changed(self) -> None:
         if self.on_change:
@@ -462,30 +539,19 @@ class Pool:
     # ---- exit -------------------------------------------------------------------------------------------
 
     def kill_now(self) -> None:
+        """A forced exit: SIGKILL every worker; every admitted request ends with shutting_down."""
         self.closing = True
-        for e in list(self.entries.values()):
-            e.sup.kill_now()
+        for r in list(self.refs.values()):
+            r.runner.kill("the daemon was stopped before the work finished")
 
     async def close(self) -> None:
-        """Daemon exit: refuse new work, finish what was admitted, stop every worker."""
+        """Daemon exit: refuse new work, finish what was admitted, stop every worker, end our tasks."""
         self.closing = True
+        for r in self.refs.values():
+            self._disarm(r)
         await self._idle.wait()
-        await asyncio.gather(*(e.sup.close() for e in list(self.entries.values())))
+        await asyncio.gather(*(r.runner.close() for r in list(self.refs.values())))
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-def rss_mb(pid: int | None) -> int | None:
-    if not pid:
-        return None
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) // 1024
-    except OSError:
-        return None
-    return None
-

@@ -34,7 +34,7 @@ from hasrd.events import Broadcaster
 from hasrd.lifecycle import State
 from hasrd.scheduler import Pool
 from hasrd.gpu import Inventory
-from hasrd.spawn import make_pool_spawn
+from hasrd.spawn import make_runner_factory
 
 log = logging.getLogger("hasrd")
 
@@ -131,7 +131,7 @@ def unlink_if_ours(path: str) -> None:
 def exiting_status(reason: str, doing: str = "") -> str:
     """The STATUS line of a daemon on its way out: why it exits ("idle for 1800 s, exiting"), after what it
     still does ("unloading (idle for 1800 s, exiting)"). systemd keeps the last STATUS after the process is
-    gone, so the last one must be the reason, not whatever the supervisor said before."""
+    gone, so the last one must be the reason, not whatever the pool said before."""
     why = f"{reason or 'stopping'}, exiting"
     return f"{doing} ({why})" if doing else why
 
@@ -202,7 +202,7 @@ class HasrServer(uvicorn.Server):
         return self.working()
 
 
-async def idle_watch(server: HasrServer, sup: Pool, idle_exit: float, poke: asyncio.Event) -> None:
+async def idle_watch(server: HasrServer, pool: Pool, idle_exit: float, poke: asyncio.Event) -> None:
     """Exit ``idle_exit`` seconds after the last work: a request's end, a load, or the close of a connection
     that carried anything but observation (/health, /api/ps, /api/version, /api/events: a tray or a monitor
     polling never holds the daemon up). Counted from then, not from the worker's TTL unload; a worker kept loaded
@@ -210,9 +210,9 @@ async def idle_watch(server: HasrServer, sup: Pool, idle_exit: float, poke: asyn
     started = time.monotonic()
     while not server.should_exit:
         now = time.monotonic()
-        busy = server.open_connections > 0 or sup.in_flight > 0 or sup.loading
-        since = None if busy else max(started, server.last_work(), sup.quiet_since)
-        left = policy.idle_exit_in(now, since, idle_exit, sup.state == State.READY, sup.unload_in())
+        busy = server.open_connections > 0 or pool.in_flight > 0 or pool.loading
+        since = None if busy else max(started, server.last_work(), pool.quiet_since)
+        left = policy.idle_exit_in(now, since, idle_exit, pool.state == State.READY, pool.unload_in())
         if left is not None and left <= 0:
             server.request_exit(f"idle for {idle_exit:g} s")
             return
@@ -253,8 +253,8 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
         poke.set()
 
     max_workers = settings.max_workers or placement.default_max_workers(len(inventory.gpus()))
-    sup = Pool(settings, make_pool_spawn(settings, lambda: bool(inventory.gpus())), modelspec.default_spec(settings),
-               inventory=inventory, max_workers=max_workers, on_change=changed)
+    pool = Pool(settings, make_runner_factory(settings, lambda: bool(inventory.gpus())),
+                modelspec.default_spec(settings), inventory=inventory, max_workers=max_workers, on_change=changed)
     events.on_subscribers = poke.set
     group_socket = False
     for s in sockets:
@@ -262,7 +262,7 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
             name = s.getsockname()
             if isinstance(name, str) and name and os.path.exists(name):
                 group_socket = group_socket or bool(os.stat(name).st_mode & 0o060)
-    daemon = Daemon(settings, sup, events, group_socket=group_socket, shared_gid=shared_gid(settings.shared_group))
+    daemon = Daemon(settings, pool, events, group_socket=group_socket, shared_gid=shared_gid(settings.shared_group))
     app = make_app(daemon)
     nofile = raise_nofile()
     cap = max(16, min(settings.max_connections, nofile - 64))  # fds left for the worker, memfds and logs
@@ -277,13 +277,13 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     daemon.request_stop = lambda: server.request_exit("stop requested over the API")
     tasks = []
     if idle_exit is not None and idle_exit >= 0:
-        tasks.append(asyncio.create_task(idle_watch(server, sup, idle_exit, poke)))
+        tasks.append(asyncio.create_task(idle_watch(server, pool, idle_exit, poke)))
     wd = sd.watchdog_interval()
     if wd:
         tasks.append(asyncio.create_task(watchdog(notifier, wd)))
 
     def announce_ready() -> None:
-        events.publish(sup.snapshot())
+        events.publish(pool.snapshot())
         notifier.ready(status="idle")
         where = ", ".join(str(s.getsockname()) for s in sockets)
         log.info("hasrd %s ready on %s (engine %s%s)", __version__, where, settings.engine,
@@ -296,8 +296,8 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
 
     server.on_started = announce_ready
     server.on_exit = exiting
-    server.on_force = sup.kill_now
-    server.busy = lambda: sup.in_flight > 0
+    server.on_force = pool.kill_now
+    server.busy = lambda: pool.in_flight > 0
     server.stop_max_sec = settings.stop_max_sec
     server.working = protocol.working
     server.last_work = protocol.last_work
@@ -310,12 +310,12 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
         # would kill us half-way through stopping the worker; we are stopping already, so a first one is noted
         # and a second one forces the worker down.
         loop = asyncio.get_running_loop()
-        hold_signals(lambda name: loop.call_soon_threadsafe(sup.kill_now) if len(EARLY_SIGNALS) + server.signals > 1 else None)
+        hold_signals(lambda name: loop.call_soon_threadsafe(pool.kill_now) if len(EARLY_SIGNALS) + server.signals > 1 else None)
         for t in tasks:
             t.cancel()
-        loaded = sup.state in (State.STARTING, State.READY, State.STOPPING)
+        loaded = pool.state in (State.STARTING, State.READY, State.STOPPING)
         notifier.stopping(exiting_status(server.exit_reason, "unloading" if loaded else ""))
-        await sup.close()
+        await pool.close()
         notifier.status(exiting_status(server.exit_reason))  # the last word, which systemd keeps: why
         if server.force_exit:  # let the handlers write their error events before the loop goes away
             deadline = time.monotonic() + 2.0

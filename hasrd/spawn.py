@@ -1,5 +1,5 @@
-"""How the daemon starts a worker: the spawn functions the supervisor (one worker) and the pool (a worker per
-model and device) call, with GPU placement and an optional wait for free VRAM decided here, in the daemon,
+"""How the daemon starts a worker: the spawn function of each runner, and the pool's runner factory (a runner per
+model and device), with GPU placement and an optional wait for free VRAM decided here, in the daemon,
 without any GPU library."""
 
 from __future__ import annotations
@@ -42,16 +42,19 @@ def make_spawn(engine: str, *, python: str = "", gpu_spec: str = "", need_vram_m
     return spawn
 
 
-def make_pool_spawn(settings: Any, has_gpus: Callable[[], bool]) -> Callable[[Any, str], Any]:
-    """The pool's spawn factory: a worker for (model, device), device "cpu" or a GPU UUID (hasrd.placement)."""
-    def for_worker(spec: Any, device: str) -> Callable[[Callable[[str], None]], Any]:
+def make_runner_factory(settings: Any, has_gpus: Callable[[], bool]) -> Callable[[Any, str], Any]:
+    """The pool's runner factory (hasrd.scheduler.MakeRunner): a runner for (model, device), device "cpu" or a
+    GPU UUID (hasrd.placement)."""
+    from hasrd.runner import Runner
+
+    def for_worker(spec: Any, device: str) -> Runner:
         env = spec.worker_env()
         gpu_spec = "" if device == "cpu" else device
         if device == "cpu" and has_gpus():  # placed on the CPU of a GPU machine: keep it off the GPUs
             env.update(HASR_FW_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
         elif device == "cpu":
             gpu_spec = settings.gpu
-        return make_spawn(spec.engine, python=settings.worker_python, gpu_spec=gpu_spec,
-                          need_vram_mb=settings.need_vram_mb if gpu_spec else 0,
-                          vram_wait_sec=settings.vram_wait_sec, extra_env=env)
+        return Runner(settings, make_spawn(spec.engine, python=settings.worker_python, gpu_spec=gpu_spec,
+                                           need_vram_mb=settings.need_vram_mb if gpu_spec else 0,
+                                           vram_wait_sec=settings.vram_wait_sec, extra_env=env))
     return for_worker

@@ -1,4 +1,4 @@
-"""The one queue policy of hasr, shared by a worker's slot (supervisor.py) and the pool (scheduler.py): first come
+"""The one queue policy of hasr, the pool's (scheduler.py): first come
 first served, except that live sessions go ahead of waiting files (in their own order), and every waiter that
 listens hears its position whenever it changes (``{"event": "queued", "position": N}``).
 

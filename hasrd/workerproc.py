@@ -2,7 +2,7 @@
 
 This is the boundary where the worker's failures become hasr errors: EOF or a reset becomes
 ``WorkerCrashed``, ``Failed{code}`` becomes the matching class, a bad Hello becomes ``ProtocolMismatch``.
-The supervisor owns *when* things happen; this class only knows *how*.
+Its runner (hasrd.runner) owns *when* things happen; this class only knows *how*.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class WorkerProcess:
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self.oom_kills_at_start = oom_kills()
         self.cancel_grace = 60.0  # how long a cancelled job may take to notice before the worker is killed
-        # ... as it stands now (the supervisor's policy.cancel_grace: shorter while someone waits behind us)
+        # ... as it stands now (the runner's policy.cancel_grace: shorter while someone waits behind us)
         self.grace_now: Callable[[], float] = lambda: self.cancel_grace
         self._tasks = [asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}-reader"),
                        asyncio.create_task(self._wait_exit(), name=f"worker-{self.pid}-wait")]

@@ -214,7 +214,7 @@ def _umask() -> int:
 
 
 HEAVY = ("starlette", "uvicorn", "numpy", "av", "faster_whisper", "ctranslate2", "torch", "vllm", "httpx",
-         "hasrd.server", "hasrd.supervisor", "hasrd.audio")
+         "hasrd.server", "hasrd.scheduler", "hasrd.runner", "hasrd.audio")
 
 
 @pytest.mark.parametrize("args", [["status"], ["transcribe", "--no-autostart", "x.wav"], ["--help"]])

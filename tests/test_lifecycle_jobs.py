@@ -17,9 +17,12 @@ import numpy as np
 import pytest
 
 from hasrd import config, errors
-from hasrd.pcm import PcmBuffer
 from hasrd.lifecycle import FOREVER, TRANSITIONS, IllegalTransition, KeepAlive, State, check_transition
-from hasrd.supervisor import Supervisor
+from hasrd.modelspec import ModelSpec
+from hasrd.pcm import PcmBuffer
+from hasrd.placement import CPU, Device
+from hasrd.runner import Runner
+from hasrd.scheduler import Pool
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess
 from tests.conftest import run, wait_until
@@ -225,18 +228,22 @@ def settings(**kw: Any) -> config.Settings:
     return config.Settings(**base)
 
 
-def make(knobs: dict[str, str] | None = None, **kw: Any) -> tuple[Supervisor, list[str], dict[str, str]]:
+def make(knobs: dict[str, str] | None = None, **kw: Any) -> tuple[Pool, list[str], dict[str, str]]:
+    """A pool of one worker and the states it went through (each change once)."""
     live = dict(knobs or {})
     states: list[str] = []
 
-    async def spawn(report: Any) -> WorkerProcess:
-        return await WorkerProcess.spawn("fake", env=worker_env(os.environ, live))
+    def make_runner(spec: ModelSpec, device: str) -> Runner:
+        async def spawn(report: Any) -> WorkerProcess:
+            return await WorkerProcess.spawn("fake", env=worker_env(os.environ, live))
+        return Runner(settings(**kw), spawn)
 
     def seen(snap: dict[str, Any]) -> None:
         if not states or states[-1] != snap["state"]:
             states.append(snap["state"])
 
-    return Supervisor(settings(**kw), spawn, on_change=seen), states, live
+    return Pool(settings(**kw), make_runner, ModelSpec("fake", "fake", "", 300), max_workers=1,
+                inventory=lambda: [Device(CPU, 16000, 24000)], on_change=seen), states, live
 
 
 def pcm(seconds: float = 0.5) -> PcmBuffer:
@@ -298,12 +305,13 @@ def test_a_keep_alive_asked_for_during_a_ttl_unload_holds_the_next_worker() -> N
     async def main() -> None:
         sup, _, _ = make({"HASR_FAKE_IGNORE_SIGTERM": "1"}, idle_ttl_sec=0.2, stop_grace_sec=0.4)
         await sup.load()
-        first = sup.worker.pid if sup.worker else 0
+        first = sup.runner_of().runner.worker.pid  # type: ignore[union-attr]
         assert await asyncio.wait_for(_until(lambda: sup.state == State.STOPPING), 5)
         snap = await sup.load(FOREVER)  # arrives while the TTL's stop is under way (~0.8 s)
-        assert snap["ttl_sec"] is None and sup.worker and sup.worker.pid != first
+        ref = sup.runner_of()
+        assert snap["ttl_sec"] is None and ref and ref.runner.worker and ref.runner.worker.pid != first
         await asyncio.sleep(0.6)  # past the TTL: kept
-        assert sup.state == State.READY and sup.keep_alive == FOREVER
+        assert sup.state == State.READY and ref.keep_alive == FOREVER
         await sup.close()
     run(main())
 
@@ -320,14 +328,13 @@ def test_keep_alive_values() -> None:
     assert KeepAlive.parse(60).ttl(900) == 60
 
 
-def test_close_cancels_every_background_task_the_supervisor_started() -> None:
+def test_close_cancels_every_background_task_the_pool_and_its_runners_started() -> None:
     async def main() -> None:
         sup, _, _ = make()
         with pcm() as buf:
             await sup.transcribe(buf)
-        assert sup._tasks  # the worker's death watch at least
+        assert any(t.get_name().startswith("hasr-watch-") for t in asyncio.all_tasks())  # the death watch
         await sup.close()
-        assert not sup._tasks
         leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()
                     and (t.get_name().startswith("hasr-"))]
         assert not leftover

@@ -25,7 +25,8 @@ from hasrd.app import make_app
 from hasrd.context import Daemon
 from hasrd.intake import json_depth
 from hasrd.events import Broadcaster
-from hasrd.supervisor import Supervisor
+from hasrd.modelspec import ModelSpec
+from hasrd.scheduler import Pool
 from tests.activator import Activator
 from tests.conftest import need, wait_until
 from tests.daemon import Hasrd, write_wav
@@ -261,7 +262,9 @@ def test_over_tcp_nothing_that_names_files_or_jobs_is_served() -> None:
     from starlette.testclient import TestClient  # a caller without SO_PEERCRED: what the TCP listener sees
 
     settings = config.Settings(engine="fake")
-    d = Daemon(settings, Supervisor(settings, spawn=None), Broadcaster())  # type: ignore[arg-type]
+    never = ModelSpec("fake", "fake", "", 300)
+    d = Daemon(settings, Pool(settings, make_runner=None, default=never, inventory=list, max_workers=1),  # type: ignore[arg-type]
+               Broadcaster())
     with TestClient(make_app(d)) as c:
         assert c.get("/health").status_code == 200
         for path in ("/api/ps", "/api/events"):

@@ -13,13 +13,13 @@ from tests.conftest import pid_alive, wait_until
 DAEMON = textwrap.dedent("""
     import asyncio, os, sys
     from hasrd import config
-    from hasrd.supervisor import Supervisor
+    from hasrd.runner import Runner
     from hasrd.spawn import make_spawn
 
     async def main():
-        sup = Supervisor(config.Settings(engine="fake"), make_spawn("fake"))
-        await sup.load()
-        print(sup.worker.pid, flush=True)
+        runner = Runner(config.Settings(engine="fake"), make_spawn("fake"))
+        worker = await runner.ready()
+        print(worker.pid, flush=True)
         await asyncio.sleep(3600)
 
     asyncio.run(main())

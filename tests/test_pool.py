@@ -16,6 +16,7 @@ from hasrd.lifecycle import State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
+from hasrd.runner import Runner
 from hasrd.scheduler import Pool
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess
@@ -29,12 +30,12 @@ SLOW = {"fake": {"rtf": 1.0}}
 
 def make(max_workers: int = 2, knobs: Callable[[ModelSpec], dict[str, str]] = lambda spec: {},
          memory: tuple[int, int] = (16000, 24000), **kw: Any) -> Pool:
-    def make_spawn(spec: ModelSpec, device: str) -> Any:
+    def make_runner(spec: ModelSpec, device: str) -> Runner:
         async def spawn(report: Any) -> WorkerProcess:
             return await WorkerProcess.spawn("fake", env=worker_env(os.environ, knobs(spec)))
-        return spawn
+        return Runner(settings(**kw), spawn)
 
-    return Pool(settings(**kw), make_spawn, A, inventory=lambda: [Device(CPU, *memory)], max_workers=max_workers)
+    return Pool(settings(**kw), make_runner, A, inventory=lambda: [Device(CPU, *memory)], max_workers=max_workers)
 
 
 async def transcribe(pool: Pool, seconds: float = 1.0, model: ModelSpec | None = None, **kw: Any) -> dict[str, Any]:
@@ -50,7 +51,7 @@ async def until(pred: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 def busy(pool: Pool) -> int:
-    return sum(e.sup.running for e in pool.entries.values())
+    return sum(1 for r in pool.refs.values() if r.runner.job is not None)
 
 
 def test_two_requests_run_at_once_on_two_workers() -> None:
@@ -58,12 +59,12 @@ def test_two_requests_run_at_once_on_two_workers() -> None:
         pool = make(2)
         jobs = [asyncio.create_task(transcribe(pool, 2.0, options=SLOW)) for _ in range(2)]
         await until(lambda: busy(pool) == 2)  # both running at the same moment
-        pids = {e.sup.worker.pid for e in pool.entries.values() if e.sup.worker}
+        pids = {e.runner.worker.pid for e in pool.refs.values() if e.runner.worker}
         results = await asyncio.gather(*jobs)
         assert len(pids) == 2 and {r["worker"]["pid"] for r in results} == pids
         assert all(r["final"] is not None for r in results)
         third = await transcribe(pool, 0.2)  # an idle worker is reused, none started
-        assert third["worker"]["pid"] in pids and len(pool.entries) == 2
+        assert third["worker"]["pid"] in pids and len(pool.refs) == 2
         await pool.close()
     run(main())
 
@@ -98,7 +99,7 @@ def test_with_one_worker_allowed_a_second_request_waits_its_turn_and_hears_its_p
         assert pool.snapshot()["queue"] == 1
         r1, r2 = await asyncio.gather(first, second)
         assert [e["position"] for e in heard if e.get("event") == "queued"] == [1]
-        assert r1["worker"]["pid"] == r2["worker"]["pid"] and len(pool.entries) == 1
+        assert r1["worker"]["pid"] == r2["worker"]["pid"] and len(pool.refs) == 1
         await pool.close()
     run(main())
 
@@ -108,7 +109,7 @@ def test_another_model_loads_beside_the_first_or_in_its_place_lru_with_one_worke
         pool = make(2)
         ra = await transcribe(pool, 0.2, model=A)
         rb = await transcribe(pool, 0.2, model=B)
-        assert ra["worker"]["pid"] != rb["worker"]["pid"] and len(pool.entries) == 2
+        assert ra["worker"]["pid"] != rb["worker"]["pid"] and len(pool.refs) == 2
         assert sorted(w["model"] for w in pool.snapshot()["workers"]) == ["a", "b"]
         await pool.close()
 
@@ -143,9 +144,9 @@ def test_a_worker_crash_fails_only_its_job_and_no_queued_request_is_lost() -> No
         await until(lambda: busy(pool) == 2)
         queued = asyncio.create_task(transcribe(pool, 0.2))
         await until(lambda: len(pool.waiting) == 1)
-        victim = next(e for e in pool.entries.values() if e.sup.worker)
-        assert victim.sup.worker is not None
-        os.kill(victim.sup.worker.pid, signal.SIGKILL)
+        victim = next(e for e in pool.refs.values() if e.runner.worker)
+        assert victim.runner.worker is not None
+        os.kill(victim.runner.worker.pid, signal.SIGKILL)
         outcomes = await asyncio.gather(*jobs, return_exceptions=True)
         assert sum(isinstance(o, errors.WorkerCrashed) for o in outcomes) == 1
         assert sum(isinstance(o, dict) and o["final"] is not None for o in outcomes) == 1
@@ -176,7 +177,7 @@ def test_a_model_bigger_than_any_device_is_refused_at_once_without_evicting_anyt
         with pytest.raises(errors.ModelUnavailable) as e:
             await transcribe(pool, 0.2, model=ModelSpec("huge", "fake", "huge", 30000))
         assert "30000 MB" in e.value.message and "8000 MB" in e.value.message
-        assert pid_alive(ra["worker"]["pid"]) and len(pool.entries) == 1
+        assert pid_alive(ra["worker"]["pid"]) and len(pool.refs) == 1
         await pool.close()
     run(main())
 
@@ -186,7 +187,7 @@ def test_each_worker_keeps_its_own_ttl_and_the_pool_forgets_a_worker_the_ttl_sto
         pool = make(2, idle_ttl_sec=0.5)
         jobs = [asyncio.create_task(transcribe(pool, 0.5, options=SLOW)) for _ in range(2)]
         results = await asyncio.gather(*jobs)
-        await until(lambda: not pool.entries, timeout=30)
+        await until(lambda: not pool.refs, timeout=30)
         assert all(not pid_alive(r["worker"]["pid"]) for r in results)
         assert pool.state == State.STOPPED and pool.unload_in() is None
         await pool.close()
@@ -216,17 +217,17 @@ def test_a_loaded_gpu_workers_memory_is_counted_once_so_the_lru_one_makes_room()
         pool: Pool
 
         def inventory() -> list[Device]:
-            used = base + sum(need[e.spec.name] for e in pool.entries.values() if e.sup.worker is not None)
+            used = base + sum(need[e.spec.name] for e in pool.refs.values() if e.runner.worker is not None)
             return [Device("GPU-x", total - used, total), Device(CPU, 16000, 24000)]
 
-        def make_spawn(spec: ModelSpec, device: str) -> Any:
+        def make_runner(spec: ModelSpec, device: str) -> Runner:
             async def spawn(report: Any) -> WorkerProcess:
                 assert device == "GPU-x"
                 return await WorkerProcess.spawn("fake", env=worker_env(os.environ, {}))
-            return spawn
+            return Runner(settings(), spawn)
 
         specs = {n: ModelSpec(n, "fake", n, mb, gpu_only=True) for n, mb in need.items()}
-        pool = Pool(settings(), make_spawn, specs["m40a"], inventory=inventory, max_workers=3)
+        pool = Pool(settings(), make_runner, specs["m40a"], inventory=inventory, max_workers=3)
         ra = await transcribe(pool, 0.2, model=specs["m40a"])
         rb = await transcribe(pool, 0.2, model=specs["m40b"])
         await transcribe(pool, 0.2, model=specs["m40a"])  # m40b is now the least recently used
@@ -252,13 +253,13 @@ def test_a_whisper_model_is_placed_on_a_gpu_by_what_it_takes_there_not_by_its_cp
     where: list[str] = []
 
     async def main() -> None:
-        def make_spawn(spec: ModelSpec, device: str) -> Any:
+        def make_runner(spec: ModelSpec, device: str) -> Runner:
             async def spawn(report: Any) -> WorkerProcess:
                 where.append(device)
                 return await WorkerProcess.spawn("fake", env=worker_env(os.environ, {}))
-            return spawn
+            return Runner(settings(), spawn)
 
-        pool = Pool(settings(), make_spawn, big, inventory=lambda: [Device("GPU-x", 5000, 143771),
+        pool = Pool(settings(), make_runner, big, inventory=lambda: [Device("GPU-x", 5000, 143771),
                                                                    Device(CPU, 2000, 24000)], max_workers=1)
         await transcribe(pool, 0.2, model=big)
         assert where == ["GPU-x"]

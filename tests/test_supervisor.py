@@ -1,4 +1,5 @@
-"""The supervisor against real fake-engine workers that misbehave on request."""
+"""One worker's lifecycle (hasrd.runner) under the pool with one worker allowed, against real fake-engine workers
+that misbehave on request."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ import numpy as np
 import pytest
 
 from hasrd import config, errors
+from hasrd.lifecycle import State
+from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
-from hasrd.supervisor import State, Supervisor
+from hasrd.placement import CPU, Device
+from hasrd.runner import Runner
+from hasrd.scheduler import Pool
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess
 from tests.conftest import pid_alive, run
@@ -29,31 +34,57 @@ def settings(**kw: Any) -> config.Settings:
     return config.Settings(**base)
 
 
-def make(knobs: dict[str, str] | None = None, **kw: Any) -> tuple[Supervisor, dict[str, str]]:
-    """A supervisor whose spawn reads ``knobs`` at each spawn (tests change them between loads)."""
-    live = dict(knobs or {})
+FAKE = ModelSpec("fake", "fake", "", 300)
 
-    async def spawn(report: Any) -> WorkerProcess:
-        return await WorkerProcess.spawn("fake", env=worker_env(os.environ, live))
 
-    return Supervisor(settings(**kw), spawn), live
+class Knobs(dict):  # type: ignore[type-arg]
+    """The fake worker's environment, read at each spawn (tests change it between loads), and every runner the
+    pool made."""
+
+    runners: list[Runner]
+
+
+def make(knobs: dict[str, str] | None = None, **kw: Any) -> tuple[Pool, Knobs]:
+    """A pool of one worker whose spawn reads ``knobs`` at each spawn."""
+    live = Knobs(knobs or {})
+    live.runners = []
+
+    def make_runner(spec: ModelSpec, device: str) -> Runner:
+        async def spawn(report: Any) -> WorkerProcess:
+            return await WorkerProcess.spawn("fake", env=worker_env(os.environ, live))
+        runner = Runner(settings(**kw), spawn)
+        live.runners.append(runner)
+        return runner
+
+    return Pool(settings(**kw), make_runner, FAKE, inventory=lambda: [Device(CPU, 16000, 24000)],
+                max_workers=1), live
+
+
+def spawns(knobs: Knobs) -> int:
+    return sum(r.spawns for r in knobs.runners)
+
+
+def process_of(pool: Pool) -> WorkerProcess | None:
+    """The pool's (newest) worker process, if any."""
+    ref = pool.runner_of()
+    return ref.runner.worker if ref else None
 
 
 def pcm(seconds: float = 1.0) -> PcmBuffer:
     return PcmBuffer.from_array(np.zeros(int(16000 * seconds), dtype=np.float32))
 
 
-async def transcribe(sup: Supervisor, seconds: float = 1.0, **kw: Any) -> dict[str, Any]:
+async def transcribe(sup: Pool, seconds: float = 1.0, **kw: Any) -> dict[str, Any]:
     with pcm(seconds) as buf:
         return await sup.transcribe(buf, **kw)
 
 
 def test_concurrent_first_requests_cause_exactly_one_load() -> None:
     async def main() -> None:
-        sup, _ = make({"HASR_FAKE_LOAD_SEC": "0.5"})
+        sup, knobs = make({"HASR_FAKE_LOAD_SEC": "0.5"})
         results = await asyncio.gather(*(transcribe(sup) for _ in range(5)))
         assert all(r["final"] for r in results)
-        assert sup.spawns == 1 and sup.loads == 1
+        assert spawns(knobs) == 1 and sum(r.loads for r in knobs.runners) == 1
         await sup.close()
     run(main())
 
@@ -65,13 +96,13 @@ def test_a_failed_load_reaches_every_waiter_with_the_reason_and_the_next_request
         outcomes = await asyncio.gather(*(transcribe(sup) for _ in range(4)), return_exceptions=True)
         assert all(isinstance(o, errors.Unavailable) for o in outcomes), outcomes
         assert all("weights missing in /x" in str(o) for o in outcomes)
-        assert sup.spawns == 1 and sup.state == State.BACKOFF
+        assert spawns(knobs) == 1 and sup.state == State.BACKOFF
         snap = sup.snapshot()  # not "loading": nothing is loading until the next request retries
         assert snap["health"] == "idle" and "weights missing" in snap["error"]
         assert "the next request retries" in snap["status_text"]
         knobs.pop("HASR_FAKE_FAIL_LOAD")
         result = await transcribe(sup)
-        assert result["final"] and sup.spawns == 2 and sup.state == State.READY
+        assert result["final"] and spawns(knobs) == 2 and sup.state == State.READY
         await sup.close()
     run(main())
 
@@ -88,13 +119,13 @@ def test_consecutive_load_failures_reach_fatal_and_an_explicit_load_clears_it() 
         assert sup.state == State.FATAL
         snap = sup.snapshot()
         assert snap["health"] == "error" and "no kernel image" in snap["error"]
-        spawns = sup.spawns
+        before = spawns(knobs)
         with pytest.raises(errors.Fatal) as exc:
             await transcribe(sup)
-        assert "no kernel image" in exc.value.message and sup.spawns == spawns  # no new attempt
+        assert "no kernel image" in exc.value.message and spawns(knobs) == before  # no new attempt
         knobs.pop("HASR_FAKE_FAIL_LOAD")
         snap = await sup.load()
-        assert snap["state"] == "ready" and sup.failures == 0
+        assert snap["state"] == "ready" and knobs.runners[-1].failures == 0
         assert (await transcribe(sup))["final"]
         await sup.close()
     run(main())
@@ -104,11 +135,11 @@ def test_ttl_unloads_after_the_last_request_and_never_during_one() -> None:
     async def main() -> None:
         sup, _ = make(idle_ttl_sec=0.3)
         await transcribe(sup)
-        pid = sup.worker.pid if sup.worker else 0
+        pid = process_of(sup).pid if process_of(sup) else 0
         # A request lasting ~1.2 s (3x the TTL): the worker must survive it.
         task = asyncio.create_task(transcribe(sup, 1.2, options={"fake": {"rtf": 1.0}}))
         await asyncio.sleep(0.9)
-        assert sup.state == State.READY and sup.worker and sup.worker.pid == pid and pid_alive(pid)
+        assert sup.state == State.READY and process_of(sup) and process_of(sup).pid == pid and pid_alive(pid)
         await task
         assert sup.state == State.READY  # TTL counts from the end of the request
         t_end = time.monotonic()
@@ -123,10 +154,10 @@ def test_ttl_unloads_after_the_last_request_and_never_during_one() -> None:
 
 def test_queued_requests_keep_the_worker_alive_past_its_ttl() -> None:
     async def main() -> None:
-        sup, _ = make(idle_ttl_sec=0.2)
+        sup, knobs = make(idle_ttl_sec=0.2)
         tasks = [asyncio.create_task(transcribe(sup, 0.5, options={"fake": {"rtf": 1.0}})) for _ in range(3)]
         await asyncio.gather(*tasks)
-        assert sup.spawns == 1
+        assert spawns(knobs) == 1
         await sup.close()
     run(main())
 
@@ -139,8 +170,8 @@ def test_kill_9_of_the_worker_mid_request_gives_worker_crashed_and_the_next_requ
             task = asyncio.create_task(transcribe(sup, 5.0, options={"fake": {"rtf": 1.0}}))
             while sup.state != State.READY or not sup.running:
                 await asyncio.sleep(0.01)
-            assert sup.worker is not None
-            pid = sup.worker.pid
+            assert process_of(sup) is not None
+            pid = process_of(sup).pid
             pids.add(pid)
             await asyncio.sleep(0.05)
             os.kill(pid, signal.SIGKILL)
@@ -148,7 +179,7 @@ def test_kill_9_of_the_worker_mid_request_gives_worker_crashed_and_the_next_requ
                 await task
             assert exc.value.code == "worker_crashed" and str(pid) in exc.value.message
             result = await transcribe(sup, 0.2)
-            assert result["final"] and sup.worker and sup.worker.pid != pid
+            assert result["final"] and process_of(sup) and process_of(sup).pid != pid
         assert len(pids) == 20
         await sup.close()
     run(main(), timeout=240)
@@ -161,7 +192,7 @@ def test_a_worker_crashing_at_the_start_of_a_request_is_replaced() -> None:
         with pytest.raises(errors.WorkerCrashed):
             await transcribe(sup)
         knobs.pop("HASR_FAKE_CRASH_AFTER")
-        assert (await transcribe(sup))["final"] and sup.spawns == 2
+        assert (await transcribe(sup))["final"] and spawns(knobs) == 2
         await sup.close()
     run(main())
 
@@ -170,15 +201,15 @@ def test_a_worker_that_stops_reporting_progress_is_killed_after_the_stall_time()
     async def main() -> None:
         sup, _ = make(stall_sec=0.7)
         await transcribe(sup, 0.1)
-        assert sup.worker is not None
-        pid = sup.worker.pid
+        assert process_of(sup) is not None
+        pid = process_of(sup).pid
         t0 = time.monotonic()
         with pytest.raises(errors.Stalled) as exc:
             await transcribe(sup, 0.1, options={"fake": {"hang": True}})
         assert time.monotonic() - t0 >= 0.6 and exc.value.status == 504  # not before the stall time
         assert exc.value.code == "stalled" and "HASR_STALL_SEC" in exc.value.message
         assert not pid_alive(pid)
-        assert (await transcribe(sup, 0.1))["final"] and sup.worker and sup.worker.pid != pid
+        assert (await transcribe(sup, 0.1))["final"] and process_of(sup) and process_of(sup).pid != pid
         await sup.close()
     run(main())
 
@@ -197,8 +228,8 @@ def test_a_worker_ignoring_sigterm_and_shutdown_is_sigkilled() -> None:
     async def main() -> None:
         sup, _ = make({"HASR_FAKE_IGNORE_SIGTERM": "1"}, stop_grace_sec=0.3)
         await sup.load()
-        assert sup.worker is not None
-        worker = sup.worker
+        assert process_of(sup) is not None
+        worker = process_of(sup)
         t0 = time.monotonic()
         await sup.unload()
         assert worker.exit_code == -signal.SIGKILL  # killed, after its grace (SIGTERM was ignored)
@@ -211,7 +242,7 @@ def test_a_cooperative_worker_exits_0_on_shutdown() -> None:
     async def main() -> None:
         sup, _ = make()
         await sup.load()
-        worker = sup.worker
+        worker = process_of(sup)
         assert worker is not None
         await sup.unload()
         assert worker.exit_code == 0 and sup.state == State.STOPPED
@@ -248,12 +279,12 @@ def test_a_cancelled_request_frees_its_slot_and_the_worker_survives() -> None:
         while not sup.running:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
-        pid = sup.worker.pid if sup.worker else 0
+        pid = process_of(sup).pid if process_of(sup) else 0
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert sup.running == 0 and sup.in_flight == 0
-        assert (await transcribe(sup, 0.2))["final"] and sup.worker and sup.worker.pid == pid
+        assert (await transcribe(sup, 0.2))["final"] and process_of(sup) and process_of(sup).pid == pid
         await sup.close()
     run(main())
 
@@ -278,7 +309,9 @@ def test_state_changes_are_reported_with_a_status_line() -> None:
         await transcribe(sup, 0.5, name="会议.wav", options={"fake": {"rtf": 1.0}})
         await sup.unload()
         states = [s["state"] for s in seen]
-        assert states[0] == "starting" and "ready" in states and states[-1] == "stopped"
+        changes = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+        # the pool reports the admission (nothing loaded yet), then the worker's every state
+        assert changes[:2] == ["stopped", "starting"] and "ready" in changes and changes[-1] == "stopped"
         texts = [s["status_text"] for s in seen]
         assert any(t.startswith("loading fake models") for t in texts)
         assert any(t.startswith("transcribing 会议.wav") and t.endswith("%") for t in texts)
@@ -337,8 +370,8 @@ def test_a_client_leaving_mid_request_does_not_kill_a_healthy_worker_even_if_can
     async def main() -> None:
         sup, _ = make()
         await sup.load()
-        assert sup.worker is not None
-        pid = sup.worker.pid
+        assert process_of(sup) is not None
+        pid = process_of(sup).pid
         task = asyncio.create_task(transcribe(sup, 10.0, options={"fake": {"rtf": 1.0}}))
         while not sup.running:
             await asyncio.sleep(0.01)
@@ -348,8 +381,8 @@ def test_a_client_leaving_mid_request_does_not_kill_a_healthy_worker_even_if_can
         task.cancel()  # anyio cancels every await of a cancelled scope: the cleanup must survive that
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert sup.worker is not None and sup.worker.pid == pid and pid_alive(pid)
-        assert (await transcribe(sup, 0.2))["final"] and sup.worker.pid == pid
+        assert process_of(sup) is not None and process_of(sup).pid == pid and pid_alive(pid)
+        assert (await transcribe(sup, 0.2))["final"] and process_of(sup).pid == pid
         await sup.close()
     run(main())
 
@@ -382,9 +415,9 @@ def test_a_worker_that_cannot_start_says_why(short_tmp: str) -> None:
             return await WorkerProcess.spawn("fake", argv=[sys.executable, "-c",
                                                            "import sys; sys.exit('No module named msgspec')"])
 
-        sup = Supervisor(settings(), spawn)
-        with pytest.raises(errors.LoadFailed) as exc:
-            await transcribe(sup)
+        runner = Runner(settings(), spawn)
+        with pytest.raises(errors.LoadFailed) as exc, pcm(1.0) as buf:
+            await runner.transcribe(buf)
         assert "exited with code 1" in exc.value.message and "No module named msgspec" in exc.value.message
     run(main())
 
@@ -398,8 +431,8 @@ def test_a_job_ignoring_cancel_is_killed_and_the_queued_job_gets_a_new_worker() 
     async def main() -> None:
         sup, _ = make(cancel_grace_sec=0.5)
         await sup.load()
-        assert sup.worker is not None
-        pid = sup.worker.pid
+        assert process_of(sup) is not None
+        pid = process_of(sup).pid
         hung = asyncio.create_task(transcribe(sup, 1.0, options={"fake": {"hang": True}}))
         while not sup.running:
             await asyncio.sleep(0.01)
@@ -410,7 +443,7 @@ def test_a_job_ignoring_cancel_is_killed_and_the_queued_job_gets_a_new_worker() 
         with pytest.raises(asyncio.CancelledError):
             await hung
         result = await queued  # not worker_crashed: it was not handed the dying worker
-        assert result["final"] and sup.worker is not None and sup.worker.pid != pid and not pid_alive(pid)
+        assert result["final"] and process_of(sup) is not None and process_of(sup).pid != pid and not pid_alive(pid)
         await sup.close()
     run(main())
 
@@ -421,8 +454,8 @@ def test_unload_waits_for_the_running_job_only_and_the_queue_goes_on_with_a_new_
         first = asyncio.create_task(transcribe(sup, 0.8, options={"fake": {"rtf": 1.0}}))
         while not sup.running:
             await asyncio.sleep(0.01)
-        assert sup.worker is not None
-        pid = sup.worker.pid
+        assert process_of(sup) is not None
+        pid = process_of(sup).pid
         queued = [asyncio.create_task(transcribe(sup, 0.8, options={"fake": {"rtf": 1.0}})) for _ in range(2)]
         while len(sup.waiting) < 2:
             await asyncio.sleep(0.01)
@@ -430,7 +463,7 @@ def test_unload_waits_for_the_running_job_only_and_the_queue_goes_on_with_a_new_
         # the running job ended, the queue did not run: unload waited for that job only
         assert first.done() and not any(q.done() for q in queued)
         results = await asyncio.gather(*queued)
-        assert all(r["final"] for r in results) and sup.worker and sup.worker.pid != pid
+        assert all(r["final"] for r in results) and process_of(sup) and process_of(sup).pid != pid
         await sup.close()
     run(main())
 
@@ -514,8 +547,8 @@ def test_after_a_worker_crash_the_next_request_hears_the_new_load_not_the_dead_w
     async def main() -> None:
         sup, knobs = make({"HASR_FAKE_LOAD_SEC": "0.3"})
         await sup.load()
-        assert sup.worker is not None
-        os.kill(sup.worker.pid, signal.SIGKILL)
+        assert process_of(sup) is not None
+        os.kill(process_of(sup).pid, signal.SIGKILL)
         while sup.state == State.READY:
             await asyncio.sleep(0.01)
         heard: list[dict[str, Any]] = []

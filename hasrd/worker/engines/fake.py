@@ -1,6 +1,6 @@
 """The ``fake`` engine: no models, deterministic scripted drafts, and misbehaviour on request.
 
-Knobs are read from the environment when the worker starts (the supervisor passes its environment on), and
+Knobs are read from the environment when the worker starts (the daemon passes its environment on), and
 the per-request ones can also be given in ``options["fake"]``:
 
     HASR_FAKE_LOAD_SEC=2          slow load (reports a loading phase every 0.1 s)

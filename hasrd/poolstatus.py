@@ -1,0 +1,122 @@
+"""What /api/ps, /health, the STATUS= line and the tray read: the pool's JSON, built here in one place from
+frozen :class:`~hasrd.runner.RunnerStatus` values and the pool's own counts (pure functions, no pool object).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from hasrd import placement, policy
+from hasrd.lifecycle import State
+from hasrd.runner import RunnerStatus
+
+# which worker's line the pool shows when it shows one: the most active
+ORDER = {State.READY: 0, State.STARTING: 1, State.STOPPING: 2, State.FATAL: 3, State.BACKOFF: 4, State.STOPPED: 5}
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """One worker of the pool as /api/ps lists it: its runner's status and the pool's view of it."""
+
+    key: int
+    model: str
+    engine: str
+    device: str  # "cpu" or a GPU UUID
+    status: RunnerStatus
+    reserved: int  # requests handed this worker and not finished
+    need_mb: int
+    held_mb: int
+    expires_in_s: float | None
+    ttl_sec: float | None
+    idle_seconds: float
+    rss_mb: int | None = None
+
+
+def runner_json(st: RunnerStatus, *, engine: str, expires_in_s: float | None, ttl_sec: float | None,
+                idle_seconds: float) -> dict[str, Any]:
+    """One runner's fields, as a single worker's daemon always reported them."""
+    snap: dict[str, Any] = {
+        "state": st.state.value,
+        "health": "busy" if (st.job and st.state == State.READY) else policy.health_status(st.state.value),
+        "pid": st.pid,
+        "engine": engine,
+        "identity": dict(st.identity),
+        "load_s": st.load_s,
+        "vram_mb": st.vram_mb,
+        "expires_in_s": round(max(0.0, expires_in_s), 3) if expires_in_s is not None else None,
+        "expires_at": (time.time() + max(0.0, expires_in_s)) if expires_in_s is not None else None,
+        "running": 1 if st.job else 0,
+        "phase": st.phase,
+        "elapsed_s": st.elapsed_s,
+        "expected_s": st.expected_s,
+        "job": st.job.to_json() if st.job else None,
+        "error": st.error,
+        "error_code": st.error_code,
+        "idle_seconds": idle_seconds,
+        "ttl_sec": ttl_sec,
+        "failures": st.failures,
+    }
+    snap["status_text"] = policy.status_text(snap)
+    return snap
+
+
+def worker_row(w: WorkerView) -> dict[str, Any]:
+    st = w.status
+    snap = runner_json(st, engine=w.engine, expires_in_s=w.expires_in_s, ttl_sec=w.ttl_sec,
+                       idle_seconds=w.idle_seconds)
+    row: dict[str, Any] = {
+        "id": w.key, "pid": st.pid, "model": w.model, "engine": w.engine,
+        "device": "cpu" if w.device == placement.CPU else "cuda",
+        "gpu_uuid": None if w.device == placement.CPU else w.device, "state": st.state.value,
+        "busy": st.job is not None or w.reserved > 0, "job": snap["job"], "expires_in_s": snap["expires_in_s"],
+        "load_s": st.load_s, "error": st.error, "need_mb": w.need_mb}
+    if w.device == placement.CPU:
+        row["rss_mb"] = w.rss_mb
+    else:
+        row["vram_mb"] = st.vram_mb or w.held_mb or None
+    row["status_text"] = snap["status_text"]
+    return row
+
+
+def pool_state(states: list[State]) -> State:
+    """The pool in one word, for the seed's /health and the idle exit: the most active worker's state."""
+    for s in (State.READY, State.STARTING, State.STOPPING, State.FATAL, State.BACKOFF):
+        if s in states:
+            return s
+    return State.STOPPED
+
+
+def pool_json(workers: list[WorkerView], *, engine: str, in_flight: int, queue: int, max_workers: int,
+              ttl_setting: float, idle_seconds: float) -> dict[str, Any]:
+    """The most active worker's fields (what the tray and /health always had), the pool's counts, and every
+    worker under ``workers``."""
+    ordered = sorted(workers, key=lambda w: (w.status.job is None, ORDER[w.status.state], w.key))
+    if ordered:
+        top = ordered[0]
+        snap = runner_json(top.status, engine=engine, expires_in_s=top.expires_in_s, ttl_sec=top.ttl_sec,
+                           idle_seconds=top.idle_seconds if not in_flight else 0.0)
+    else:
+        snap = runner_json(RunnerStatus(State.STOPPED), engine=engine, expires_in_s=None, ttl_sec=ttl_setting,
+                           idle_seconds=idle_seconds if not in_flight else 0.0)
+    state = pool_state([w.status.state for w in workers])
+    running = sum(1 for w in workers if w.status.job is not None)
+    snap.update(in_flight=in_flight, queue=queue, workers=[worker_row(w) for w in sorted(workers, key=lambda w: w.key)],
+                max_workers=max_workers, running=running, state=state.value)
+    snap["health"] = "busy" if running and state == State.READY else policy.health_status(state.value)
+    snap["status_text"] = policy.pool_status_text(snap)
+    return snap
+
+
+def rss_mb(pid: int | None) -> int | None:
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        return None
+    return None

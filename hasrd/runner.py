@@ -1,0 +1,441 @@
+"""One worker process and its lifecycle: the only code that reads-then-acts on that process's state. It knows
+nothing of queues, admission, keep-alive or the TTL (the pool, hasrd.scheduler, owns those); whoever holds the
+runner runs one job on it at a time.
+
+States, what happens in each, and the only transitions allowed (``lifecycle.TRANSITIONS``; any other raises
+:class:`~hasrd.lifecycle.IllegalTransition`):
+
+    STOPPED   no worker. :meth:`Runner.ready` starts one                            -> STARTING
+    STARTING  one load in flight; every caller of ready() waits for that same load (single flight).
+              Ready                                                                 -> READY
+              failure                                                               -> BACKOFF, or FATAL after N
+              the daemon was forced to stop meanwhile                               -> STOPPED
+    READY     serving the job its holder runs.
+              :meth:`Runner.stop` (the TTL, /api/unload, an eviction, daemon exit)  -> STOPPING
+              the worker died, stalled or ignored Cancel (the job fails)            -> STOPPED
+    STOPPING  Shutdown, SIGTERM, SIGKILL of the worker's process group              -> STOPPED
+    BACKOFF   a load failed: the next ready() waits out the delay (doubling)        -> STARTING
+              :meth:`Runner.clear_failure` (/api/unload)                             -> STOPPED
+    FATAL     N failed loads in a row: ready() fails at once with the kept reason (health "error").
+              :meth:`Runner.retry_now` (/api/load) or clear_failure                 -> STOPPED
+
+Background tasks (load, stop, the death watch, the loading heartbeat) are owned here and cancelled by
+:meth:`close`. Its observable state is one frozen :class:`RunnerStatus` (``status()``), read by /api/ps, the
+status line and the tray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hasrd import errors, policy
+from hasrd.config import Settings
+from hasrd.lifecycle import Partial, State, check_transition
+from hasrd.pcm import PcmBuffer
+from hasrd.workerproc import EventSink, LiveSession, WorkerProcess, run_to_end
+
+log = logging.getLogger("hasrd.runner")
+
+SpawnFn = Callable[[Callable[[str], None]], Awaitable[WorkerProcess]]
+"""Starts a worker; may report phases (e.g. waiting for VRAM) through its argument."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """The job a runner is running, as the status line and /api/ps show it."""
+
+    name: str
+    live: bool = False
+    done_s: float = 0.0
+    total_s: float = 0.0
+    progress: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "done_s": self.done_s, "total_s": self.total_s,
+                               "progress": self.progress}
+        if self.live:
+            out["live"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class RunnerStatus:
+    """A runner at one moment: what /api/ps, the STATUS= line and the tray read."""
+
+    state: State
+    pid: int | None = None
+    identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    load_s: float | None = None
+    phase: str = ""  # STARTING only
+    elapsed_s: float = 0.0  # STARTING only: since the load began
+    expected_s: float = 0.0  # STARTING only: what the last load took, or what the engine expects
+    job: JobStatus | None = None
+    error: str | None = None  # BACKOFF and FATAL: the kept reason
+    error_code: str | None = None
+    failures: int = 0
+
+    @property
+    def vram_mb(self) -> int | None:
+        v = self.identity.get("vram_mb")
+        return int(v) if v is not None else None
+
+
+class Runner:
+    def __init__(self, settings: Settings, spawn: SpawnFn, *, clock: Callable[[], float] = time.monotonic,
+                 on_change: Callable[[], None] | None = None, waiters: Callable[[], int] = lambda: 0) -> None:
+        """``waiters``: how many requests wait for any worker (a cancelled job's grace shrinks then)."""
+        self.s = settings
+        self.spawn = spawn
+        self.clock = clock
+        self.on_change = on_change
+        self.waiters = waiters
+        self.state = State.STOPPED
+        self.worker: WorkerProcess | None = None
+        self.identity: dict[str, Any] = {}
+        self.load_s: float | None = None
+        self.loads = 0  # successful loads
+        self.spawns = 0
+        self.failures = 0
+        self.last_error: errors.HasrError | None = None
+        self.backoff_until = 0.0
+        self.phase = ""
+        self.expected_s = 0.0
+        self.load_started = 0.0
+        self.job: JobStatus | None = None
+        self.closing = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._load_task: asyncio.Task[None] | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        self._load_listeners: set[EventSink] = set()
+        self._loading_worker: WorkerProcess | None = None
+
+    # ---- observation ------------------------------------------------------------------------------------
+
+    def status(self) -> RunnerStatus:
+        w = self.worker
+        failed = self.last_error if self.state in (State.BACKOFF, State.FATAL) else None
+        starting = self.state == State.STARTING
+        return RunnerStatus(
+            state=self.state, pid=w.pid if w else None, identity=dict(self.identity) if w else {},
+            load_s=self.load_s if w else None, phase=self.phase if starting else "",
+            elapsed_s=round(self.clock() - self.load_started, 1) if starting else 0.0,
+            expected_s=self.expected_s if starting else 0.0, job=self.job,
+            error=failed.message if failed else None, error_code=failed.code if failed else None,
+            failures=self.failures)
+
+    def _changed(self) -> None:
+        if self.on_change:
+            try:
+                self.on_change()
+            except Exception:  # an observer must never break the lifecycle
+                log.exception("state observer failed")
+
+    def _set(self, state: State) -> None:
+        check_transition(self.state, state)
+        if state != self.state:
+            log.info("worker state %s -> %s", self.state.value, state.value)
+            self.state = state
+        self._changed()
+
+    def _task(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """A background task owned by the runner: kept until done, cancelled by close()."""
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        # Its waiters may all have gone (clients left): a failure is kept in last_error, not "never retrieved".
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    # ---- loading ----------------------------------------------------------------------------------------
+
+    async def ready(self, on_event: EventSink | None = None) -> WorkerProcess:
+        """A ready worker, starting one if needed; concurrent callers share one load. ``on_event`` hears every
+        loading phase while it waits."""
+        if on_event is None or self.state == State.READY:
+            return await self._ensure_ready()
+        # the phase of the load under way; an old one (a worker that died since) is not this request's
+        phase = self.phase if self.state == State.STARTING and self.phase else "starting worker"
+        on_event({"event": "loading", "phase": phase, "elapsed_s": 0.0})
+        self._load_listeners.add(on_event)
+        try:
+            return await self._ensure_ready()
+        finally:
+            self._load_listeners.discard(on_event)
+
+    async def loaded(self, on_event: EventSink | None = None) -> None:
+        """Wait for the load under way, if any, without starting one; its failure is raised here too. (Every
+        request for a model that is loading shares that load's outcome, before it waits for a worker.)"""
+        task = self._load_task
+        if self.state != State.STARTING or task is None or task.done():
+            return
+        if on_event is not None:
+            on_event({"event": "loading", "phase": self.phase or "starting worker", "elapsed_s": 0.0})
+            self._load_listeners.add(on_event)
+        try:
+            await asyncio.shield(task)
+        finally:
+            if on_event is not None:
+                self._load_listeners.discard(on_event)
+
+    async def _ensure_ready(self) -> WorkerProcess:
+        while True:
+            if self.closing:  # set only by a forced exit or by close()
+                raise errors.ShuttingDown("the daemon is stopping; this transcription did not finish")
+            if self.state == State.READY and self.worker and not self.worker.dead.is_set():
+                return self.worker
+            if self.state == State.FATAL:
+                raise self.fatal()
+            if self.state == State.STOPPING and self._stop_task:
+                await asyncio.shield(self._stop_task)
+                continue
+            if self.state == State.BACKOFF:
+                delay = self.backoff_until - self.clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if self.state == State.BACKOFF:
+                    self._start_load()
+                continue
+            if self.state == State.READY:  # the worker died under us; the death watch will catch up
+                self._forget_worker()
+                continue
+            if self.state == State.STOPPED:
+                self._start_load()
+            assert self._load_task is not None
+            await asyncio.shield(self._load_task)
+
+    def _start_load(self) -> None:
+        self.phase = "starting worker"
+        self.expected_s = self.load_s or 0.0
+        self.load_started = self.clock()
+        self._set(State.STARTING)
+        self._load_task = self._task(self._load(), "hasr-load")
+        self._task(self._loading_heartbeat(self._load_task), "hasr-load-heartbeat")
+
+    async def _loading_heartbeat(self, task: asyncio.Task[None]) -> None:
+        """Publish the elapsed loading time once a second: engines report a phase per model, not per second."""
+        while not task.done():
+            await asyncio.wait([task], timeout=1.0)
+            if not task.done():
+                self._changed()
+
+    async def _load(self) -> None:
+        worker: WorkerProcess | None = None
+        try:
+            self.spawns += 1
+            worker = await self.spawn(lambda phase: self._on_phase(phase, 0.0))
+            self._loading_worker = worker
+            ready = await worker.handshake(self.s.hello_timeout_sec, self.s.load_timeout_sec, self._on_phase)
+        except BaseException as e:
+            self._loading_worker = None
+            if worker is not None:
+                await worker.stop(grace=0.5)
+            if self.closing:  # a forced exit killed the load: not the engine's failure
+                self._set(State.STOPPED)
+                raise errors.ShuttingDown("the daemon was stopped while the models were loading") from None
+            raise self._load_failed(e) from None
+        self._loading_worker = None
+        worker.cancel_grace = self.s.cancel_grace_sec
+        worker.grace_now = lambda: policy.cancel_grace(self.s.cancel_grace_sec, self.load_s, self.waiters())
+        self.worker = worker
+        self.identity = dict(ready.identity)
+        self.load_s = ready.load_s
+        self.loads += 1
+        self.failures = 0
+        self.last_error = None
+        self._set(State.READY)
+        self._task(self._watch(worker), f"hasr-watch-{worker.pid}")
+
+    def _load_failed(self, e: BaseException) -> errors.HasrError:
+        """Count a failed load, go to BACKOFF or FATAL, and return what its waiters get."""
+        err = e if isinstance(e, errors.HasrError) else errors.LoadFailed(f"could not start the worker: {e}")
+        if isinstance(e, asyncio.CancelledError):
+            err = errors.LoadFailed("loading was cancelled")
+        self.failures += 1
+        self.last_error = err
+        log.warning("worker load failed (%d in a row): %s", self.failures, err.message)
+        if policy.is_fatal(self.failures, self.s.max_load_failures):
+            self._set(State.FATAL)
+            return self.fatal()
+        self.backoff_until = self.clock() + policy.next_backoff(
+            self.failures, self.s.backoff_base_sec, self.s.backoff_max_sec)
+        self._set(State.BACKOFF)
+        if not isinstance(err, errors.Unavailable):
+            err = errors.LoadFailed(err.message)
+        err.retry_after = max(1.0, self.backoff_until - self.clock())
+        return err
+
+    def fatal(self) -> errors.Fatal:
+        """The error every request gets in FATAL, with the kept reason."""
+        reason = self.last_error.message if self.last_error else "unknown"
+        return errors.Fatal(f"loading failed {self.failures} times in a row: {reason} (run `hasrctl load` to "
+                            f"retry)", retry_after=60)
+
+    def _on_phase(self, phase: str, expected_s: float) -> None:
+        self.phase = phase
+        if expected_s:
+            self.expected_s = expected_s
+        self._changed()
+        ev = {"event": "loading", "phase": phase, "elapsed_s": round(self.clock() - self.load_started, 1),
+              "expected_s": self.expected_s}
+        for listener in list(self._load_listeners):
+            listener(ev)
+
+    async def _watch(self, worker: WorkerProcess) -> None:
+        await worker.dead.wait()
+        if self.worker is worker and self.state == State.READY:
+            log.warning("worker %d died: %s", worker.pid, worker.death_reason)
+            self._forget_worker()
+        await worker.stop(grace=0.5)  # always: reap it and clear its process group (vLLM helpers)
+
+    def _forget_worker(self) -> None:
+        self.worker = None
+        self.identity = {}
+        self._set(State.STOPPED)
+
+    def retry_now(self) -> None:
+        """An explicit load: FATAL is cleared and BACKOFF's delay skipped."""
+        if self.state == State.FATAL:
+            self.failures = 0
+            self._set(State.STOPPED)
+        elif self.state == State.BACKOFF:
+            self.backoff_until = 0.0
+
+    async def clear_failure(self) -> None:
+        """An unload: after any load under way, FATAL and BACKOFF go back to STOPPED with no kept reason."""
+        if self._load_task and not self._load_task.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._load_task)
+        if self.state in (State.FATAL, State.BACKOFF):
+            self.failures = 0
+            self.last_error = None
+            self._set(State.STOPPED)
+
+    # ---- one job at a time ------------------------------------------------------------------------------
+
+    async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
+                         options: dict[str, Any] | None = None, on_event: EventSink | None = None
+                         ) -> dict[str, Any]:
+        """Run one transcription on the worker (loading it if needed) and return the worker's result. A
+        failure after some sentences were final carries them in ``error.partial``."""
+        worker = await self.ready(on_event)
+        self.job = JobStatus(name, total_s=round(pcm.duration_s, 3))
+        self._changed()
+        partial = Partial()
+
+        def relay(ev: dict[str, Any]) -> None:
+            partial.add(ev)
+            if ev.get("event") == "progress" and self.job is not None:
+                total = float(ev.get("total_s") or 0) or 1.0
+                done = float(ev["done_s"])
+                self.job = dataclasses.replace(self.job, done_s=done, progress=round(min(1.0, done / total), 3))
+                self._changed()
+            if on_event:
+                on_event(ev)
+
+        try:
+            return await worker.transcribe(pcm, language=language, options=options, on_event=relay,
+                                           stall_sec=self.s.stall_sec, max_sec=self.s.max_job_sec)
+        except errors.HasrError as e:
+            if isinstance(e, (errors.Timeout, errors.WorkerCrashed)):
+                await self._worker_failed(worker)
+                if self.closing and isinstance(e, errors.WorkerCrashed):
+                    e = errors.ShuttingDown("the daemon was stopped before this transcription finished (forced)")
+            partial.attach(e, language)
+            raise e from None
+        except asyncio.CancelledError:
+            if worker.dead.is_set() and self.worker is worker:
+                self._forget_worker()  # it ignored Cancel and was killed: the next job needs a new one
+            raise
+        finally:
+            self.job = None
+            self._changed()
+
+    @contextlib.asynccontextmanager
+    async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
+                   on_event: EventSink | None = None) -> AsyncIterator[LiveSession]:
+        """A live session on the worker (loading it if needed). Leaving the block without
+        :meth:`LiveSession.end` (the client went away, an error) cancels the session; the worker stays loaded
+        unless it ignores the cancel."""
+        worker = await self.ready(on_event)
+        self.job = JobStatus("live session", live=True)
+        self._changed()
+
+        def relay(ev: dict[str, Any]) -> None:
+            if ev.get("event") == "progress" and self.job is not None:
+                self.job = dataclasses.replace(self.job, done_s=float(ev["done_s"]), total_s=float(ev["total_s"]))
+            if on_event:
+                on_event(ev)
+
+        try:
+            session = await worker.live(language=language, options=options, on_event=relay,
+                                        stall_sec=self.s.stall_sec)
+        except BaseException:
+            self.job = None
+            self._changed()
+            raise
+        try:
+            yield session
+        finally:
+            if not session.done.done() and not worker.dead.is_set():
+                await run_to_end(session.cancel())  # the runner stays the holder's until the worker stopped it
+            session.close()
+            self.job = None
+            if worker.dead.is_set():
+                await self._worker_failed(worker)
+            self._changed()
+
+    async def _worker_failed(self, worker: WorkerProcess) -> None:
+        if self.worker is worker and self.state == State.READY:
+            self._forget_worker()
+        await worker.stop(grace=0.5)
+
+    # ---- stopping ---------------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop the worker (after a load under way); the holder has made sure no job runs."""
+        if self._load_task and not self._load_task.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._load_task)
+        if self._stop_task and not self._stop_task.done():
+            await asyncio.shield(self._stop_task)
+            return
+        worker = self.worker
+        if worker is None or self.state != State.READY:
+            return
+        self._set(State.STOPPING)
+        self._stop_task = self._task(self._do_stop(worker), "hasr-stop")
+        await asyncio.shield(self._stop_task)
+
+    async def _do_stop(self, worker: WorkerProcess) -> None:
+        try:
+            code = await worker.stop(self.s.stop_grace_sec)
+            log.info("worker %d stopped (exit %s)", worker.pid, code)
+        finally:
+            if self.worker is worker:
+                self.worker = None
+                self.identity = {}
+            if self.state == State.STOPPING:
+                self._set(State.STOPPED)
+
+    def kill(self, reason: str) -> None:
+        """A forced exit: SIGKILL the worker (or the one still loading); what runs ends with shutting_down."""
+        self.closing = True
+        for w in (self.worker, self._loading_worker):
+            if w is not None:
+                w.kill(reason)
+
+    async def close(self) -> None:
+        """Daemon exit (nothing runs any more): stop the worker and end our tasks."""
+        self.closing = True
+        await self.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
