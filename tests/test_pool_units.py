@@ -1,0 +1,294 @@
+"""The pool's routing, admission, eviction and expiry with an injected runner factory: plain fake runners that
+load, run and stop on cue (or fail, or hang) and no processes at all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hasrd import config, errors
+from hasrd.lifecycle import FOREVER, State
+from hasrd.modelspec import ModelSpec
+from hasrd.pcm import PcmBuffer
+from hasrd.placement import CPU, Device
+from hasrd.runner import JobStatus, RunnerStatus
+from hasrd.scheduler import Pool
+from tests.conftest import run
+
+A = ModelSpec("a", "fake", "a", 300)
+B = ModelSpec("b", "fake", "b", 300)
+
+
+class FakeProcess:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+
+class FakeRunner:
+    """What the pool sees of a runner (hasrd.runner.Runner), without a process: loads take ``load_s``, jobs
+    take ``job_s``; ``fail_loads`` loads fail first; ``gate`` (if set) holds every job until it is set."""
+
+    pids = iter(range(1000, 100000))
+
+    def __init__(self, spec: ModelSpec, device: str, *, load_s: float = 0.01, job_s: float = 0.01,
+                 fail_loads: int = 0, gate: asyncio.Event | None = None) -> None:
+        self.spec, self.device = spec, device
+        self.load_s, self.job_s, self.fail_loads, self.gate = load_s, job_s, fail_loads, gate
+        self.state = State.STOPPED
+        self.worker: FakeProcess | None = None
+        self.job: JobStatus | None = None
+        self.on_change: Callable[[], None] | None = None
+        self.waiters: Callable[[], int] = lambda: 0
+        self.spawns = self.stops = 0
+        self.closing = False
+        self.ran: list[str] = []
+        self._load: asyncio.Task[None] | None = None
+
+    def _set(self, state: State) -> None:
+        self.state = state
+        if self.on_change:
+            self.on_change()
+
+    def status(self) -> RunnerStatus:
+        return RunnerStatus(self.state, pid=self.worker.pid if self.worker else None, job=self.job,
+                            error="no weights" if self.state == State.FATAL else None)
+
+    async def _do_load(self) -> None:
+        self.spawns += 1
+        await asyncio.sleep(self.load_s)
+        if self.fail_loads:
+            self.fail_loads -= 1
+            self._set(State.FATAL)
+            raise errors.Fatal("loading failed: no weights")
+        self.worker = FakeProcess(next(self.pids))
+        self._set(State.READY)
+
+    async def ready(self, on_event: Any = None) -> FakeProcess:
+        if self.closing:
+            raise errors.ShuttingDown("closing")
+        if self.state == State.FATAL:
+            raise errors.Fatal("loading failed: no weights")
+        if self.state == State.READY and self.worker:
+            return self.worker
+        if self._load is None or self._load.done():
+            self._set(State.STARTING)
+            self._load = asyncio.ensure_future(self._do_load())
+        await asyncio.shield(self._load)
+        assert self.worker is not None
+        return self.worker
+
+    async def loaded(self, on_event: Any = None) -> None:
+        if self.state == State.STARTING and self._load is not None:
+            await asyncio.shield(self._load)
+
+    async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
+                         options: Any = None, on_event: Any = None) -> dict[str, Any]:
+        await self.ready(on_event)
+        self.job = JobStatus(name)
+        self._set(self.state)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            await asyncio.sleep(self.job_s)
+            self.ran.append(name)
+            return {"text": name, "final": True}
+        finally:
+            self.job = None
+            self._set(self.state)
+
+    @contextlib.asynccontextmanager
+    async def live(self, **kw: Any) -> AsyncIterator[str]:
+        await self.ready()
+        self.job = JobStatus("live session", live=True)
+        self.ran.append("live")
+        try:
+            yield "session"
+        finally:
+            self.job = None
+
+    def retry_now(self) -> None:
+        if self.state == State.FATAL:
+            self._set(State.STOPPED)
+
+    async def clear_failure(self) -> None:
+        if self.state in (State.FATAL, State.BACKOFF):
+            self._set(State.STOPPED)
+
+    async def stop(self) -> None:
+        if self.state == State.READY:
+            self._set(State.STOPPING)
+            await asyncio.sleep(0.01)
+            self.stops += 1
+            self.worker = None
+            self._set(State.STOPPED)
+
+    def kill(self, reason: str) -> None:
+        self.closing = True
+
+    async def close(self) -> None:
+        self.closing = True
+        await self.stop()
+
+
+def make(max_workers: int = 2, **fake: Any) -> tuple[Pool, list[FakeRunner]]:
+    made: list[FakeRunner] = []
+
+    def make_runner(spec: ModelSpec, device: str) -> Any:
+        r = FakeRunner(spec, device, **fake)
+        made.append(r)
+        return r
+
+    settings = config.Settings(engine="fake", idle_ttl_sec=60.0)
+    return Pool(settings, make_runner, A, inventory=lambda: [Device(CPU, 16000, 24000)],
+                max_workers=max_workers), made
+
+
+def pcm() -> PcmBuffer:
+    return PcmBuffer.from_array(np.zeros(1600, dtype=np.float32))
+
+
+async def until(pred: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if pred():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("never happened")
+
+
+def test_requests_for_one_model_share_idle_workers_and_start_new_ones_up_to_the_limit() -> None:
+    async def main() -> None:
+        pool, made = make(max_workers=2, job_s=0.1)
+        with pcm() as buf:
+            results = await asyncio.gather(*(pool.transcribe(buf, name=f"{i}") for i in range(4)))
+        assert [r["text"] for r in results] == ["0", "1", "2", "3"]
+        assert len(made) == 2 and sum(len(r.ran) for r in made) == 4  # two workers, each served two
+        assert all(r["timings"]["queue_s"] >= 0 for r in results) and pool.in_flight == 0
+        await pool.close()
+    run(main())
+
+
+def test_a_second_model_evicts_the_idle_lru_worker_with_one_worker_allowed_and_loads_after_its_stop() -> None:
+    async def main() -> None:
+        pool, made = make(max_workers=1)
+        with pcm() as buf:
+            await pool.transcribe(buf, model=A)
+            await pool.transcribe(buf, model=B)
+        a, b = made
+        assert a.stops == 1 and a.state == State.STOPPED and b.state == State.READY
+        assert [r["model"] for r in pool.workers()] == ["b"]
+        await pool.close()
+    run(main())
+
+
+def test_an_idle_worker_expires_after_its_ttl_but_not_while_a_request_for_its_model_is_admitted() -> None:
+    async def main() -> None:
+        pool, made = make()
+        pool.s = config.Settings(engine="fake", idle_ttl_sec=0.1)
+        with pcm() as buf:
+            await pool.transcribe(buf)
+        lease = pool.admit(A)  # decoding its audio, say: the worker of its model is held
+        await asyncio.sleep(0.3)
+        assert made[0].state == State.READY and pool.unload_in() is None
+        lease.release()
+        await until(lambda: not pool.refs)
+        assert made[0].stops == 1 and pool.state == State.STOPPED
+        await pool.close()
+    run(main())
+
+
+def test_a_keep_alive_forever_holds_an_idle_worker_past_the_ttl() -> None:
+    async def main() -> None:
+        pool, made = make()
+        pool.s = config.Settings(engine="fake", idle_ttl_sec=0.05)
+        snap = await pool.load(FOREVER)
+        assert snap["ttl_sec"] is None
+        await asyncio.sleep(0.3)
+        assert made[0].state == State.READY and made[0].stops == 0
+        await pool.close()
+    run(main())
+
+
+def test_a_fatal_model_fails_its_own_requests_at_once_and_an_explicit_load_clears_it() -> None:
+    async def main() -> None:
+        pool, made = make(fail_loads=1)
+        with pcm() as buf:
+            for _ in range(2):  # the second is not retried: FATAL keeps its reason
+                with pytest.raises(errors.Fatal):
+                    await pool.transcribe(buf)
+            assert len(made) == 1 and made[0].spawns == 1
+            assert pool.snapshot()["health"] == "error"
+            await pool.load()
+            assert (await pool.transcribe(buf))["final"] and made[0].spawns == 2
+        await pool.close()
+    run(main())
+
+
+def test_unload_waits_for_the_running_job_and_the_queue_goes_on_with_a_new_worker() -> None:
+    async def main() -> None:
+        gate = asyncio.Event()
+        pool, made = make(max_workers=1, gate=gate)
+        with pcm() as buf:
+            first = asyncio.create_task(pool.transcribe(buf, name="first"))
+            await until(lambda: pool.running == 1)
+            queued = asyncio.create_task(pool.transcribe(buf, name="queued"))
+            await until(lambda: len(pool.waiting) == 1)
+            unload = asyncio.create_task(pool.unload())
+            await asyncio.sleep(0.05)
+            assert not unload.done() and made[0].state == State.READY  # the running job holds it
+            gate.set()
+            await unload
+            assert first.done() and made[0].stops == 1
+            assert (await queued)["text"] == "queued" and len(made) == 2
+        await pool.close()
+    run(main())
+
+
+def test_a_full_queue_refuses_at_admission_and_loses_nothing_admitted() -> None:
+    async def main() -> None:
+        gate = asyncio.Event()
+        pool, _ = make(max_workers=1, gate=gate)
+        pool.s = config.Settings(engine="fake", max_queue=1)
+        with pcm() as buf:
+            tasks = [asyncio.create_task(pool.transcribe(buf, name=str(i))) for i in range(2)]
+            await until(lambda: pool.in_flight == 2)
+            with pytest.raises(errors.QueueFull):
+                pool.admit()
+            gate.set()
+            assert [r["text"] for r in await asyncio.gather(*tasks)] == ["0", "1"]
+        await pool.close()
+    run(main())
+
+
+def test_a_live_session_goes_ahead_of_a_waiting_file_and_times_out_when_nothing_frees() -> None:
+    async def main() -> None:
+        gate = asyncio.Event()
+        pool, made = make(max_workers=1, gate=gate)
+        with pcm() as buf:
+            running = asyncio.create_task(pool.transcribe(buf, name="long.wav"))
+            await until(lambda: pool.running == 1)
+            lease = pool.admit()
+            with pytest.raises(errors.QueueFull) as e:
+                async with pool.live(lease=lease, max_wait=0.05):
+                    raise AssertionError("the only worker is busy")
+            assert "long.wav" in e.value.message and not pool.waiting
+            lease.release()
+            waiting_file = asyncio.create_task(pool.transcribe(buf, name="file"))
+            await until(lambda: len(pool.waiting) == 1)
+            lease = pool.admit()
+
+            async def live() -> None:
+                async with pool.live(lease=lease):
+                    pass
+            session = asyncio.create_task(live())
+            await until(lambda: len(pool.waiting) == 2)
+            gate.set()
+            await asyncio.gather(running, session, waiting_file)
+            lease.release()
+        assert made[0].ran == ["long.wav", "live", "file"]  # the session went ahead of the file that waited first
+        await pool.close()
+    run(main())
