@@ -120,6 +120,7 @@ class Pool:
         self.waiting: WaitQueue[Waiter] = WaitQueue()  # the pool's one queue: live first, positions told
         self.in_flight = 0
         self.closing = False
+        self.killed = False  # a forced exit: no worker may start any more
         self.last_used = clock()
         self.measured: dict[str, int] = {}  # model key -> MB a loaded worker of it held
         self.holding: dict[str, int] = {}  # model key -> admitted requests for it
@@ -231,6 +232,8 @@ class Pool:
         ref.free.set()
         runner.on_change = lambda: self._runner_changed(ref)
         runner.waiters = lambda: len(self.waiting)
+        if self.killed:  # a waiter handed a new worker during a forced exit hears shutting_down, not a load
+            runner.kill("the daemon was stopped before the work finished")
         self.refs[key] = ref
         log.info("worker %d: %s on %s (%d of %d)", key, spec.name, device, len(self.refs), self.max_workers)
         return ref
@@ -540,7 +543,7 @@ class Pool:
 
     def kill_now(self) -> None:
         """A forced exit: SIGKILL every worker; every admitted request ends with shutting_down."""
-        self.closing = True
+        self.closing = self.killed = True
         for r in list(self.refs.values()):
             r.runner.kill("the daemon was stopped before the work finished")
 

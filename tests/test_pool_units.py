@@ -292,3 +292,22 @@ def test_a_live_session_goes_ahead_of_a_waiting_file_and_times_out_when_nothing_
         assert made[0].ran == ["long.wav", "live", "file"]  # the session went ahead of the file that waited first
         await pool.close()
     run(main())
+
+
+def test_after_a_forced_exit_a_waiting_request_hears_shutting_down_and_no_worker_starts() -> None:
+    async def main() -> None:
+        gate = asyncio.Event()
+        pool, made = make(max_workers=1, gate=gate)
+        with pcm() as buf:
+            running = asyncio.create_task(pool.transcribe(buf, name="x", model=A))
+            await until(lambda: pool.running == 1)
+            waiting = asyncio.create_task(pool.transcribe(buf, name="y", model=B))
+            await until(lambda: len(pool.waiting) == 1)
+            pool.kill_now()
+            gate.set()  # the fake's job ends on its own; a real one is killed
+            await running
+            with pytest.raises(errors.ShuttingDown):
+                await waiting
+        assert [r.spec.name for r in made] == ["a", "b"] and made[1].spawns == 0
+        await pool.close()
+    run(main())
