@@ -440,7 +440,7 @@ def run(d: Daemon, gpus: Gpus, rep: Report) -> None:
         rep.check("2", False, f"no {C} worker in /api/ps: " + json.dumps(list(w2.keys())))
     rep.row("2 100 GB", f"/api/load {C}: {code} in {dt:.2f} s; stopped: "
             f"{', '.join(f'pid {p}' for p in gone) or 'none'}; "
-            f"{C}: {('pid %s, NVML %s MB' % (wc['pid'], fmt_mb(proc_mb(r2, wc['pid'])))) if wc else 'not loaded'}"
+            f"{C}: {('pid {}, NVML {} MB'.format(wc['pid'], fmt_mb(proc_mb(r2, wc['pid'])))) if wc else 'not loaded'}"
             f"; used {', '.join(f'{u[-8:]} {r2.used[u]} MB' for u in base)}")
     if not ok:
         print("   the daemon log's tail after this step:\n" + d.tail(25))

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from hasrctl.client import CliError, Unreachable, probe
 from hasrd.config import SYSTEM_SOCKET, default_socket, runtime_dir

@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 _DIGITS_ZH = dict(zip("0123456789", "零一二三四五六七八九"))
 _LONG_DIGITS = re.compile(r"\d{5,}")

@@ -17,7 +17,8 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Union
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 import click
 
@@ -29,7 +30,7 @@ from hasrctl.output import write
 if TYPE_CHECKING:
     from importlib.abc import Traversable
 
-    Source = Union[Path, Traversable]
+    Source = Path | Traversable
 
 UNITS = ("hasrd.socket", "hasrd.service")
 REINSTALL = "reinstall hasr (pip install --force-reinstall hasr)"

@@ -15,7 +15,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from hasrctl.client import EXIT_FAILED, CliError, UsageError
 from hasrctl.common import say

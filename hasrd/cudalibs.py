@@ -28,7 +28,7 @@ import glob
 import os
 import re
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 CUBLAS12 = ("libcublasLt.so.12", "libcublas.so.12")  # Lt first: libcublas needs it
 CUBLAS13 = ("libcublasLt.so.13", "libcublas.so.13")

@@ -12,7 +12,8 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
 
 _T = TypeVar("_T")
 

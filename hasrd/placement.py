@@ -17,7 +17,8 @@ The rules (docs/ARCHITECTURE.md "The worker pool"; Ollama's scheduler is the mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
+from collections.abc import Sequence
 
 CPU = "cpu"
 

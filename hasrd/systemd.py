@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import stat
-from typing import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,8 @@ import difflib
 import functools
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from hasrd.languages import CANTONESE_REGIONS, UnknownLanguage, parse
 
@@ -229,7 +230,7 @@ class NoOpenCC(RuntimeError):
     """Neither OpenCC package is installed in this interpreter."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def opencc(config: str) -> Callable[[str], str]:
     """OpenCC's converter for ``config`` (t2s, s2t, s2twp, s2hk, tw2s ...), built once. The official package
     and the reimplementation name their configs with and without ``.json``: both are tried."""

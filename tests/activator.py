@@ -86,7 +86,7 @@ class Activator:
         while not self._stop.is_set():
             try:
                 data, anc, _flags, _addr = self.notify.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("3i")))
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

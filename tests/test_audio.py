@@ -15,7 +15,7 @@ import tempfile
 import threading
 import wave
 from pathlib import Path
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import av
 import numpy as np

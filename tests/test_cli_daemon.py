@@ -13,7 +13,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import srt

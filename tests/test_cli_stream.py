@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import wave
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -14,7 +14,7 @@ import threading
 import time
 import wave
 from pathlib import Path
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest

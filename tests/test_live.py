@@ -11,7 +11,7 @@ import threading
 import time
 import wave
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest

@@ -12,7 +12,8 @@ speech can hold a word, and the detection's encoding is the decode's (:class:`On
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import pytest

@@ -4,7 +4,8 @@ WhisperLive driven by a fake faster-whisper: the file path's loop rules and the 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 from speech import load

@@ -13,7 +13,8 @@ import os
 import shutil
 import subprocess
 import wave
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import pytest

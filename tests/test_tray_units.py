@@ -207,7 +207,7 @@ class ScriptedClient:
             raise h
         return dict(h)
 
-    def events(self) -> "Stream":
+    def events(self) -> Stream:
         self.connections += 1
         return Stream(self.streams.pop(0))
 

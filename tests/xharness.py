@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from PIL import Image, ImageGrab
 from Xlib import X, Xatom, display as xdisplay, error as xerror

@@ -20,7 +20,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 log = logging.getLogger("hasr.tray")
 

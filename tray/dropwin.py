@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import tkinter as tk
 from tkinter import filedialog, ttk
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from PIL import ImageTk
 

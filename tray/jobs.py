@@ -14,7 +14,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tray import output
 from tray.client import Client, DaemonDown, DaemonError, start_daemon

@@ -7,7 +7,8 @@ Nothing here touches a socket or a display, so it is unit-tested with plain dict
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 HEALTHS = ("idle", "loading", "ok", "busy", "error")
 

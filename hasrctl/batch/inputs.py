@@ -18,7 +18,8 @@ import os
 import stat
 import sys
 from dataclasses import dataclass, field
-from typing import Iterable, TextIO
+from typing import TextIO
+from collections.abc import Iterable
 
 from hasrctl.client import UsageError
 

@@ -18,7 +18,8 @@ import hashlib
 import json
 import os
 import time
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from hasrctl.client import UsageError
 

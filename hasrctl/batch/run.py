@@ -21,7 +21,8 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from hasrctl.client import Unreachable, UsageError

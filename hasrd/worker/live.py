@@ -20,7 +20,8 @@ import abc
 import bisect
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 

@@ -24,7 +24,7 @@ change (everything before the last sentence end or pause), so events still strea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 END_MARKS = ".!?。！？;；…‼⁇⁈⁉"
 CLAUSE_MARKS = ",，、:：—–;；"

@@ -17,7 +17,7 @@ known before any VAD runs, so that its pieces can be VAD'd side by side (worker/
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Generator, Iterable
+from collections.abc import Generator, Iterable
 
 import numpy as np
 
