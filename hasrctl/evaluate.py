@@ -23,7 +23,7 @@ import unicodedata
 from typing import Any
 from collections.abc import Callable
 
-_DIGITS_ZH = dict(zip("0123456789", "零一二三四五六七八九"))
+_DIGITS_ZH = dict(zip("0123456789", "零一二三四五六七八九", strict=True))
 _LONG_DIGITS = re.compile(r"\d{5,}")
 _EN_NUMBERS = {w: str(i) for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "

@@ -271,7 +271,7 @@ def script_of(text: str) -> tuple[str, int, int]:
 
 def _changed(a: str, b: str) -> int:
     if len(a) == len(b):
-        return sum(x != y and is_han(x) for x, y in zip(a, b))
+        return sum(x != y and is_han(x) for x, y in zip(a, b, strict=True))
     sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
     return sum(i2 - i1 for tag, i1, i2, _j1, _j2 in sm.get_opcodes() if tag != "equal")
 
@@ -450,6 +450,6 @@ def _convert_item(item: dict[str, Any], conv: Callable[[Any], Any]) -> None:
             body = split_like(pieces, " " * lead + conv(joined.strip())) if new != text else pieces
         else:
             body = [conv(p) for p in pieces]
-        for w, p in zip(words, body):
+        for w, p in zip(words, body, strict=True):
             w["word"] = p
     item["text"] = new

@@ -139,13 +139,13 @@ def test_directories_sockets_and_fifos_are_not_files_and_a_fifo_never_blocks(tmp
             # in a thread: opening a fifo with no writer blocks for ever, which a join can see
             raised: list[BaseException] = []
 
-            def decode() -> None:
+            def decode(name: str, raised: list[BaseException]) -> None:
                 try:
                     audio.decode_to_array(str(tmp_path / name))
                 except BaseException as e:  # noqa: BLE001 - handed to the test thread
                     raised.append(e)
 
-            t = threading.Thread(target=decode, daemon=True)
+            t = threading.Thread(target=decode, args=(name, raised), daemon=True)
             t.start()
             t.join(120)  # only a blocked open runs into this
             assert not t.is_alive(), f"decoding {kind} blocked"

@@ -196,7 +196,7 @@ def test_the_hybrid_engine_with_the_library_like_r2t2_stand_in_re_transcribes_ex
     pcm = np.concatenate(parts)
     lines: list[str] = []
     said = ""
-    for k, (name, (s, e)) in enumerate(zip(order, spans)):
+    for k, (name, (s, e)) in enumerate(zip(order, spans, strict=True)):
         sentence = CLIPS[name][1]
         if k in bar:  # unsure half-way: the model writes "|" there until the sentence ends
             half = len(sentence) // 2

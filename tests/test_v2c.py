@@ -250,7 +250,7 @@ def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
         ws, ps = r["sent_windows"], r["per_sentence"]
         assert len(ws) == len(ps) == len(rec.sentences())
         prev_end = -1
-        for w, p in zip(ws, ps):
+        for w, p in zip(ws, ps, strict=True):
             # the audio window reaches LAG chunks back from the chunk after the previous close
             assert w["start_chunk"] == max(0, prev_end + 1 - LAG) and w["start_chunk"] <= w["end_chunk"] < n
             # the sentence starts on the draft's clock at that chunk (the last window stays inside the audio)
@@ -258,7 +258,7 @@ def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
             assert p["end_s"] == pytest.approx(min(r["duration_s"], (w["end_chunk"] + 1) * 0.16))
             prev_end = w["end_chunk"]
         # cues follow each other: each sentence starts where the previous ended (bar the end-of-audio clamp)
-        for a, b in zip(ps, ps[1:]):
+        for a, b in zip(ps, ps[1:], strict=False):
             assert b["start_s"] == pytest.approx(a["end_s"]) or b["start_s"] == pytest.approx((n - 1) * 0.16)
         assert "".join(w["text"] for w in ws) == r["draft"]
         assert r["fw_calls"] == sum(w["truncated_by"] is not None for w in ws)

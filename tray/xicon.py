@@ -85,7 +85,7 @@ def icon_class(base: Any) -> Any:
                         raise result[1].with_traceback(result[2])
                 return call
 
-            for original, atom in zip(originals, atoms):
+            for original, atom in zip(originals, atoms, strict=True):
                 handlers[atom] = in_loop(original)
                 setattr(self, original.__name__, dispatcher(original, atom))
             self._message_handlers[Xlib.X.ClientMessage] = (

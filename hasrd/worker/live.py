@@ -222,7 +222,7 @@ class LiveBase(abc.ABC):
         """Called while no audio arrives: finals that a thread settled go out."""
         self._poll()
 
-    def abort(self) -> None:
+    def abort(self) -> None:  # noqa: B027 - an optional hook: nothing to stop unless the engine has a thread
         """The session ends without a result (cancel, shutdown, error)."""
 
     def result(self) -> dict[str, Any]:
@@ -307,8 +307,8 @@ class LiveBase(abc.ABC):
     def _closed(self, seg: int, end: int) -> None:
         """Utterance ``seg`` ended at ``end``: emit its finals (then ``_completed``), or hand them to a thread."""
 
-    def _poll(self) -> None:
+    def _poll(self) -> None:  # noqa: B027 - an optional hook, for engines that settle finals in a thread
         pass
 
-    def _drain(self) -> None:
+    def _drain(self) -> None:  # noqa: B027 - an optional hook, for engines that settle finals in a thread
         pass

@@ -75,7 +75,7 @@ class Word:
 def agreed(prev: list[Word], cur: list[Word]) -> int:
     """How many leading words two decodes agree on (case and punctuation aside)."""
     n = 0
-    for a, b in zip(prev, cur):
+    for a, b in zip(prev, cur, strict=False):
         if a.key != b.key or not a.key:
             break
         n += 1

@@ -105,7 +105,8 @@ def temperature_of(options: dict[str, Any]) -> float:
     try:
         t = float(options.get("temperature") or 0.0)
     except (TypeError, ValueError):
-        raise EngineError("invalid_audio", f"temperature must be a number, not {options.get('temperature')!r}")
+        raise EngineError("invalid_audio",
+                          f"temperature must be a number, not {options.get('temperature')!r}") from None
     return min(max(t, 0.0), 1.0)
 
 
@@ -293,7 +294,7 @@ class WhisperEngine:
                 """Each piece's clips on the file's clock, its silences told to the sentence cutter first; None
                 after each piece (where a first batch may stop: see _batched)."""
                 nonlocal calls
-                for start, end, spans in itertools.chain(ahead, parts):
+                for start, _end, spans in itertools.chain(ahead, parts):
                     if cancelled():
                         raise EngineError("cancelled", "the request was cancelled")
                     offset = start / SR
