@@ -101,8 +101,9 @@ def run_tree(tree: Path, long_path: str, trials: int, label: str) -> list[tuple[
     # one worker: with the pool's default (2 on a CPU-only machine) B would not queue behind A at all
     env = dict(os.environ, PYTHONPATH=str(tree), HASR_ENGINE="whisper", HASR_FW_DEVICE="cpu",
                HASR_FW_MODEL=model_dir(), HASR_MAX_WORKERS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", sock], cwd=tree, env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "log"), "wb"))
+    with open(os.path.join(tmp, "log"), "wb") as log:  # the daemon keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", sock], cwd=tree, env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
     try:
         assert wait(lambda: os.path.exists(sock), 30)
         assert wait(lambda: http_json(sock)[0] == 200, 30)

@@ -27,8 +27,10 @@ def main() -> int:
     from ctranslate2.converters.transformers import WhisperLoader
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-    base = json.load(open(os.path.join(small, "config.json")))
-    vocab = open(os.path.join(small, "vocabulary.txt"), encoding="utf-8").read().split("\n")
+    with open(os.path.join(small, "config.json")) as f:
+        base = json.load(f)
+    with open(os.path.join(small, "vocabulary.txt"), encoding="utf-8") as f:
+        vocab = f.read().split("\n")
     if vocab and vocab[-1] == "":
         vocab.pop()  # the file's last newline (one token in the middle is the empty string: keep it)
     cfg = WhisperConfig(vocab_size=len(vocab), num_mel_bins=128, d_model=1280, encoder_layers=layers, decoder_layers=layers,

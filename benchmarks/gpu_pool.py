@@ -178,7 +178,7 @@ class Daemon:
                "XDG_RUNTIME_DIR": base}
         for k in ("HASR_GPU", "HASR_NEED_VRAM_MB", "HASR_FAKE_ALLOC_MB", "CUDA_VISIBLE_DEVICES"):
             env.pop(k, None)
-        self.log = open(log_path, "wb")
+        self.log = open(log_path, "wb")  # noqa: SIM115 - the daemon's log, closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", self.sock], env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
 

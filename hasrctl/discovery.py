@@ -32,7 +32,7 @@ def candidates(explicit: str | None) -> list[tuple[str, str]]:
     if explicit:
         return [(os.path.abspath(explicit), "explicit")]
     out = [(default_socket(), "user")]
-    if SYSTEM_SOCKET != out[0][0]:
+    if out[0][0] != SYSTEM_SOCKET:
         out.append((SYSTEM_SOCKET, "system"))
     return out
 

@@ -26,8 +26,7 @@ from collections.abc import Callable
 _DIGITS_ZH = dict(zip("0123456789", "零一二三四五六七八九", strict=True))
 _LONG_DIGITS = re.compile(r"\d{5,}")
 _EN_NUMBERS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"])}
 _EN_WORD = re.compile(r"[a-z]+")
 
 

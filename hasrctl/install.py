@@ -10,6 +10,7 @@ exactly what setup installed (directories it created included) and nothing a per
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -323,10 +324,8 @@ def uninstall(force: bool) -> None:
     else:
         manifest_path().unlink()
         for d in sorted(manifest.get("dirs", []), key=len, reverse=True):
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(d)  # only the directories setup created, and only when empty
-            except OSError:
-                pass
     if discovery.user_manager_running():
         discovery.systemctl("daemon-reload")
 

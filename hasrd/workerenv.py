@@ -70,10 +70,8 @@ def package_shim() -> str:
         pass
     os.makedirs(shim, mode=0o700, exist_ok=True)
     tmp = f"{link}.{os.getpid()}"
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
-    except FileNotFoundError:
-        pass
     os.symlink(pkg, tmp)
     os.replace(tmp, link)  # atomic: a concurrent spawn sees the old link or the new one
     return shim

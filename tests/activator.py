@@ -45,7 +45,7 @@ class Activator:
         self.started: list[subprocess.Popen[bytes]] = []
         self.exits: list[int] = []
         self._stop = threading.Event()
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - the children's log, closed in close()
         self._threads = [threading.Thread(target=self._recv_notes, daemon=True),
                          threading.Thread(target=self._supervise, daemon=True)]
         for t in self._threads:

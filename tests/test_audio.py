@@ -320,9 +320,9 @@ def test_random_bytes_text_and_playlists_are_undecodable(tmp_path: Path, name: s
     p.write_bytes(content)
     assert code_of(audio.decode_to_array, str(p)) == "undecodable"
     assert code_of(audio.decode_to_array, content, name=name) == "undecodable"
-    with open(p, "rb") as f:  # a file object with a .name lets FFmpeg probe by extension too
-        with pytest.raises(AudioDecodeError) as ei:
-            audio.decode_to_array(f, name=name)
+    # a file object with a .name lets FFmpeg probe by extension too
+    with open(p, "rb") as f, pytest.raises(AudioDecodeError) as ei:
+        audio.decode_to_array(f, name=name)
     assert ei.value.code == "undecodable" and name in ei.value.message
 
 

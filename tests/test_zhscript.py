@@ -129,7 +129,7 @@ def test_punctuate_is_idempotent(text: str) -> None:
 def test_no_space_is_left_between_two_chinese_characters(text: str) -> None:
     out = z.punctuate(text)
     for i, c in enumerate(out):
-        if c.isspace() and 0 < i:
+        if c.isspace() and i > 0:
             j = i
             while j < len(out) and out[j].isspace():
                 j += 1

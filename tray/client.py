@@ -8,6 +8,7 @@ arrives as it happens. Failures are ``DaemonDown`` (nothing listens: not running
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -88,10 +89,8 @@ class EventStream:
         self._closed.set()
         sock = self._conn.sock
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         self._conn.close()
 
 

@@ -254,10 +254,8 @@ def _pipeline(ray: Any, job: Job, paths: list[str], env: dict[str, str]) -> Iter
 
 
 def shutdown(ray: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # leaving anyway
         ray.shutdown()
-    except Exception:  # noqa: BLE001 - leaving anyway
-        pass
 
 
 def driver_env() -> dict[str, str]:

@@ -233,10 +233,8 @@ class Detected:
 
     def set(self, name: str) -> None:
         if name and not self.code:
-            try:
+            with contextlib.suppress(UnknownLanguage):
                 self.name, self.code = resolve(name)
-            except UnknownLanguage:
-                pass
 
 
 def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], Any] | None, settings: Settings,
@@ -266,10 +264,8 @@ def versions(*dists: str) -> dict[str, str]:
 
     out: dict[str, str] = {}
     for d in dists:
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             out[d] = version(d)
-        except PackageNotFoundError:
-            pass
     return out
 
 
