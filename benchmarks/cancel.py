@@ -128,7 +128,8 @@ def main() -> None:
     long_path = args.long or str(corpus.default_dir() / "en_long_3min.wav")
     if not os.path.exists(long_path):
         corpus.build(corpus.default_dir())
-    rev = args.baseline or subprocess.run(["git", "log", "-1", "--format=%H^", "--grep=A cancelled job whose worker reloads",
+    rev = args.baseline or subprocess.run(["git", "log", "-1", "--format=%H^",
+                                           "--grep=A cancelled job whose worker reloads",
                                            "--", "hasrd/policy.py"], cwd=ROOT, capture_output=True,
                                           text=True).stdout.strip() or "HEAD"
     old = Path(tempfile.mkdtemp(prefix="hasr-old-"))
@@ -138,9 +139,11 @@ def main() -> None:
     print()
     for label, rows in results.items():
         print(f"{label:>12}: B starts {statistics.median(r[0] for r in rows):.2f} s (median; max "
-              f"{max(r[0] for r in rows):.2f} s) after A left; done after {statistics.median(r[1] for r in rows):.2f} s")
+              f"{max(r[0] for r in rows):.2f} s) after A left; done after "
+              f"{statistics.median(r[1] for r in rows):.2f} s")
     new, base = results["this tree"], list(results.values())[1]
-    print(f"ratio (this tree / baseline), start: {statistics.median(r[0] for r in new) / max(1e-9, statistics.median(r[0] for r in base)):.2f}")
+    print("ratio (this tree / baseline), start: "
+          f"{statistics.median(r[0] for r in new) / max(1e-9, statistics.median(r[0] for r in base)):.2f}")
 
 
 if __name__ == "__main__":

@@ -87,8 +87,8 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=4096)
     args = ap.parse_args()
     b, loaded, a, s = asyncio.run(through_hasr(args.mb))
-    print(f"hasr worker ({args.mb} MB allocated): before {b} MB, loaded {loaded} MB (+{loaded - b}), after unload {a} MB "
-          f"(residue {a - b:+d} MB), unload took {s:.2f} s")
+    print(f"hasr worker ({args.mb} MB allocated): before {b} MB, loaded {loaded} MB (+{loaded - b}), "
+          f"after unload {a} MB (residue {a - b:+d} MB), unload took {s:.2f} s")
     b2, l2, f2 = in_process(args.mb)
     print(f"in-process del + empty_cache:        before {b2} MB, loaded {l2} MB (+{l2 - b2}), after free "
           f"{f2} MB (residue {f2 - b2:+d} MB while the process lives)")

@@ -38,7 +38,8 @@ class FwModel:
 
 
 GPU_DEFAULT = "large-v3"
-FW_REPOS = {"large": "Systran/faster-whisper-large-v3", "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+FW_REPOS = {"large": "Systran/faster-whisper-large-v3",
+            "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
             "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
             "distil-large-v3": "Systran/faster-distil-whisper-large-v3",
             "distil-large-v2": "Systran/faster-distil-whisper-large-v2"}

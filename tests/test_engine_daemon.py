@@ -96,7 +96,8 @@ def test_word_timestamps_come_through_the_daemon_as_openai_words(whisper_daemon:
     assert r.status_code == 200, r.text
     body = r.json()
     words = body["words"]
-    assert [w["word"].strip(".").lower() for w in words] == ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
+    assert [w["word"].strip(".").lower() for w in words] == ["the", "quick", "brown", "fox", "jumps", "over", "the",
+                                                             "lazy", "dog"]
     assert all(set(w) == {"word", "start", "end"} and 0 <= w["start"] <= w["end"] <= body["duration"] + 0.05
                for w in words)
     assert [w["start"] for w in words] == sorted(w["start"] for w in words)

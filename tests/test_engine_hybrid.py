@@ -80,7 +80,8 @@ def test_scripted_draft_with_real_faster_whisper_replaces_exactly_the_truncated_
 def test_the_final_stage_in_a_thread_gives_the_sequential_result(audio: Any) -> None:
     pcm, bounds = audio
     opts = {"fake": {"script": "".join(script_for(bounds))}}
-    results = [scripted(mode).transcribe(pcm, "Chinese", opts, NullEmitter(), lambda: False) for mode in ("thread", "after")]
+    results = [scripted(mode).transcribe(pcm, "Chinese", opts, NullEmitter(), lambda: False)
+               for mode in ("thread", "after")]
     for key in ("per_sentence", "sent_windows", "final", "fw_calls", "draft"):
         assert results[0][key] == results[1][key]
 
@@ -97,7 +98,8 @@ def test_the_hybrid_engine_drives_a_stand_in_r2t2_with_real_faster_whisper(
     # sentence; the observed generation marks sentence 2 as truncated although no "|" is left in the draft.
     snaps = ["你好世界。", "你好世界。一二三|四五。", "你好世界。一二三四五。", "你好世界。一二三四五。天地玄黄宇宙"]
     times = [bounds[0] - 0.2, (bounds[0] + bounds[1]) / 2, bounds[1] - 0.2, bounds[2] - 0.05]
-    (weights / "script.tsv").write_text("".join(f"{t:.2f}\t{s}\n" for t, s in zip(times, snaps, strict=True)), encoding="utf-8")
+    (weights / "script.tsv").write_text("".join(f"{t:.2f}\t{s}\n" for t, s in zip(times, snaps, strict=True)),
+                                        encoding="utf-8")
     monkeypatch.delitem(sys.modules, "r2t2", raising=False)
     monkeypatch.syspath_prepend(str(STAND_IN / "real"))
     s = config.load(env={"HASR_R2T2_MODEL": str(weights)})

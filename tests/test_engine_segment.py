@@ -35,7 +35,8 @@ def test_short_audio_is_one_segment_and_vad_is_not_run() -> None:
     def vad(block: np.ndarray) -> list[tuple[int, int]]:
         raise AssertionError("VAD must not run on short audio")
 
-    assert list(segment.iter_segments(np.zeros(60 * SR, np.float32), 60, vad=vad)) == [segment.Segment(0, 60 * SR, True)]
+    segs = list(segment.iter_segments(np.zeros(60 * SR, np.float32), 60, vad=vad))
+    assert segs == [segment.Segment(0, 60 * SR, True)]
 
 
 def test_segments_cover_the_audio_in_order_on_the_chunk_grid_and_mark_silence() -> None:
@@ -55,7 +56,8 @@ def test_segments_cover_the_audio_in_order_on_the_chunk_grid_and_mark_silence() 
         assert a.end == b.start
     for s in segs:
         assert s.start % CH == 0 and 0 < s.end - s.start <= 60 * SR
-        assert s.end == n or any(e <= s.end <= st for (_, e), (st, _) in zip(speech, speech[1:], strict=False))  # cut in a pause
+        # cut in a pause
+        assert s.end == n or any(e <= s.end <= st for (_, e), (st, _) in zip(speech, speech[1:], strict=False))
     assert all(s.speech for s in segs)
     silent = list(segment.iter_segments(np.zeros(130 * SR, np.float32), 60, vad=lambda b: []))
     assert [s.speech for s in silent] == [False] * len(silent) and list(segment.speech_ranges(silent)) == []

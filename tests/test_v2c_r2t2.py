@@ -378,7 +378,8 @@ def test_no_language_lets_r2t2_detect_it_and_the_tag_never_reaches_the_text() ->
     assert r["final"] == "你好世界。今天好。" and all("asr_text" not in d and "language" not in d for d in rec.drafts)
 
 
-def test_the_finish_decodes_the_tail_with_a_budget_that_flushes_a_lagging_draft(capfd: pytest.CaptureFixture[str]) -> None:
+def test_the_finish_decodes_the_tail_with_a_budget_that_flushes_a_lagging_draft(
+        capfd: pytest.CaptureFixture[str]) -> None:
     # the whole sentence arrives only in the last chunk: four new tokens (the load's default) cannot hold it
     hyps = [(0.3, "好。"), (1.9, "好。我们今天一起去公园散步吧。")]
     r, _, _ = run(model(hyps), audio(12))

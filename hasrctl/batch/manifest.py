@@ -71,7 +71,8 @@ def up_to_date(row: dict[str, Any] | None, options: dict[str, Any], path: str, o
     if row.get("status") == "failed":
         if retry_failed or (row.get("error") or {}).get("code") not in CONTENT_ERRORS:
             return False
-    elif row.get("status") != "ok" or not all(os.path.isfile(os.path.join(outdir, o)) for o in row.get("outputs") or []):
+    elif (row.get("status") != "ok"
+          or not all(os.path.isfile(os.path.join(outdir, o)) for o in row.get("outputs") or [])):
         return False
     try:
         st = os.stat(path)

@@ -83,9 +83,10 @@ class StreamingVad:
 
     Silero (faster-whisper's bundled ONNX model) scores each 512-sample window with the previous window's last
     64 samples as context, so scoring the new windows (plus the last one, for its context) gives the scores a
-    whole-file pass would, up to the rounding of ONNX's batch sizes (an end may move by one window). Without faster-whisper, or with ``kind="energy"``, a window is speech when its level
-    is above -40 dBFS. Speech starts at the first speech window; it ends after ``silence_ms`` of windows below
-    the lower threshold (hysteresis), at the first of them.
+    whole-file pass would, up to the rounding of ONNX's batch sizes (an end may move by one window). Without
+    faster-whisper, or with ``kind="energy"``, a window is speech when its level is above -40 dBFS. Speech starts
+    at the first speech window; it ends after ``silence_ms`` of windows below the lower threshold (hysteresis), at
+    the first of them.
     """
 
     def __init__(self, kind: str = "silero", silence_ms: int = 500, threshold: float = 0.5) -> None:

@@ -249,7 +249,8 @@ def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], 
     ranges = segment.speech_ranges(segment.iter_segments(pcm, settings.max_segment_sec))
     out = v2c.run(draft, pcm, name or None, window(lambda: detected.code) if window else None, emit=emit,
                   cancelled=cancelled, mode=settings.v2c_final, segments=ranges, on_language=detected.set,
-                  heartbeat_s=min(v2c.HEARTBEAT_SEC, settings.stall_sec / 4) if settings.stall_sec > 0 else v2c.HEARTBEAT_SEC)
+                  heartbeat_s=(min(v2c.HEARTBEAT_SEC, settings.stall_sec / 4) if settings.stall_sec > 0
+                               else v2c.HEARTBEAT_SEC))
     if not name:
         name, code = detected.name, detected.code
     res = v2c.result(engine_name, name, code, out, len(pcm))

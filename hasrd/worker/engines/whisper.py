@@ -10,8 +10,9 @@ HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper'
 
 - batched (N > 0, the default; 2 on the CPU, 16 on CUDA): faster-whisper's BatchedInferencePipeline over VAD
   clips of up to 30 s, N at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's
-  no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does not do itself, and a clip that fails whisper's quality rule (a loop:
-  compression ratio > 2.4; or avg_logprob < -1) is decoded again alone with ``no_repeat_ngram_size=4``.
+  no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does not do
+  itself, and a clip that fails whisper's quality rule (a loop: compression ratio > 2.4; or avg_logprob < -1) is
+  decoded again alone with ``no_repeat_ngram_size=4``.
 - sequential (0): beam 5 at temperature 0 clip by clip, without conditioning on previous text, and a token
   cap for short clips, so one hallucination cannot feed the next window.
 
