@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 

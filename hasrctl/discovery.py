@@ -17,8 +17,8 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from hasrctl.client import CliError, Unreachable, probe
 from hasrd.config import SYSTEM_SOCKET, default_socket, runtime_dir

@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 _DIGITS_ZH = dict(zip("0123456789", "零一二三四五六七八九", strict=True))
 _LONG_DIGITS = re.compile(r"\d{5,}")

@@ -16,10 +16,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterator
 
 import click
 

@@ -16,8 +16,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from hasrctl.client import EXIT_FAILED, CliError, UsageError
 from hasrctl.common import say

@@ -31,9 +31,9 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol, cast
-from collections.abc import Callable
 
 import av
 import av.filter

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
 
 
 def runtime_dir() -> Path:

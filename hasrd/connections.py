@@ -17,8 +17,8 @@ import resource
 import socket
 import struct
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 
 class Broadcaster:

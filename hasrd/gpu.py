@@ -11,9 +11,9 @@ import asyncio
 import shutil
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from collections.abc import Awaitable, Callable
 
 _T = TypeVar("_T")
 

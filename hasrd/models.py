@@ -13,10 +13,10 @@ netease-youdao/Confucius4-R2T2 from the cache.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from hasrd.errors import EngineError
 

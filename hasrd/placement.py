@@ -16,9 +16,9 @@ The rules (docs/ARCHITECTURE.md "The worker pool"; Ollama's scheduler is the mod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
-from collections.abc import Sequence
 
 CPU = "cpu"
 

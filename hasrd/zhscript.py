@@ -27,9 +27,9 @@ from __future__ import annotations
 import difflib
 import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 
 from hasrd.languages import CANTONESE_REGIONS, UnknownLanguage, parse
 

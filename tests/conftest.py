@@ -7,8 +7,8 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, TypeVar
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 

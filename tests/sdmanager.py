@@ -26,8 +26,8 @@ import subprocess
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
 

@@ -14,8 +14,8 @@ import sys
 import tempfile
 import threading
 import wave
-from pathlib import Path
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import av
 import numpy as np

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from collections.abc import Iterator
 
 import pytest
 import srt

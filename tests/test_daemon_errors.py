@@ -13,8 +13,8 @@ import sys
 import threading
 import time
 import wave
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest

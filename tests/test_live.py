@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 import wave
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest

@@ -3,9 +3,9 @@ WhisperLive driven by a fake faster-whisper: the file path's loop rules and the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 from speech import load

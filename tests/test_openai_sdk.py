@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai

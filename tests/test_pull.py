@@ -13,9 +13,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 import pytest
 from cliutil import REPO, cli_env, hasrctl, show

@@ -9,8 +9,8 @@ import struct
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 

@@ -13,8 +13,8 @@ import os
 import shutil
 import subprocess
 import wave
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest

@@ -6,9 +6,9 @@ waits on the events it must see."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 import numpy as np
 import pytest

@@ -13,8 +13,8 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from PIL import Image, ImageGrab
 from Xlib import X, Xatom, display as xdisplay, error as xerror

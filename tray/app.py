@@ -20,8 +20,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
 from collections.abc import Callable, Mapping
+from typing import Any
 
 log = logging.getLogger("hasr.tray")
 

@@ -14,8 +14,8 @@ import json
 import logging
 import socket
 import threading
-from typing import Any
 from collections.abc import Callable, Iterator
+from typing import Any
 
 Event = dict[str, Any]
 log = logging.getLogger("hasr.tray.client")

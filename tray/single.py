@@ -17,8 +17,8 @@ import re
 import socket
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 log = logging.getLogger("hasr.tray.single")
 

@@ -24,8 +24,8 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Any
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from hasrd import config
 from tray.client import Client, DaemonDown, DaemonError, EventStream

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 
 def icon_class(base: Any) -> Any:

@@ -17,9 +17,9 @@ import glob
 import os
 import stat
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TextIO
-from collections.abc import Iterable
 
 from hasrctl.client import UsageError
 

@@ -19,8 +19,8 @@ import hashlib
 import json
 import os
 import time
-from typing import Any
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from hasrctl.client import UsageError
 

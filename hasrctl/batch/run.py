@@ -20,9 +20,9 @@ import socket
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from hasrctl.client import Unreachable, UsageError

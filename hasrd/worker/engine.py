@@ -10,8 +10,8 @@ engine is chosen.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -20,8 +20,8 @@ import abc
 import bisect
 import threading
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

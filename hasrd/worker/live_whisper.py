@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterator
 
 import numpy as np
 

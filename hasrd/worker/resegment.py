@@ -23,8 +23,8 @@ change (everything before the last sentence end or pause), so events still strea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 END_MARKS = ".!?。！？;；…‼⁇⁈⁉"
 CLAUSE_MARKS = ",，、:：—–;；"

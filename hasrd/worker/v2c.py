@@ -71,9 +71,9 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from collections.abc import Callable, Iterable
 
 import numpy as np
 

@@ -44,8 +44,8 @@ import itertools
 import math
 import threading
 import time
-from typing import Any
 from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
