@@ -14,6 +14,7 @@ most --limit seconds, the daemon's socket only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -74,10 +75,8 @@ def burst(sock: str, n: int, limit: float) -> tuple[float, int]:
         time.sleep(0.05)
     answered = 0
     for s in conns:
-        try:
+        with contextlib.suppress(OSError):
             answered += s.recv(16).startswith(b"HTTP/1.1 ")
-        except OSError:
-            pass
         s.close()
     return latency, answered
 

@@ -101,8 +101,9 @@ def run_tree(tree: Path, long_path: str, trials: int, label: str) -> list[tuple[
     # one worker: with the pool's default (2 on a CPU-only machine) B would not queue behind A at all
     env = dict(os.environ, PYTHONPATH=str(tree), HASR_ENGINE="whisper", HASR_FW_DEVICE="cpu",
                HASR_FW_MODEL=model_dir(), HASR_MAX_WORKERS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", sock], cwd=tree, env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "log"), "wb"))
+    with open(os.path.join(tmp, "log"), "wb") as log:  # the daemon keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", sock], cwd=tree, env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
     try:
         assert wait(lambda: os.path.exists(sock), 30)
         assert wait(lambda: http_json(sock)[0] == 200, 30)
@@ -127,7 +128,8 @@ def main() -> None:
     long_path = args.long or str(corpus.default_dir() / "en_long_3min.wav")
     if not os.path.exists(long_path):
         corpus.build(corpus.default_dir())
-    rev = args.baseline or subprocess.run(["git", "log", "-1", "--format=%H^", "--grep=A cancelled job whose worker reloads",
+    rev = args.baseline or subprocess.run(["git", "log", "-1", "--format=%H^",
+                                           "--grep=A cancelled job whose worker reloads",
                                            "--", "hasrd/policy.py"], cwd=ROOT, capture_output=True,
                                           text=True).stdout.strip() or "HEAD"
     old = Path(tempfile.mkdtemp(prefix="hasr-old-"))
@@ -137,9 +139,11 @@ def main() -> None:
     print()
     for label, rows in results.items():
         print(f"{label:>12}: B starts {statistics.median(r[0] for r in rows):.2f} s (median; max "
-              f"{max(r[0] for r in rows):.2f} s) after A left; done after {statistics.median(r[1] for r in rows):.2f} s")
+              f"{max(r[0] for r in rows):.2f} s) after A left; done after "
+              f"{statistics.median(r[1] for r in rows):.2f} s")
     new, base = results["this tree"], list(results.values())[1]
-    print(f"ratio (this tree / baseline), start: {statistics.median(r[0] for r in new) / max(1e-9, statistics.median(r[0] for r in base)):.2f}")
+    print("ratio (this tree / baseline), start: "
+          f"{statistics.median(r[0] for r in new) / max(1e-9, statistics.median(r[0] for r in base)):.2f}")
 
 
 if __name__ == "__main__":

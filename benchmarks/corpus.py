@@ -156,7 +156,9 @@ def audioeval_clips() -> list[dict[str, str]]:
     out = []
     for wav in sorted(root.glob("*/*.wav")):
         out.append({"audio": str(wav), "text": wav.with_suffix(".txt").read_text(encoding="utf-8").strip(),
-                    "language": wav.parent.name, "group": f"clips_{'zh' if wav.parent.name == 'zh' else 'en' if wav.parent.name == 'en' else 'other'}"})
+                    "language": wav.parent.name,
+                    "group": "clips_"
+                             f"{'zh' if wav.parent.name == 'zh' else 'en' if wav.parent.name == 'en' else 'other'}"})
     return out
 
 

@@ -76,7 +76,7 @@ def speech(seconds: float) -> np.ndarray:
 class Daemon:
     def __init__(self, tmp: str, env: dict[str, str]) -> None:
         self.sock = os.path.join(tmp, "s")
-        self.log = open(os.path.join(tmp, "hasrd.log"), "ab")
+        self.log = open(os.path.join(tmp, "hasrd.log"), "ab")  # noqa: SIM115 - the daemon's log, closed in close()
         self.proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", self.sock],
                                      env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT)
         self.http = httpx.Client(transport=httpx.HTTPTransport(uds=self.sock), base_url="http://hasr", timeout=3600)

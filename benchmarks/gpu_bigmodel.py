@@ -27,13 +27,15 @@ def main() -> int:
     from ctranslate2.converters.transformers import WhisperLoader
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-    base = json.load(open(os.path.join(small, "config.json")))
-    vocab = open(os.path.join(small, "vocabulary.txt"), encoding="utf-8").read().split("\n")
+    with open(os.path.join(small, "config.json")) as f:
+        base = json.load(f)
+    with open(os.path.join(small, "vocabulary.txt"), encoding="utf-8") as f:
+        vocab = f.read().split("\n")
     if vocab and vocab[-1] == "":
         vocab.pop()  # the file's last newline (one token in the middle is the empty string: keep it)
-    cfg = WhisperConfig(vocab_size=len(vocab), num_mel_bins=128, d_model=1280, encoder_layers=layers, decoder_layers=layers,
-                        encoder_attention_heads=20, decoder_attention_heads=20, encoder_ffn_dim=5120,
-                        decoder_ffn_dim=5120, max_source_positions=1500, max_target_positions=448)
+    cfg = WhisperConfig(vocab_size=len(vocab), num_mel_bins=128, d_model=1280, encoder_layers=layers,
+                        decoder_layers=layers, encoder_attention_heads=20, decoder_attention_heads=20,
+                        encoder_ffn_dim=5120, decoder_ffn_dim=5120, max_source_positions=1500, max_target_positions=448)
     t0 = time.monotonic()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(device):

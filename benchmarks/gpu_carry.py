@@ -123,7 +123,8 @@ def main() -> int:
     n = len(folders)
     print(f"\nCalls, back to back (carry .gpu/cK in call K):\n  1..{n - 1}: mkdir -p /tmp/stash && cp .gpu/cK/* "
           f"/tmp/stash/\n  {n}: bash benchmarks/gpu_setup.sh .gpu/c{n} && <run>, where <run> starts with\n"
-          "      export PYTHONPATH=$PWD:/tmp/site LD_LIBRARY_PATH=/tmp/cu12:$LD_LIBRARY_PATH HASR_BENCH_LINKS=/tmp/cu12\n"
+          "      export PYTHONPATH=$PWD:/tmp/site LD_LIBRARY_PATH=/tmp/cu12:$LD_LIBRARY_PATH "
+          "HASR_BENCH_LINKS=/tmp/cu12\n"
           "      python3 benchmarks/gpu_real.py --model /tmp/model --audio /tmp/audio --out $OUT")
     return 0
 

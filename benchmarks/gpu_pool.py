@@ -178,7 +178,7 @@ class Daemon:
                "XDG_RUNTIME_DIR": base}
         for k in ("HASR_GPU", "HASR_NEED_VRAM_MB", "HASR_FAKE_ALLOC_MB", "CUDA_VISIBLE_DEVICES"):
             env.pop(k, None)
-        self.log = open(log_path, "wb")
+        self.log = open(log_path, "wb")  # noqa: SIM115 - the daemon's log, closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", self.sock], env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -440,7 +440,7 @@ def run(d: Daemon, gpus: Gpus, rep: Report) -> None:
         rep.check("2", False, f"no {C} worker in /api/ps: " + json.dumps(list(w2.keys())))
     rep.row("2 100 GB", f"/api/load {C}: {code} in {dt:.2f} s; stopped: "
             f"{', '.join(f'pid {p}' for p in gone) or 'none'}; "
-            f"{C}: {('pid %s, NVML %s MB' % (wc['pid'], fmt_mb(proc_mb(r2, wc['pid'])))) if wc else 'not loaded'}"
+            f"{C}: {('pid {}, NVML {} MB'.format(wc['pid'], fmt_mb(proc_mb(r2, wc['pid'])))) if wc else 'not loaded'}"
             f"; used {', '.join(f'{u[-8:]} {r2.used[u]} MB' for u in base)}")
     if not ok:
         print("   the daemon log's tail after this step:\n" + d.tail(25))

@@ -28,8 +28,9 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -42,8 +43,8 @@ from speech import edit_distance, norm_en, norm_zh  # noqa: E402
 SR = 16000
 CLIP = REPO / "tests" / "data" / "en_espeak_park.flac"
 CLIP_TEXT = "The weather is nice today. We are going to the park to take a walk."
-SECTIONS = ("cold", "jit", "nolib", "warm", "long", "profile", "tune", "vram", "zh", "models", "live", "hybrid", "faults", "big",
-            "coldprof", "batch")
+SECTIONS = ("cold", "jit", "nolib", "warm", "long", "profile", "tune", "vram", "zh", "models", "live", "hybrid",
+            "faults", "big", "coldprof", "batch")
 ROWS: list[dict[str, Any]] = []
 RAW: dict[str, Any] = {}
 
@@ -242,7 +243,8 @@ def s_cold(b: Bench) -> None:
 def s_jit(b: Bench) -> None:
     """Why the first decode of a fresh machine is slow: the wheel's GPU code, and a process with the JIT cache
     disabled against one with it (CUDA_CACHE_DISABLE=1)."""
-    libs = glob.glob(str(Path(__import__("ctranslate2").__file__).parent.parent / "ctranslate2.libs" / "libctranslate2*"))
+    libs = glob.glob(str(Path(__import__("ctranslate2").__file__).parent.parent
+                         / "ctranslate2.libs" / "libctranslate2*"))
     if libs and shutil.which("cuobjdump"):
         elf = subprocess.run(["cuobjdump", "--list-elf", libs[0]], capture_output=True, text=True).stdout
         ptx = subprocess.run(["cuobjdump", "--list-ptx", libs[0]], capture_output=True, text=True).stdout

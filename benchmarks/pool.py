@@ -108,7 +108,7 @@ def throughput(tmp: str, workers: int, files: list[str], seconds: float) -> floa
         with h.client(600) as c:
             c.post("/api/load")
         outs: list[dict[str, Any]] = [{} for _ in files]
-        threads = [threading.Thread(target=post, args=(h, f, o)) for f, o in zip(files, outs)]
+        threads = [threading.Thread(target=post, args=(h, f, o)) for f, o in zip(files, outs, strict=True)]
         t0 = time.monotonic()
         for t in threads:
             t.start()
@@ -125,7 +125,7 @@ def memory(tmp: str, files: list[str]) -> tuple[int, list[int]]:
     h = daemon(tmp, 3, "mem")
     try:
         outs: list[dict[str, Any]] = [{} for _ in files[:3]]
-        threads = [threading.Thread(target=post, args=(h, f, o)) for f, o in zip(files[:3], outs)]
+        threads = [threading.Thread(target=post, args=(h, f, o)) for f, o in zip(files[:3], outs, strict=True)]
         for t in threads:
             t.start()
         for t in threads:

@@ -86,13 +86,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=4096)
     args = ap.parse_args()
-    b, l, a, s = asyncio.run(through_hasr(args.mb))
-    print(f"hasr worker ({args.mb} MB allocated): before {b} MB, loaded {l} MB (+{l - b}), after unload {a} MB "
-          f"(residue {a - b:+d} MB), unload took {s:.2f} s")
+    b, loaded, a, s = asyncio.run(through_hasr(args.mb))
+    print(f"hasr worker ({args.mb} MB allocated): before {b} MB, loaded {loaded} MB (+{loaded - b}), "
+          f"after unload {a} MB (residue {a - b:+d} MB), unload took {s:.2f} s")
     b2, l2, f2 = in_process(args.mb)
     print(f"in-process del + empty_cache:        before {b2} MB, loaded {l2} MB (+{l2 - b2}), after free "
           f"{f2} MB (residue {f2 - b2:+d} MB while the process lives)")
-    print(f"returned by ending the worker: {100 * (l - a) / max(1, l - b):.1f}% of what loading took")
+    print(f"returned by ending the worker: {100 * (loaded - a) / max(1, loaded - b):.1f}% of what loading took")
 
 
 if __name__ == "__main__":

@@ -132,10 +132,12 @@ def main() -> int:
     if len(results) == 2:
         print("\nofficial / reimplemented:")
         o, r = results["official"], results["reimplemented"]
-        print(f"  import x{o['import_ms'] / r['import_ms']:.2f}, RSS growth x{o['rss_mib'] / max(r['rss_mib'], 1e-9):.2f}")
+        print(f"  import x{o['import_ms'] / r['import_ms']:.2f}, "
+              f"RSS growth x{o['rss_mib'] / max(r['rss_mib'], 1e-9):.2f}")
         for name in CONFIGS:
             oc, rc = o["configs"][name], r["configs"][name]
-            differ = sum(x != y for x, y in zip(oc["output"], rc["output"])) + abs(len(oc["output"]) - len(rc["output"]))
+            differ = (sum(x != y for x, y in zip(oc["output"], rc["output"], strict=False))
+                      + abs(len(oc["output"]) - len(rc["output"])))
             print(f"  {name:<7} speed x{oc['chars_per_s'] / rc['chars_per_s']:.1f}, "
                   f"build+first x{(oc['build_ms'] + oc['first_ms']) / (rc['build_ms'] + rc['first_ms']):.2f}, "
                   f"{differ} of {len(rc['output'])} characters differ")

@@ -51,7 +51,8 @@ class LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(cls=LazyGroup, epilog=EPILOG,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, message="hasrctl %(version)s")
 def cli() -> None:
     """Drive hasr, the local speech-to-text daemon.

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -247,7 +248,7 @@ class Client:
             sock.settimeout(timeout)
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b""))
             resp = Response(sock, method, url)
-        except socket.timeout as e:
+        except TimeoutError as e:
             sock.close()
             raise CliError(f"hasrd did not answer {method} {url} within {timeout} s") from e
         except OSError as e:

@@ -84,10 +84,13 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="Progress line on stderr [default: when stderr is a terminal].")
 @click.option("-q", "--quiet", is_flag=True, envvar="HASR_QUIET", show_envvar=True,
               help="No progress and no per-file summary lines (errors still show).")
-@click.option("--prompt", metavar="TEXT", envvar="HASR_PROMPT", show_envvar=True, help="Text that guides faster-whisper: names, spelling, style "
+@click.option("--prompt", metavar="TEXT", envvar="HASR_PROMPT", show_envvar=True,
+              help="Text that guides faster-whisper: names, spelling, style "
               "(its initial prompt; R2T2's draft ignores it).")
-@click.option("--word-timestamps", is_flag=True, envvar="HASR_WORD_TIMESTAMPS", show_envvar=True, help="Time every word: json and verbose_json carry `words`.")
-@click.option("--translate", is_flag=True, envvar="HASR_TRANSLATE", show_envvar=True, help="English text from any language (whisper's translate task; the "
+@click.option("--word-timestamps", is_flag=True, envvar="HASR_WORD_TIMESTAMPS", show_envvar=True,
+              help="Time every word: json and verbose_json carry `words`.")
+@click.option("--translate", is_flag=True, envvar="HASR_TRANSLATE", show_envvar=True,
+              help="English text from any language (whisper's translate task; the "
               "whisper and hybrid engines).")
 @click.option("--model", metavar="ID", envvar="HASR_MODEL", show_envvar=True,
               help="An id of `curl .../v1/models`: hasr (the default), or an OpenAI id such as whisper-1.")

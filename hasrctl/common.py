@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -52,7 +53,8 @@ def daemon_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--socket, --autostart/--no-autostart and --autostart-timeout, folded into one ``daemon`` argument."""
 
     @click.option("--socket", "socket_", metavar="PATH", envvar="HASR_SOCKET", show_envvar=True,
-                  help="Daemon socket [default: $XDG_RUNTIME_DIR/hasr/hasrd.sock (/tmp/hasr-$UID/hasr/hasrd.sock without XDG_RUNTIME_DIR), then /run/hasr/hasrd.sock].")
+                  help="Daemon socket [default: $XDG_RUNTIME_DIR/hasr/hasrd.sock (/tmp/hasr-$UID/hasr/hasrd.sock "
+                       "without XDG_RUNTIME_DIR), then /run/hasr/hasrd.sock].")
     @click.option("--autostart/--no-autostart", default=True, envvar="HASR_AUTOSTART", show_envvar=True,
                   show_default=True, help="Start hasrd in the background when none answers and no systemd "
                   "socket exists.")
@@ -70,7 +72,8 @@ def socket_option(func: Callable[..., Any]) -> Callable[..., Any]:
     --autostart there would promise what they do not do."""
 
     @click.option("--socket", "socket_", metavar="PATH", envvar="HASR_SOCKET", show_envvar=True,
-                  help="Daemon socket [default: $XDG_RUNTIME_DIR/hasr/hasrd.sock (/tmp/hasr-$UID/hasr/hasrd.sock without XDG_RUNTIME_DIR), then /run/hasr/hasrd.sock].")
+                  help="Daemon socket [default: $XDG_RUNTIME_DIR/hasr/hasrd.sock (/tmp/hasr-$UID/hasr/hasrd.sock "
+                       "without XDG_RUNTIME_DIR), then /run/hasr/hasrd.sock].")
     @functools.wraps(func)
     def wrapper(*args: Any, socket_: str | None, **kw: Any) -> Any:
         return func(*args, daemon=Daemon(socket_, False, 0.0), **kw)

@@ -17,8 +17,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from hasrctl.client import CliError, Unreachable, probe
 from hasrd.config import SYSTEM_SOCKET, default_socket, runtime_dir
@@ -32,7 +32,7 @@ def candidates(explicit: str | None) -> list[tuple[str, str]]:
     if explicit:
         return [(os.path.abspath(explicit), "explicit")]
     out = [(default_socket(), "user")]
-    if SYSTEM_SOCKET != out[0][0]:
+    if out[0][0] != SYSTEM_SOCKET:
         out.append((SYSTEM_SOCKET, "system"))
     return out
 

@@ -292,7 +292,8 @@ def plainly(checks: list[Check], settings: config.Settings) -> list[Check]:
         model = settings.fw_model or "the embedded whisper base"
         checks.insert(0, Check("fail" if broken else "ok",
                                f"this machine runs: faster-whisper on the CPU with {model} (no NVIDIA GPU; "
-                               f"that is fine: the GPU stack is optional{', and ' + str(len(folded)) + ' of its parts are not installed' if folded else ''})"
+                               "that is fine: the GPU stack is optional"
+                               f"{', and ' + str(len(folded)) + ' of its parts are not installed' if folded else ''})"
                                + ("; but see the failures below" if broken else "")))
         return checks
     engine = settings.engine

@@ -148,7 +148,8 @@ def _table(entries: list[Entry], columns: list[str]) -> list[str]:
             continue
         n = next(iter(e.scores.values()))[1]
         cells = "".join(f"  {fmt_rate(rate(*e.scores[c])) if c in e.scores else '-':>9}" for c in columns)
-        lines.append(f"{e.name:<{width}}  {e.metric:<6}  {n:>5}{cells}" + (f"  {script_cell(e.script)}" if scripts else ""))
+        lines.append(f"{e.name:<{width}}  {e.metric:<6}  {n:>5}{cells}"
+                     + (f"  {script_cell(e.script)}" if scripts else ""))
     for metric in ("cer", "wer"):
         done = [e for e in entries if not e.error and e.metric == metric]
         if not done:

@@ -10,14 +10,16 @@ exactly what setup installed (directories it created included) and nothing a per
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Union
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -29,7 +31,7 @@ from hasrctl.output import write
 if TYPE_CHECKING:
     from importlib.abc import Traversable
 
-    Source = Union[Path, Traversable]
+    Source = Path | Traversable
 
 UNITS = ("hasrd.socket", "hasrd.service")
 REINSTALL = "reinstall hasr (pip install --force-reinstall hasr)"
@@ -322,10 +324,8 @@ def uninstall(force: bool) -> None:
     else:
         manifest_path().unlink()
         for d in sorted(manifest.get("dirs", []), key=len, reverse=True):
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(d)  # only the directories setup created, and only when empty
-            except OSError:
-                pass
     if discovery.user_manager_running():
         discovery.systemctl("daemon-reload")
 

@@ -7,6 +7,7 @@ callbacks, and the tool that types text into the focused window (xdotool on X11,
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import queue
@@ -15,7 +16,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from hasrctl.client import EXIT_FAILED, CliError, UsageError
 from hasrctl.common import say
@@ -200,10 +202,8 @@ class Session:
         watchdog, not a timer here, decides when a worker is stuck (the socket then closes)."""
         from websockets.exceptions import ConnectionClosed
 
-        try:
+        with contextlib.suppress(ConnectionClosed):
             self.ws.send(json.dumps({"type": "hasr.finish"}))
-        except ConnectionClosed:
-            pass
         self.done.wait()
         self.ws.close()
         return self.result

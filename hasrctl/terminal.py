@@ -223,7 +223,7 @@ def position(text: str, cols: int) -> tuple[int, int]:
 def common(a: str, b: str) -> int:
     """The length of the longest common prefix."""
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

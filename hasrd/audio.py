@@ -31,8 +31,9 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, Callable, Protocol, Union, cast
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol, cast
 
 import av
 import av.filter
@@ -55,7 +56,7 @@ _MAX_LEADING_FAILURES = 64
 _LITTLE = sys.byteorder == "little"
 _GROUP_SEC = 0.5  # decoded audio gathered into one frame before the filter graph (memory stays a second at most)
 
-Source = Union[str, bytes, bytearray, memoryview, IO[bytes]]
+Source = str | bytes | bytearray | memoryview | IO[bytes]
 
 
 class Writer(Protocol):

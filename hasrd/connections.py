@@ -17,7 +17,8 @@ import resource
 import socket
 import struct
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -94,8 +95,9 @@ class PeerProtocol(H11Protocol):
 
     - SO_PEERCRED: ``scope["client"]`` is ``("peer:PID:GID", UID)`` on the Unix socket.
     - The cap (:meth:`configure`): past ``max_connections`` open connections, a new one closes the oldest
-      connection that is not in a request and has no request waiting unread (a flood of idle connections cannot lock /health out, nor use up
-      the daemon's file descriptors); when every connection is in a request, the new one gets a 503.
+      connection that is not in a request and has no request waiting unread (a flood of idle connections cannot
+      lock /health out, nor use up the daemon's file descriptors); when every connection is in a request, the new
+      one gets a 503.
     - Read timeouts: a request's headers must arrive within ``read_timeout`` seconds of the connection (or of
       the previous response), and its body may not stall longer than that; else 408 and close. Such a
       connection would otherwise hold the daemon's idle exit for ever.

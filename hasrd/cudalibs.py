@@ -28,7 +28,7 @@ import glob
 import os
 import re
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 CUBLAS12 = ("libcublasLt.so.12", "libcublas.so.12")  # Lt first: libcublas needs it
 CUBLAS13 = ("libcublasLt.so.13", "libcublas.so.13")
@@ -93,7 +93,7 @@ def compat_dir(private: str, cuda13: str) -> str:
     """``private``/cuda12-compat with libcublas(Lt).so.12 linked to ``cuda13``'s .so.13; made or corrected."""
     d = os.path.join(private, "cuda12-compat")
     os.makedirs(d, mode=0o700, exist_ok=True)
-    for old, new in zip(CUBLAS12, CUBLAS13):
+    for old, new in zip(CUBLAS12, CUBLAS13, strict=True):
         link, target = os.path.join(d, old), os.path.join(cuda13, new)
         try:
             if os.readlink(link) == target:

@@ -38,9 +38,10 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hasrd import errors, models, modelspec
 
@@ -126,7 +127,8 @@ def _hub() -> Any:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger(name).level))
     for mod in (huggingface_hub.constants, file_download):  # http_get writes (and we report) at least this often
         if isinstance(getattr(mod, "DOWNLOAD_CHUNK_SIZE", None), int):
-            setattr(mod, "DOWNLOAD_CHUNK_SIZE", min(getattr(mod, "DOWNLOAD_CHUNK_SIZE"), CHUNK))
+            # getattr/setattr: not every huggingface_hub version has it in both modules, so mypy cannot see it
+            setattr(mod, "DOWNLOAD_CHUNK_SIZE", min(getattr(mod, "DOWNLOAD_CHUNK_SIZE"), CHUNK))  # noqa: B009, B010
     return (huggingface_hub, file_download, utils)
 
 

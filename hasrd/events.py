@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+import contextlib
+from collections.abc import Callable
+from typing import Any
 
 
 class Broadcaster:
@@ -24,10 +26,8 @@ class Broadcaster:
         self.latest = snap
         for q in list(self._subs):
             if q.full():
-                try:
+                with contextlib.suppress(asyncio.QueueEmpty):
                     q.get_nowait()
-                except asyncio.QueueEmpty:  # pragma: no cover
-                    pass
             q.put_nowait(snap)
         text = str(snap.get("status_text") or "")
         if text != self._last_status and self.on_status:

@@ -11,8 +11,9 @@ import asyncio
 import shutil
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 

@@ -10,7 +10,8 @@ import contextlib
 import json
 import os
 import threading
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, TypeVar
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from starlette.requests import Request

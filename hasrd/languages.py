@@ -47,7 +47,8 @@ NAMES: dict[str, str] = {
 R2T2_LANGUAGES: tuple[str, ...] = tuple(list(NAMES.values())[:30])
 ALIASES: dict[str, str] = {
     "mandarin": "zh", "putonghua": "zh", "cmn": "zh", "zho": "zh", "chi": "zh", "eng": "en", "tagalog": "tl",
-    "farsi": "fa", "fil": "tl", "javanese": "jw", "jv": "jw", "iw": "he", "castilian": "es", "flemish": "nl", "moldavian": "ro",
+    "farsi": "fa", "fil": "tl", "javanese": "jw", "jv": "jw", "iw": "he", "castilian": "es", "flemish": "nl",
+    "moldavian": "ro",
     "burmese": "my", "nb": "no", "bokmal": "no", "panjabi": "pa", "sinhalese": "si", "valencian": "ca",
     "pushto": "ps", "haitian": "ht", "letzeburgesch": "lb", "guoyu": "zh",
 }

@@ -13,9 +13,10 @@ netease-youdao/Confucius4-R2T2 from the cache.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hasrd.errors import EngineError
 
@@ -37,7 +38,8 @@ class FwModel:
 
 
 GPU_DEFAULT = "large-v3"
-FW_REPOS = {"large": "Systran/faster-whisper-large-v3", "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+FW_REPOS = {"large": "Systran/faster-whisper-large-v3",
+            "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
             "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
             "distil-large-v3": "Systran/faster-distil-whisper-large-v3",
             "distil-large-v2": "Systran/faster-distil-whisper-large-v2"}

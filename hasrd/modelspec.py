@@ -11,8 +11,8 @@ A name is, in this order (docs/API.md "Models"):
   ``Systran/faster-whisper-large-v3``, ``distil-large-v3``, ...).
 
 Anything else is OpenAI's 404 ``model_not_found``, before any work. (With HASR_ENGINE=fake, ``fake:N`` is a fake
-worker that holds N MB of GPU memory: GPU placement on a GPU host without the real engines.) A named model runs on the whisper engine
-(faster-whisper alone); only the default may be the hybrid.
+worker that holds N MB of GPU memory: GPU placement on a GPU host without the real engines.) A named model runs on
+the whisper engine (faster-whisper alone); only the default may be the hybrid.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ worker maps it read-only. The buffer is closed (and a file unlinked) when the re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import weakref
@@ -64,12 +65,8 @@ class PcmBuffer:
 
 
 def _release(fd: int, path: str | None) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
     if path:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass

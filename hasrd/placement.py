@@ -16,8 +16,9 @@ The rules (docs/ARCHITECTURE.md "The worker pool"; Ollama's scheduler is the mod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 CPU = "cpu"
 
@@ -81,8 +82,8 @@ def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[De
     if not candidates or all(need_mb > d.total_mb for d in candidates):
         biggest = max((d.total_mb for d in candidates), default=0)
         where = "GPU" if gpu_only else "device"
-        return Decision("refuse", reason=f"{name or model} needs about {need_mb} MB and no {where} of this machine has that "
-                                         f"much (the largest has {biggest} MB)")
+        return Decision("refuse", reason=f"{name or model} needs about {need_mb} MB and no {where} of this machine "
+                                         f"has that much (the largest has {biggest} MB)")
     if len(seats) < max_workers:
         d = best_device(devices, need_mb, gpu_only)
         if d is not None:

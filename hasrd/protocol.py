@@ -16,7 +16,7 @@ This module is imported by the worker before ``Hello``: it must stay free of hea
 from __future__ import annotations
 
 import struct
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -148,8 +148,8 @@ class Shutdown(Msg):
     pass
 
 
-WorkerMsg = Union[Hello, Loading, Ready, LoadFailed, Progress, Draft, Sentence, Turn, Result, Failed, Pong]
-DaemonMsg = Union[Transcribe, LiveStart, LiveAudio, LiveCommit, LiveEnd, Cancel, Ping, Shutdown]
+WorkerMsg = Hello | Loading | Ready | LoadFailed | Progress | Draft | Sentence | Turn | Result | Failed | Pong
+DaemonMsg = Transcribe | LiveStart | LiveAudio | LiveCommit | LiveEnd | Cancel | Ping | Shutdown
 EVENT_TYPES = (Progress, Draft, Sentence, Turn)
 
 _encoder = msgspec.msgpack.Encoder()

@@ -12,7 +12,8 @@ reader without a word).
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import av
 

@@ -15,8 +15,9 @@ override tag when it writes SRT or WebVTT, and writes ``<`` and ``&`` unescaped 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from hasrd.errors import InvalidOption
 

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import stat
-from typing import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ def _adopt(fd: int, name: str) -> socket.socket:
     if family not in _FAMILIES:
         raise SocketActivationError(f"{what} is a {family!r} socket; hasrd serves AF_UNIX, AF_INET and AF_INET6")
     if kind != socket.SOCK_STREAM:
-        raise SocketActivationError(f"{what} is a {getattr(kind, 'name', kind)} socket, not SOCK_STREAM (ListenStream= in the unit)")
+        raise SocketActivationError(f"{what} is a {getattr(kind, 'name', kind)} socket, not SOCK_STREAM "
+                                    "(ListenStream= in the unit)")
     if not listening:
         raise SocketActivationError(f"{what} is a stream socket that is not listening (Accept=no is required)")
     flags = fcntl.fcntl(fd, fcntl.F_GETFD)

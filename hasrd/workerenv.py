@@ -11,7 +11,7 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Mapping
+from collections.abc import Mapping
 
 from hasrd.systemd import scrubbed_env
 
@@ -70,10 +70,8 @@ def package_shim() -> str:
         pass
     os.makedirs(shim, mode=0o700, exist_ok=True)
     tmp = f"{link}.{os.getpid()}"
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
-    except FileNotFoundError:
-        pass
     os.symlink(pkg, tmp)
     os.replace(tmp, link)  # atomic: a concurrent spawn sees the old link or the new one
     return shim
@@ -125,8 +123,7 @@ def sigkill_cause(before: int | None, after: int | None) -> str:
     """Why a worker we did not kill got SIGKILL, as far as the cgroup's OOM counter tells."""
     if before is not None and after is not None:
         if after > before:
-            return " (the kernel's out-of-memory killer: memory.events oom_kill went from {} to {})".format(
-                before, after)
+            return f" (the kernel's out-of-memory killer: memory.events oom_kill went from {before} to {after})"
         return " (from outside hasr: not the out-of-memory killer)"
     return " (from outside hasr, or the kernel's out-of-memory killer: see `journalctl -k`)"
 

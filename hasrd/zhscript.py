@@ -27,8 +27,9 @@ from __future__ import annotations
 import difflib
 import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from hasrd.languages import CANTONESE_REGIONS, UnknownLanguage, parse
 
@@ -229,7 +230,7 @@ class NoOpenCC(RuntimeError):
     """Neither OpenCC package is installed in this interpreter."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def opencc(config: str) -> Callable[[str], str]:
     """OpenCC's converter for ``config`` (t2s, s2t, s2twp, s2hk, tw2s ...), built once. The official package
     and the reimplementation name their configs with and without ``.json``: both are tried."""
@@ -270,7 +271,7 @@ def script_of(text: str) -> tuple[str, int, int]:
 
 def _changed(a: str, b: str) -> int:
     if len(a) == len(b):
-        return sum(x != y and is_han(x) for x, y in zip(a, b))
+        return sum(x != y and is_han(x) for x, y in zip(a, b, strict=True))
     sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
     return sum(i2 - i1 for tag, i1, i2, _j1, _j2 in sm.get_opcodes() if tag != "equal")
 
@@ -449,6 +450,6 @@ def _convert_item(item: dict[str, Any], conv: Callable[[Any], Any]) -> None:
             body = split_like(pieces, " " * lead + conv(joined.strip())) if new != text else pieces
         else:
             body = [conv(p) for p in pieces]
-        for w, p in zip(words, body):
+        for w, p in zip(words, body, strict=True):
             w["word"] = p
     item["text"] = new

@@ -45,7 +45,7 @@ class Activator:
         self.started: list[subprocess.Popen[bytes]] = []
         self.exits: list[int] = []
         self._stop = threading.Event()
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - the children's log, closed in close()
         self._threads = [threading.Thread(target=self._recv_notes, daemon=True),
                          threading.Thread(target=self._supervise, daemon=True)]
         for t in self._threads:
@@ -86,7 +86,7 @@ class Activator:
         while not self._stop.is_set():
             try:
                 data, anc, _flags, _addr = self.notify.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("3i")))
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

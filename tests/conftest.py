@@ -7,7 +7,8 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Awaitable, Callable, Iterator, TypeVar
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 

@@ -40,7 +40,7 @@ class Hasrd:
         full = dict(os.environ)
         full.update({"HASR_ENGINE": "fake", "HASR_BACKOFF_BASE_SEC": "0.05"})
         full.update(env or {})
-        self.logf = open(self.log_path, "ab")
+        self.logf = open(self.log_path, "ab")  # noqa: SIM115 - the daemon's log, closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", sock, *(args or [])],
                                      env=full, stdout=self.logf, stderr=subprocess.STDOUT)
         self.wait_ready()

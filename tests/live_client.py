@@ -25,7 +25,8 @@ def pcm16_24k(pcm16k: np.ndarray) -> bytes:
 
 class LiveClient:
     def __init__(self, sock: str, query: str = "?intent=transcription&hasr_events=true") -> None:
-        self.ws = unix_connect(sock, f"ws://hasr/v1/realtime{query}", max_size=None, open_timeout=30).__enter__()  # closed by close()
+        # closed by close()
+        self.ws = unix_connect(sock, f"ws://hasr/v1/realtime{query}", max_size=None, open_timeout=30).__enter__()
         self.events: list[dict[str, Any]] = []
         self.t0 = time.monotonic()
         self.closed = threading.Event()

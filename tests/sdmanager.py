@@ -26,8 +26,8 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 import pytest
 

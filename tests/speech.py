@@ -25,10 +25,11 @@ CLIPS: dict[str, tuple[str, str]] = {
     "zh_pangrama": ("zh", "天地玄黄宇宙洪荒日月盈昃辰宿列张。"),
 }
 _T2S = dict(zip("見們這個說時國會來為後裡對學點開氣車東長門間現實話語讓還過邊請謝問歲號書電們萬與雲風黃張陳蘇列",
-                "见们这个说时国会来为后里对学点开气车东长门间现实话语让还过边请谢问岁号书电们万与云风黄张陈苏列"))
-_DIGITS = dict(zip("0123456789", "零一二三四五六七八九"))
+                "见们这个说时国会来为后里对学点开气车东长门间现实话语让还过边请谢问岁号书电们万与云风黄张陈苏列",
+                strict=True))
+_DIGITS = dict(zip("0123456789", "零一二三四五六七八九", strict=True))
 _EN_NUMBERS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve".split())}
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"])}
 
 
 def load(name: str) -> np.ndarray:

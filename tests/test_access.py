@@ -11,7 +11,7 @@ import os
 import socket
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest

@@ -14,8 +14,8 @@ import sys
 import tempfile
 import threading
 import wave
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import av
 import numpy as np
@@ -139,13 +139,13 @@ def test_directories_sockets_and_fifos_are_not_files_and_a_fifo_never_blocks(tmp
             # in a thread: opening a fifo with no writer blocks for ever, which a join can see
             raised: list[BaseException] = []
 
-            def decode() -> None:
+            def decode(name: str, raised: list[BaseException]) -> None:
                 try:
                     audio.decode_to_array(str(tmp_path / name))
                 except BaseException as e:  # noqa: BLE001 - handed to the test thread
                     raised.append(e)
 
-            t = threading.Thread(target=decode, daemon=True)
+            t = threading.Thread(target=decode, args=(name, raised), daemon=True)
             t.start()
             t.join(120)  # only a blocked open runs into this
             assert not t.is_alive(), f"decoding {kind} blocked"
@@ -320,9 +320,9 @@ def test_random_bytes_text_and_playlists_are_undecodable(tmp_path: Path, name: s
     p.write_bytes(content)
     assert code_of(audio.decode_to_array, str(p)) == "undecodable"
     assert code_of(audio.decode_to_array, content, name=name) == "undecodable"
-    with open(p, "rb") as f:  # a file object with a .name lets FFmpeg probe by extension too
-        with pytest.raises(AudioDecodeError) as ei:
-            audio.decode_to_array(f, name=name)
+    # a file object with a .name lets FFmpeg probe by extension too
+    with open(p, "rb") as f, pytest.raises(AudioDecodeError) as ei:
+        audio.decode_to_array(f, name=name)
     assert ei.value.code == "undecodable" and name in ei.value.message
 
 

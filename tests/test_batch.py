@@ -3,6 +3,7 @@ manifest, reruns, an actor killed with SIGKILL, Ctrl-C, and every refusal before
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -234,10 +235,8 @@ def _slow_fake(base: str) -> dict[str, str]:
 def _journal_rows(out: Path) -> int:
     n = 0
     for name in ("manifest.jsonl", ".hasr-batch.journal"):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             n += sum(1 for line in (out / name).read_text().splitlines() if line.strip())
-        except FileNotFoundError:
-            pass
     return n
 
 
@@ -359,10 +358,8 @@ def client_head(module_tmp: str) -> Any:
     finally:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in _all_ours(env):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
             if wait_until(lambda: not _all_ours(env), 15):
                 break
 

@@ -196,7 +196,7 @@ def test_two_runs_cannot_write_one_outdir(tmp_path: Path) -> None:
         with pytest.raises(UsageError, match="another hasrctl batch is writing there"):
             manifest.Manifest(str(tmp_path)).open()
         # another process too (flock is per open file description)
-        code = "from hasrctl.batch import manifest; manifest.Manifest(%r).open()" % str(tmp_path)
+        code = f"from hasrctl.batch import manifest; manifest.Manifest({str(tmp_path)!r}).open()"
         res = subprocess.run(["python3", "-c", code], capture_output=True, text=True)
         assert res.returncode != 0 and "another hasrctl batch" in res.stderr
     finally:

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import srt
@@ -79,7 +79,7 @@ def test_srt_output_parses_and_covers_the_audio(env: dict[str, str], wav: str) -
     subs = list(srt.parse(res.stdout))
     assert "".join(s.content for s in subs) == FINAL
     assert subs[0].start == timedelta(0) and subs[-1].end == timedelta(seconds=3)
-    assert all(a.end <= b.start for a, b in zip(subs, subs[1:]))
+    assert all(a.end <= b.start for a, b in zip(subs, subs[1:], strict=False))
 
 
 def test_vtt_output_parses_and_matches_the_srt_times(env: dict[str, str], wav: str) -> None:

@@ -202,7 +202,8 @@ def test_doctor_colours_only_a_terminal_and_never_under_no_color(short_tmp: str)
     def run_on_tty(extra: dict[str, str]) -> bytes:
         master, slave = pty.openpty()
         proc = subprocess.Popen([sys.executable, "-m", "hasrctl", "doctor", "--quick"], stdout=slave,
-                                stderr=slave, env={**cli_env(short_tmp), **extra}, cwd=str(Path(__file__).parent.parent))
+                                stderr=slave, env={**cli_env(short_tmp), **extra},
+                                cwd=str(Path(__file__).parent.parent))
         os.close(slave)
         out = b""
         while True:

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from speech import DATA

@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 import wave
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,11 +183,11 @@ def _live(tmux: list[str], short_tmp: str, events: list[list[object]], language:
            f"echo \"rc=$?\" > {shlex.quote(done)}; sleep 3600")
     subprocess.run([*tmux, "new-session", "-d", "-s", "cli", "-x", str(width), "-y", "20", cmd], check=True)
     end = time.monotonic() + LIMIT
-    while not (os.path.exists(done) and open(done).read().strip()):
+    while not (os.path.exists(done) and Path(done).read_text().strip()):
         assert time.monotonic() < end, "the live view script did not finish"
         time.sleep(0.05)
-    assert open(done).read().strip() == "rc=0"
-    return [open(os.path.join(shots, str(i))).read() for i in range(sum(1 for e in events if e[0] == "shot"))]
+    assert Path(done).read_text().strip() == "rc=0"
+    return [Path(shots, str(i)).read_text() for i in range(sum(1 for e in events if e[0] == "shot"))]
 
 
 def _lines(screen: str) -> list[tuple[str, str]]:
@@ -337,7 +338,7 @@ def test_stream_to_a_file_keeps_the_live_view_on_the_terminal(tmux: list[str], s
         assert d.stop() == 0
     w = runs(t.stream())
     assert "今天" in dimmed(w, 0, len(w)), w
-    assert open(out).read().startswith("1\n00:00:00,000 --> ")
+    assert Path(out).read_text().startswith("1\n00:00:00,000 --> ")
     no_dim_left(lines)
 
 
@@ -354,7 +355,7 @@ def test_progress_shows_on_a_terminal_while_stdout_goes_to_a_file(tmux: list[str
         assert d.stop() == 0
     assert any("[#" in text and "/3.0 s audio" in text for _dim, text in runs(t.stream())), t.stream()
     assert lines == []  # erased when done: the terminal is left clean
-    assert open(out).read().splitlines() == ["今天天气很好。", "我们去公园散步"]  # the transcript alone
+    assert Path(out).read_text().splitlines() == ["今天天气很好。", "我们去公园散步"]  # the transcript alone
 
 
 def test_stream_with_the_whisper_engine_shows_progress_and_sentences_while_the_job_runs(
@@ -385,7 +386,7 @@ def test_stream_with_the_whisper_engine_shows_progress_and_sentences_while_the_j
     assert seen_running, "no sentence was on screen while the job ran"
     w = runs(t.stream())
     assert 0 <= first(w, False, "transcribing") < first(w, False, "Hello world"), w  # progress came first
-    final = json.load(open(out))["hasr"]["final"]
+    final = json.loads(Path(out).read_text())["hasr"]["final"]
     assert final.lower().count("hello world") >= 5, final  # the whole file, six times the same words
     assert _plain(lines[0]) == final, lines  # the final text, once, then the summary (-o) and nothing else
     assert len(lines) == 2 and lines[1].startswith("hasrctl: ") and "s of audio" in lines[1], lines
@@ -424,7 +425,7 @@ def test_stream_with_the_hybrid_engine_shows_its_draft_then_the_final_text(tmux:
         lines = t.final_lines()
     finally:
         assert d.stop() == 0
-    result = json.load(open(out))["hasr"]
+    result = json.loads(Path(out).read_text())["hasr"]
     w = runs(t.stream())
     first_final = first(w, False, result["per_sentence"][0]["text"].strip())
     assert first_final > 0 and "今天" in dimmed(w, 0, first_final), w  # the scripted draft, dimmed, first

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -46,11 +46,10 @@ def test_transcribe_returns_the_seed_result_with_timings(daemon: Hasrd, wav: str
 
 
 def test_transcribe_streams_ndjson_events_ending_with_done(daemon: Hasrd, wav: str) -> None:
-    with daemon.client() as c:
-        with c.stream("POST", "/transcribe", json={"audio_path": wav},
-                      headers={"Accept": "application/x-ndjson"}) as r:
-            assert r.headers["content-type"].startswith("application/x-ndjson")
-            events = [json.loads(line) for line in r.iter_lines() if line]
+    with daemon.client() as c, c.stream("POST", "/transcribe", json={"audio_path": wav},
+                                        headers={"Accept": "application/x-ndjson"}) as r:
+        assert r.headers["content-type"].startswith("application/x-ndjson")
+        events = [json.loads(line) for line in r.iter_lines() if line]
     kinds = [e["event"] for e in events]
     assert kinds[0] == "loading" and kinds[-1] == "done"
     assert {"progress", "draft", "sentence"} <= set(kinds)

@@ -13,8 +13,8 @@ import sys
 import threading
 import time
 import wave
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import httpx
 import pytest
@@ -253,7 +253,10 @@ def test_crash_timeout_and_queue_full_each_get_their_status_and_the_next_request
         assert "HASR_STALL_SEC" in r.json()["error"]["message"]
         assert transcribe(d.sock, wav).status_code == 200
         results: list[int] = []
-        slow: Callable[[], None] = lambda: results.append(transcribe(d.sock, wav, {"fake": {"rtf": 0.8}}).status_code)
+
+        def slow() -> None:
+            results.append(transcribe(d.sock, wav, {"fake": {"rtf": 0.8}}).status_code)
+
         threads = [threading.Thread(target=slow) for _ in range(2)]
         for t in threads:
             t.start()

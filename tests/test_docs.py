@@ -19,7 +19,8 @@ README = (REPO / "README.md").read_text()
 
 def test_config_md_is_the_generated_reference_so_it_cannot_drift() -> None:
     committed = (REPO / "docs" / "CONFIG.md").read_text()
-    assert committed == config.markdown(), "docs/CONFIG.md is stale: python3 -m hasrd.config --markdown > docs/CONFIG.md"
+    assert committed == config.markdown(), \
+        "docs/CONFIG.md is stale: python3 -m hasrd.config --markdown > docs/CONFIG.md"
     res = subprocess.run([sys.executable, "-m", "hasrd.config", "--markdown"], capture_output=True, text=True,
                          cwd=REPO, timeout=60)
     assert res.returncode == 0 and res.stdout == committed, res.stderr

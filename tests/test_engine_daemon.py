@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import av
 import numpy as np
@@ -95,7 +96,8 @@ def test_word_timestamps_come_through_the_daemon_as_openai_words(whisper_daemon:
     assert r.status_code == 200, r.text
     body = r.json()
     words = body["words"]
-    assert [w["word"].strip(".").lower() for w in words] == "the quick brown fox jumps over the lazy dog".split()
+    assert [w["word"].strip(".").lower() for w in words] == ["the", "quick", "brown", "fox", "jumps", "over", "the",
+                                                             "lazy", "dog"]
     assert all(set(w) == {"word", "start", "end"} and 0 <= w["start"] <= w["end"] <= body["duration"] + 0.05
                for w in words)
     assert [w["start"] for w in words] == sorted(w["start"] for w in words)
@@ -195,7 +197,7 @@ def test_the_hybrid_engine_with_the_library_like_r2t2_stand_in_re_transcribes_ex
     pcm = np.concatenate(parts)
     lines: list[str] = []
     said = ""
-    for k, (name, (s, e)) in enumerate(zip(order, spans)):
+    for k, (name, (s, e)) in enumerate(zip(order, spans, strict=True)):
         sentence = CLIPS[name][1]
         if k in bar:  # unsure half-way: the model writes "|" there until the sentence ends
             half = len(sentence) // 2

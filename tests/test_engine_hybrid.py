@@ -43,7 +43,7 @@ def audio() -> tuple[np.ndarray, list[float]]:
 
 def script_for(bounds: list[float]) -> list[str]:
     """Sentences whose lengths follow the pauses (10 characters a second), so windows fall on the clips."""
-    lens = [round(10 * (b - a)) for a, b in zip([0.0] + bounds, bounds)]
+    lens = [round(10 * (b - a)) for a, b in zip([0.0] + bounds, bounds, strict=False)]
     return ["你好世界" + "嗯" * (lens[0] - 5) + "。", "一二三|" + "嗯" * (lens[1] - 5) + "。",
             "天地玄黄" + "嗯" * (lens[2] - 4)]
 
@@ -53,7 +53,7 @@ def check(r: dict[str, Any], drafts: list[str]) -> None:
     assert [w["text"] for w in r["sent_windows"]] == drafts
     assert [s["engine"] for s in r["per_sentence"]] == ["draft", "fw", "fw"] and r["fw_calls"] == 2
     assert r["per_sentence"][0]["text"] == drafts[0]
-    for s, name in zip(r["per_sentence"][1:], NAMES[1:]):
+    for s, name in zip(r["per_sentence"][1:], NAMES[1:], strict=True):
         assert "嗯" not in s["text"] and "|" not in s["text"]
         assert error_rate("zh", CLIPS[name][1], s["text"]) <= MAX_CER[name], (name, s["text"])
     assert r["final"] == "".join(s["text"] for s in r["per_sentence"])
@@ -73,14 +73,15 @@ def test_scripted_draft_with_real_faster_whisper_replaces_exactly_the_truncated_
     r = e.transcribe(pcm, "Chinese", {"fake": {"script": "".join(drafts)}}, NullEmitter(), lambda: False)
     assert r["engine"] == "hybrid-asr-v2c" and r["language"] == "Chinese"
     check(r, drafts)
-    for s, b in zip(r["per_sentence"], bounds):  # windows end at the chunk where the pause was reached
+    for s, b in zip(r["per_sentence"], bounds, strict=True):  # windows end at the chunk where the pause was reached
         assert abs(s["end_s"] - b) <= 0.2
 
 
 def test_the_final_stage_in_a_thread_gives_the_sequential_result(audio: Any) -> None:
     pcm, bounds = audio
     opts = {"fake": {"script": "".join(script_for(bounds))}}
-    results = [scripted(mode).transcribe(pcm, "Chinese", opts, NullEmitter(), lambda: False) for mode in ("thread", "after")]
+    results = [scripted(mode).transcribe(pcm, "Chinese", opts, NullEmitter(), lambda: False)
+               for mode in ("thread", "after")]
     for key in ("per_sentence", "sent_windows", "final", "fw_calls", "draft"):
         assert results[0][key] == results[1][key]
 
@@ -97,7 +98,8 @@ def test_the_hybrid_engine_drives_a_stand_in_r2t2_with_real_faster_whisper(
     # sentence; the observed generation marks sentence 2 as truncated although no "|" is left in the draft.
     snaps = ["你好世界。", "你好世界。一二三|四五。", "你好世界。一二三四五。", "你好世界。一二三四五。天地玄黄宇宙"]
     times = [bounds[0] - 0.2, (bounds[0] + bounds[1]) / 2, bounds[1] - 0.2, bounds[2] - 0.05]
-    (weights / "script.tsv").write_text("".join(f"{t:.2f}\t{s}\n" for t, s in zip(times, snaps)), encoding="utf-8")
+    (weights / "script.tsv").write_text("".join(f"{t:.2f}\t{s}\n" for t, s in zip(times, snaps, strict=True)),
+                                        encoding="utf-8")
     monkeypatch.delitem(sys.modules, "r2t2", raising=False)
     monkeypatch.syspath_prepend(str(STAND_IN / "real"))
     s = config.load(env={"HASR_R2T2_MODEL": str(weights)})

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -52,7 +53,8 @@ def test_a_missing_r2t2_package_says_what_to_install_and_where(monkeypatch: pyte
     with pytest.raises(EngineError) as e:
         import_r2t2()
     assert e.value.code == "model_unavailable"
-    assert "confucius4-r2t2" in e.value.message and "git+https://github.com/netease-youdao/Confucius4-R2T2" in e.value.message
+    assert "confucius4-r2t2" in e.value.message
+    assert "git+https://github.com/netease-youdao/Confucius4-R2T2" in e.value.message
     assert "HASR_WORKER_PYTHON" in e.value.message
 
 

@@ -35,7 +35,8 @@ def test_short_audio_is_one_segment_and_vad_is_not_run() -> None:
     def vad(block: np.ndarray) -> list[tuple[int, int]]:
         raise AssertionError("VAD must not run on short audio")
 
-    assert list(segment.iter_segments(np.zeros(60 * SR, np.float32), 60, vad=vad)) == [segment.Segment(0, 60 * SR, True)]
+    segs = list(segment.iter_segments(np.zeros(60 * SR, np.float32), 60, vad=vad))
+    assert segs == [segment.Segment(0, 60 * SR, True)]
 
 
 def test_segments_cover_the_audio_in_order_on_the_chunk_grid_and_mark_silence() -> None:
@@ -51,11 +52,12 @@ def test_segments_cover_the_audio_in_order_on_the_chunk_grid_and_mark_silence() 
     pcm = np.zeros(n, np.float32)
     segs = list(segment.iter_segments(pcm, 60, vad=vad))
     assert segs[0].start == 0 and segs[-1].end == n
-    for a, b in zip(segs, segs[1:]):
+    for a, b in zip(segs, segs[1:], strict=False):
         assert a.end == b.start
     for s in segs:
         assert s.start % CH == 0 and 0 < s.end - s.start <= 60 * SR
-        assert s.end == n or any(e <= s.end <= st for (_, e), (st, _) in zip(speech, speech[1:]))  # cut in a pause
+        # cut in a pause
+        assert s.end == n or any(e <= s.end <= st for (_, e), (st, _) in zip(speech, speech[1:], strict=False))
     assert all(s.speech for s in segs)
     silent = list(segment.iter_segments(np.zeros(130 * SR, np.float32), 60, vad=lambda b: []))
     assert [s.speech for s in silent] == [False] * len(silent) and list(segment.speech_ranges(silent)) == []
@@ -68,7 +70,7 @@ def test_real_vad_cuts_three_clips_apart_at_their_pauses() -> None:
     starts = [0, len(clips[0]) + len(gap), len(clips[0]) + len(clips[1]) + 2 * len(gap)]
     segs = list(segment.iter_segments(pcm, 6.0))
     assert len(segs) == 3 and all(s.speech for s in segs)
-    for s, st in zip(segs[1:], starts[1:]):
+    for s, st in zip(segs[1:], starts[1:], strict=True):
         assert st - len(gap) < s.start < st  # inside the pause before the clip
 
 

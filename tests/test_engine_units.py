@@ -94,8 +94,8 @@ def test_the_prompt_reaches_faster_whisper_as_initial_prompt(monkeypatch: pytest
 def test_word_timestamps_from_numpy_values_cross_the_worker_channel(monkeypatch: pytest.MonkeyPatch) -> None:
     stub = StubWhisper()
     wire = Wire()
-    r = whisper_engine(stub, monkeypatch).transcribe(np.zeros(2 * SR, np.float32), "en", {"word_timestamps": True}, wire,
-                                        lambda: False)
+    r = whisper_engine(stub, monkeypatch).transcribe(np.zeros(2 * SR, np.float32), "en", {"word_timestamps": True},
+                                                     wire, lambda: False)
     assert stub.calls[0]["word_timestamps"] is True
     p.encode(p.Result(id=1, result=r))  # TypeError here was runtime_failure through the daemon
     assert all_plain(r)

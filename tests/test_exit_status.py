@@ -3,7 +3,7 @@ the process is gone. Played against the real sd_notify datagram socket of tests/
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -96,7 +98,7 @@ def requests(draw: Any, wav: str) -> tuple[str, str, dict[str, str], Any, Any]:
             headers["content-type"] = "application/x-www-form-urlencoded"
         else:
             name = draw(TEXT).encode("utf-8", "surrogatepass").decode("latin-1")
-            files = {"file": (name, draw(st.sampled_from([open(wav, "rb").read(), b"", b"\x00" * 100])))}
+            files = {"file": (name, draw(st.sampled_from([Path(wav).read_bytes(), b"", b"\x00" * 100])))}
             return method, path, headers, {k: v.decode("latin-1") for k, v in data.items()}, files
     return method, path, headers, content, files
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 import wave
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -256,7 +256,7 @@ def test_the_whisper_engine_live_finals_match_its_file_transcription(module_tmp:
     assert all(s["engine"] == "fw" for s in result["per_sentence"])
     edits = error_rate("en", file_text, result["final"])
     assert edits <= 0.15, (file_text, result["final"])
-    for ref_name, item in zip(["en_quick_brown_fox", "en_espeak_park", "en_hello_world"], completed):
+    for ref_name, item in zip(["en_quick_brown_fox", "en_espeak_park", "en_hello_world"], completed, strict=True):
         assert error_rate("en", CLIPS[ref_name][1], item["transcript"]) <= 0.35, (ref_name, item["transcript"])
 
 
@@ -285,7 +285,7 @@ def test_the_hybrid_engine_live_drafts_with_r2t2_and_re_transcribes_truncated_se
     assert result["engine"] == "hybrid-asr-v2c" and result["fw_calls"] == 2
     sentences = lc.of("hasr.sentence")
     assert [s["engine"] for s in sentences] == ["fw", "fw"]
-    for name, s in zip(order, sentences):  # faster-whisper's text of each utterance's own audio
+    for name, s in zip(order, sentences, strict=True):  # faster-whisper's text of each utterance's own audio
         assert error_rate("zh", CLIPS[name][1], s["text"]) <= 0.5, (name, s["text"])
 
 

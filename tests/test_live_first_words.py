@@ -11,8 +11,9 @@ speech can hold a word, and the detection's encoding is the decode's (:class:`On
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest

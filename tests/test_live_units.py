@@ -3,8 +3,9 @@ WhisperLive driven by a fake faster-whisper: the file path's loop rules and the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from speech import load
@@ -53,7 +54,7 @@ def test_the_streaming_vad_finds_each_utterance_however_the_audio_is_cut_into_pi
         pieces += vad.feed(pcm[i:i + 1234])
     assert [k for k, _ in pieces] == [k for k, _ in whole]
     # the same scores as one pass, up to the rounding of ONNX's batch sizes: at most a window apart
-    assert all(abs(a - b) <= FRAME for (_, a), (_, b) in zip(pieces, whole))
+    assert all(abs(a - b) <= FRAME for (_, a), (_, b) in zip(pieces, whole, strict=True))
     assert [k for k, _ in whole] == ["start", "end", "start", "end"]
     assert all(at % FRAME == 0 for _, at in whole)
     assert abs(whole[0][1] - SR) < 0.3 * SR  # speech starts after the first second of silence

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -50,7 +51,8 @@ def test_stream_deltas_concatenate_exactly_to_the_done_text(fake: Hasrd, wav: st
     assert set(kinds) == {"transcript.text.delta", "transcript.text.done"} and kinds[-1] == "transcript.text.done"
     deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
     done = events[-1]
-    assert len(deltas) == 3 and "".join(deltas) == done.text == ENGLISH  # "...already? Remember", not "already?Remember"
+    # "...already? Remember", not "already?Remember"
+    assert len(deltas) == 3 and "".join(deltas) == done.text == ENGLISH
     assert done.usage is not None and done.usage.type == "duration" and done.usage.seconds == 6
 
 

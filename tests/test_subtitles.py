@@ -104,7 +104,7 @@ def test_every_cue_keeps_the_rules_and_no_text_is_lost(sentences: list[tuple[lis
         t += dur + 0.5
     rules = CueRules(max_line_width=width, max_line_count=count, max_cue_sec=max_sec)
     out = cues(segs, rules)
-    for a, b in zip(out, out[1:]):
+    for a, b in zip(out, out[1:], strict=False):
         assert a.end <= b.start + 1e-9 and a.start < a.end
     for c in out:
         assert c.end - c.start <= max_sec + 1e-9

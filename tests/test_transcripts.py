@@ -13,7 +13,8 @@ import os
 import shutil
 import subprocess
 import wave
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -113,7 +114,7 @@ def test_english_with_pauses_gives_one_segment_per_sentence_inside_its_audio(dae
     doc = openai(daemon, path, "en", "verbose_json")
     segs = doc["segments"]
     assert len(segs) == len(EN), [s["text"] for s in segs]
-    for seg, (s, e), ref in zip(segs, spans, EN):
+    for seg, (s, e), ref in zip(segs, spans, EN, strict=True):
         assert s - TOLERANCE <= seg["start"] < seg["end"] <= e + TOLERANCE, (seg, s, e)
         assert error_rate("en", ref, seg["text"]) <= 0.25, (seg["text"], ref)
     assert " ".join(s["text"] for s in segs) == doc["text"]
@@ -156,7 +157,7 @@ def test_the_cli_writes_one_sentence_a_line_and_the_same_cues(daemon: Hasrd, fil
     r = hasrctl("transcribe", "--socket", daemon.sock, "-l", "en", path, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == len(EN) and all(error_rate("en", ref, got) <= 0.25 for ref, got in zip(EN, lines))
+    assert len(lines) == len(EN) and all(error_rate("en", ref, got) <= 0.25 for ref, got in zip(EN, lines, strict=True))
     r = hasrctl("transcribe", "--socket", daemon.sock, "-l", "en", "-f", "srt", "--max-line-count", "1", path,
                 env=env, timeout=300)
     assert r.returncode == 0, r.stderr

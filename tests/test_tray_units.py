@@ -66,7 +66,8 @@ def test_unknown_icon_state_is_refused() -> None:
     (snap(state="ready", health="busy", queue=2, job={"name": "a.wav", "done_s": 1.0, "total_s": 4.0}),
      "busy", "hasr: transcribing a.wav 25% (+2 queued)"),
     (snap(state="fatal", health="error", error="no weights"), "error", "hasr: error: no weights"),
-    (snap(state="backoff", health="loading", error="oom"), "loading", "hasr: loading failed, next request retries: oom"),
+    (snap(state="backoff", health="loading", error="oom"), "loading",
+     "hasr: loading failed, next request retries: oom"),
     (Link(DOWN, "refused"), "offline", "hasr: daemon not running"),
     (Link(ASLEEP), "idle", "hasr: idle (daemon asleep, starts on demand)"),
     (Link(BROKEN, "not JSON"), "error", "hasr: daemon error: not JSON"),
@@ -207,7 +208,7 @@ class ScriptedClient:
             raise h
         return dict(h)
 
-    def events(self) -> "Stream":
+    def events(self) -> Stream:
         self.connections += 1
         return Stream(self.streams.pop(0))
 
@@ -302,7 +303,8 @@ def test_bad_files_fail_alone_with_a_reason(tmp_path: Path) -> None:
     jobs, notes = run_jobs([str(txt), str(tmp_path / "gone.wav"), str(tmp_path)])
     assert [j.state for j in jobs.jobs] == [FAILED] * 3
     assert [n[2] for n in notes] == [True] * 3
-    assert notes[0][1] == "the file could not be decoded" and "does not exist" in notes[1][1] and "folder" in notes[2][1]
+    assert notes[0][1] == "the file could not be decoded"
+    assert "does not exist" in notes[1][1] and "folder" in notes[2][1]
 
 
 def test_progress_events_become_a_fraction_and_words() -> None:

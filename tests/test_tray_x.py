@@ -7,13 +7,15 @@ Set HASR_TRAY_SCREENSHOTS=DIR to also save tray.png and dropwindow.png (the READ
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -36,10 +38,8 @@ def _x_tools() -> None:
 def background(fn: Any) -> None:
     """Run a daemon request in a thread; its outcome is judged through the tray, so errors are ignored."""
     def run() -> None:
-        try:
+        with contextlib.suppress(Exception):
             fn()
-        except Exception:
-            pass
     threading.Thread(target=run, daemon=True).start()
 
 

@@ -10,8 +10,9 @@ import socket
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -157,7 +158,8 @@ def tiny(sd_manager: SdManager, tmp_path: Path) -> SdManager:
     script.write_text(TINY)
     sd_manager.install(USER_UNITS[0], reload=False)
     sd_manager.install(USER_UNITS[1], exec_start=f"{sys.executable} {script}",
-                       dropin=test_dropin(env={"TINY_IDLE_EXIT_SEC": "1", "TINY_EXIT_DELAY_SEC": "0.5"}, stdout=sd_manager.base / "tiny.log"))
+                       dropin=test_dropin(env={"TINY_IDLE_EXIT_SEC": "1", "TINY_EXIT_DELAY_SEC": "0.5"},
+                                          stdout=sd_manager.base / "tiny.log"))
     return sd_manager
 
 

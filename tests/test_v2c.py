@@ -37,7 +37,8 @@ class ListDraft:
         self.init_kwargs = kw
         return State()
 
-    def streaming_transcribe(self, pcm16k: np.ndarray, state: State, max_new_tokens: int | None = None) -> tuple[str, str]:
+    def streaming_transcribe(self, pcm16k: np.ndarray, state: State,
+                             max_new_tokens: int | None = None) -> tuple[str, str]:
         self.calls.append({"n": len(pcm16k), "dtype": pcm16k.dtype, "max_new_tokens": max_new_tokens})
         snap = self.snaps[self.i] if self.i < len(self.snaps) else None
         i, self.i = self.i, self.i + 1
@@ -250,7 +251,7 @@ def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
         ws, ps = r["sent_windows"], r["per_sentence"]
         assert len(ws) == len(ps) == len(rec.sentences())
         prev_end = -1
-        for w, p in zip(ws, ps):
+        for w, p in zip(ws, ps, strict=True):
             # the audio window reaches LAG chunks back from the chunk after the previous close
             assert w["start_chunk"] == max(0, prev_end + 1 - LAG) and w["start_chunk"] <= w["end_chunk"] < n
             # the sentence starts on the draft's clock at that chunk (the last window stays inside the audio)
@@ -258,7 +259,7 @@ def test_chunk_indices_and_times_are_contiguous_and_consistent() -> None:
             assert p["end_s"] == pytest.approx(min(r["duration_s"], (w["end_chunk"] + 1) * 0.16))
             prev_end = w["end_chunk"]
         # cues follow each other: each sentence starts where the previous ended (bar the end-of-audio clamp)
-        for a, b in zip(ps, ps[1:]):
+        for a, b in zip(ps, ps[1:], strict=False):
             assert b["start_s"] == pytest.approx(a["end_s"]) or b["start_s"] == pytest.approx((n - 1) * 0.16)
         assert "".join(w["text"] for w in ws) == r["draft"]
         assert r["fw_calls"] == sum(w["truncated_by"] is not None for w in ws)
@@ -293,7 +294,8 @@ class SlowDraft(ListDraft):
         super().__init__(snaps)
         self.rng, self.max_delay = rng, max_delay
 
-    def streaming_transcribe(self, pcm16k: np.ndarray, state: State, max_new_tokens: int | None = None) -> tuple[str, str]:
+    def streaming_transcribe(self, pcm16k: np.ndarray, state: State,
+                             max_new_tokens: int | None = None) -> tuple[str, str]:
         time.sleep(self.rng.uniform(0, self.max_delay))
         return super().streaming_transcribe(pcm16k, state, max_new_tokens)
 
@@ -338,7 +340,8 @@ def test_sentences_are_emitted_in_order_while_the_draft_continues() -> None:
         return "慢"
 
     class Draft(ListDraft):
-        def streaming_transcribe(self, pcm16k: np.ndarray, state: State, max_new_tokens: int | None = None) -> tuple[str, str]:
+        def streaming_transcribe(self, pcm16k: np.ndarray, state: State,
+                             max_new_tokens: int | None = None) -> tuple[str, str]:
             seen.append(self.i)
             if self.i == 6:
                 gate.set()  # the fw thread was still busy with window 0 while we went on
@@ -401,6 +404,8 @@ def test_the_scripted_draft_closes_one_window_per_script_sentence() -> None:
 def test_the_fake_engine_runs_through_v2c_with_its_default_script() -> None:
     rec = Rec()
     r = FakeEngine(env={}).transcribe(np.zeros(32000, np.float32), "Chinese", {}, rec, lambda: False)
-    assert r["final"] == "今天天气很好。我们去公园散步" and r["fw_calls"] == 1 and r["draft"] == "今天天气很好。我们去公园散步|吧。"
-    assert [(p["engine"], p["start_s"]) for p in r["per_sentence"]] == [("draft", 0.0), ("fw", r["per_sentence"][0]["end_s"])]
+    assert r["final"] == "今天天气很好。我们去公园散步" and r["fw_calls"] == 1
+    assert r["draft"] == "今天天气很好。我们去公园散步|吧。"
+    assert [(p["engine"], p["start_s"]) for p in r["per_sentence"]] == [("draft", 0.0),
+                                                                      ("fw", r["per_sentence"][0]["end_s"])]
     assert rec.events[-1] == ("progress", 2.0, 2.0)

@@ -6,8 +6,9 @@ waits on the events it must see."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,7 +97,7 @@ def test_progress_goes_on_while_one_long_window_runs(mode: str) -> None:
     assert [p["text"] for p in out.per_sentence] == ["<fw>"]
     progress = [e for e in rec.events if e[0] == "progress"]
     assert progress[-1] == ("progress", 1.6, 1.6)
-    assert all(a[1] <= b[1] for a, b in zip(progress, progress[1:]))  # beats re-send, never go back
+    assert all(a[1] <= b[1] for a, b in zip(progress, progress[1:], strict=False))  # beats re-send, never go back
 
 
 def test_first_text_s_is_never_past_the_end_of_the_audio() -> None:

@@ -170,7 +170,7 @@ def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int
     # each truncated window got exactly one faster-whisper call, on its own audio range
     truncated = [w for w in windows if w.truncated_by is not None]
     assert r["fw_calls"] == len(truncated) == len(fw.heard)
-    for w, heard in zip(truncated, fw.heard):
+    for w, heard in zip(truncated, fw.heard, strict=True):
         a0, a1 = v2c.window_span(w.start_chunk, w.end_chunk, len(pcm))
         assert heard == (a0 // CH, (a1 - 1) // CH)
     # no sentence duplicated: each fw answer used once, sentences emitted once each, in order
@@ -180,7 +180,7 @@ def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int
     assert "|" not in "".join(p["text"] for p in r["per_sentence"])
     # a sentence after one that closed on its mark starts with a mark only where the draft wrote both marks in a
     # row: never with the mark that replaced the closed one's ("你好。" then "你好，我们" is not "你好。，我们")
-    for a, b in zip(windows, windows[1:]):
+    for a, b in zip(windows, windows[1:], strict=False):
         if v2c.ends_with_mark(a.text) and stand_in_mark(b.text.lstrip()[:1]):
             assert any(a.text + b.text in v for v in shown), (a.text, b.text)
     # the model's "|" regenerated before a closed sentence's mark is no symptom of any sentence: with no other
@@ -244,7 +244,7 @@ def test_a_twenty_character_shrink_in_mid_sentence_loses_nothing_and_duplicates_
     m = model([(0.3, "好。"), (0.8, "好。我们今天" + "好的" * 25), (3.5, "好。我们今天去公园。")])
     r, rec, _ = run(m, audio(30))
     lengths = [len(d) for d in rec.drafts]
-    assert max(a - b for a, b in zip(lengths, lengths[1:])) >= 20  # the shrink happened
+    assert max(a - b for a, b in zip(lengths, lengths[1:], strict=False)) >= 20  # the shrink happened
     assert [w["text"] for w in r["sent_windows"]] == ["好。", "我们今天去公园。"]
     assert r["final"] == "好。我们今天去公园。" and r["fw_calls"] == 0
 
@@ -378,7 +378,8 @@ def test_no_language_lets_r2t2_detect_it_and_the_tag_never_reaches_the_text() ->
     assert r["final"] == "你好世界。今天好。" and all("asr_text" not in d and "language" not in d for d in rec.drafts)
 
 
-def test_the_finish_decodes_the_tail_with_a_budget_that_flushes_a_lagging_draft(capfd: pytest.CaptureFixture[str]) -> None:
+def test_the_finish_decodes_the_tail_with_a_budget_that_flushes_a_lagging_draft(
+        capfd: pytest.CaptureFixture[str]) -> None:
     # the whole sentence arrives only in the last chunk: four new tokens (the load's default) cannot hold it
     hyps = [(0.3, "好。"), (1.9, "好。我们今天一起去公园散步吧。")]
     r, _, _ = run(model(hyps), audio(12))

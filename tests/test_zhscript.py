@@ -27,7 +27,8 @@ from hasrd.languages import Language, UnknownLanguage, join_sentences, parse, re
     ("zh-hant", Language("Chinese", "zh", "Hant")), ("ZH-HANT-tw", Language("Chinese", "zh", "Hant", "TW")),
     ("zh-SG", Language("Chinese", "zh", "", "SG")), ("zh-MO", Language("Cantonese", "yue", "", "MO")),
     ("zh-HK", Language("Cantonese", "yue", "", "HK")),  # Cantonese speech, as Azure / AWS / Apple read it
-    ("cmn-Hant-HK", Language("Chinese", "zh", "Hant", "HK")), ("zh-cmn-Hans-CN", Language("Chinese", "zh", "Hans", "CN")),
+    ("cmn-Hant-HK", Language("Chinese", "zh", "Hant", "HK")),
+    ("zh-cmn-Hans-CN", Language("Chinese", "zh", "Hans", "CN")),
     ("yue", Language("Cantonese", "yue")), ("Cantonese", Language("Cantonese", "yue")),
     ("zh-yue", Language("Cantonese", "yue")), ("yue-Hans-CN", Language("Cantonese", "yue", "Hans", "CN")),
     ("Traditional Chinese", Language("Chinese", "zh", "Hant")), ("zh-XX", Language("Chinese", "zh", "", "XX")),
@@ -129,7 +130,7 @@ def test_punctuate_is_idempotent(text: str) -> None:
 def test_no_space_is_left_between_two_chinese_characters(text: str) -> None:
     out = z.punctuate(text)
     for i, c in enumerate(out):
-        if c.isspace() and 0 < i:
+        if c.isspace() and i > 0:
             j = i
             while j < len(out) and out[j].isspace():
                 j += 1
@@ -213,7 +214,8 @@ def whisper_like(texts: list[str], code: str = "zh") -> dict[str, Any]:
             "sent_windows": [{"text": s["text"], "start_chunk": 0, "end_chunk": 1} for s in sentences]}
 
 
-@pytest.mark.parametrize("tag,first", [("zh", "这个软件很好，"), ("zh-TW", "這個軟體很好，"), ("zh-HK", "這個軟件很好，")])
+@pytest.mark.parametrize("tag,first", [("zh", "这个软件很好，"), ("zh-TW", "這個軟體很好，"),
+                                       ("zh-HK", "這個軟件很好，")])
 def test_a_result_is_converted_everywhere_and_its_sentences_still_join_to_final(tag: str, first: str) -> None:
     res = z.Scripter(tag, "simplified").result(whisper_like(["這個|軟件|很好,", "我们|走吧."]))
     texts = [s["text"] for s in res["per_sentence"]]
@@ -245,7 +247,8 @@ def test_detected_chinese_follows_the_setting_and_detected_japanese_is_left_alon
 
 def test_streamed_texts_before_the_language_is_known_are_judged_by_their_characters() -> None:
     s = z.Scripter("", "simplified")
-    assert s.text("這個很好,") == "这个很好，" and s.text("ですね,東京") == "ですね,東京" and s.text("ok, fine") == "ok, fine"
+    assert s.text("這個很好,") == "这个很好，" and s.text("ですね,東京") == "ですね,東京"
+    assert s.text("ok, fine") == "ok, fine"
     s.detected("ja")
     assert s.text("東京大学,") == "東京大学,"
 

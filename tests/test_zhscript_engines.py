@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,7 +158,8 @@ def mandarin() -> np.ndarray:
     import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location("hasr_corpus", Path(__file__).parent.parent / "benchmarks" / "corpus.py")
+    spec = importlib.util.spec_from_file_location("hasr_corpus",
+                                                  Path(__file__).parent.parent / "benchmarks" / "corpus.py")
     assert spec is not None and spec.loader is not None
     corpus = sys.modules.get("hasr_corpus") or importlib.util.module_from_spec(spec)
     if "hasr_corpus" not in sys.modules:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -80,10 +81,8 @@ class WorkerClient:
             events.append(m)
 
     def close(self) -> int:
-        try:
+        with contextlib.suppress(OSError):
             self.send(p.Shutdown())
-        except OSError:
-            pass
         try:
             return self.proc.wait(10)
         finally:

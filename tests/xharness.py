@@ -6,14 +6,15 @@ Every process is started in its own session and ended by its own process group i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from PIL import Image, ImageGrab
 from Xlib import X, Xatom, display as xdisplay, error as xerror
@@ -54,12 +55,10 @@ class Proc:
     def __init__(self, argv: list[str], env: dict[str, str] | None = None, log: Path | None = None,
                  capture: bool = False, cwd: str | None = None) -> None:
         self.log = log
-        out = open(log, "ab") if log else None
-        self.p = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE if capture else (out or subprocess.DEVNULL),
-                                  stderr=out or subprocess.DEVNULL, start_new_session=True)
-        if out:
-            out.close()
+        with open(log, "ab") if log else contextlib.nullcontext() as out:  # the child keeps its own copy
+            self.p = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE if capture else (out or subprocess.DEVNULL),
+                                      stderr=out or subprocess.DEVNULL, start_new_session=True)
 
     @property
     def pid(self) -> int:
@@ -78,10 +77,9 @@ class Proc:
                 self.p.wait(5)
             except ProcessLookupError:
                 pass
-        try:  # leftovers of its group (children that outlived it)
+        # leftovers of its group (children that outlived it)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log and self.log.exists() else ""

@@ -20,7 +20,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 log = logging.getLogger("hasr.tray")
 

@@ -8,12 +8,14 @@ arrives as it happens. Failures are ``DaemonDown`` (nothing listens: not running
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
 import socket
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 Event = dict[str, Any]
 log = logging.getLogger("hasr.tray.client")
@@ -87,10 +89,8 @@ class EventStream:
         self._closed.set()
         sock = self._conn.sock
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         self._conn.close()
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import subprocess
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 log = logging.getLogger("hasr.tray.dictation")
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import tkinter as tk
+from collections.abc import Callable
 from tkinter import filedialog, ttk
-from typing import Any, Callable
+from typing import Any
 
 from PIL import ImageTk
 

@@ -38,7 +38,7 @@ _BARS = {"idle": [(20, 6), (28, 12), (36, 9), (44, 5)],
 
 
 def _hex(rgb: tuple[int, int, int]) -> str:
-    return "#%02x%02x%02x" % rgb
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
 
 
 def draw(state: str, size: int = 64) -> Image.Image:

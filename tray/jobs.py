@@ -12,9 +12,10 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tray import output
 from tray.client import Client, DaemonDown, DaemonError, start_daemon

@@ -45,7 +45,7 @@ def _with_gdbus(summary: str, body: str, icon: str, urgency: int, timeout_ms: in
         raise RuntimeError("neither jeepney nor gdbus is available")
     argv = [gdbus, "call", "--session", "--dest", BUS_NAME, "--object-path", OBJECT_PATH,
             "--method", f"{BUS_NAME}.Notify", APP_NAME, "0", icon, _gvariant_str(summary), _gvariant_str(body),
-            "[]", "{'urgency': <byte %d>, 'desktop-entry': <'hasr-tray'>}" % urgency, str(timeout_ms)]
+            "[]", f"{{'urgency': <byte {urgency:d}>, 'desktop-entry': <'hasr-tray'>}}", str(timeout_ms)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip() or f"gdbus exited {out.returncode}")

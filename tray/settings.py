@@ -11,8 +11,9 @@ else defaults:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from hasrd import config
 from tray.output import check_format

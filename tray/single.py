@@ -9,6 +9,7 @@ hasrctl.discovery), so no other user can answer in the tray's place.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -16,8 +17,8 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 log = logging.getLogger("hasr.tray.single")
 
@@ -96,10 +97,8 @@ def claim(env: Mapping[str, str] | None = None) -> Instance | None:
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(sock_path)  # left by a tray that was killed: we hold the lock, so it is nobody's
-        except FileNotFoundError:
-            pass
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:

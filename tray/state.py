@@ -6,8 +6,9 @@ Nothing here touches a socket or a display, so it is unit-tested with plain dict
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 HEALTHS = ("idle", "loading", "ok", "busy", "error")
 

@@ -24,7 +24,8 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from hasrd import config
 from tray.client import Client, DaemonDown, DaemonError, EventStream
@@ -73,7 +74,7 @@ class Watcher:
         self._thread: threading.Thread | None = None
         self.streaming = False  # for tests and the debug log: is a stream held right now?
 
-    def start(self) -> "Watcher":
+    def start(self) -> Watcher:
         self._thread = threading.Thread(target=self.run, name="hasr-watch", daemon=True)
         self._thread.start()
         return self

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def icon_class(base: Any) -> Any:
@@ -59,7 +60,7 @@ def icon_class(base: Any) -> Any:
             d.flush()
 
         def _rewrite_implementation(self, *originals: Callable[[], None]) -> None:
-            atoms = [self._display.intern_atom("_PYSTRAY_%s" % f.__name__.upper()) for f in originals]
+            atoms = [self._display.intern_atom(f"_PYSTRAY_{f.__name__.upper()}") for f in originals]
             handlers: dict[int, Callable[[], None]] = {}
 
             def in_loop(original: Callable[[], None]) -> Callable[[], None]:
@@ -84,7 +85,7 @@ def icon_class(base: Any) -> Any:
                         raise result[1].with_traceback(result[2])
                 return call
 
-            for original, atom in zip(originals, atoms):
+            for original, atom in zip(originals, atoms, strict=True):
                 handlers[atom] = in_loop(original)
                 setattr(self, original.__name__, dispatcher(original, atom))
             self._message_handlers[Xlib.X.ClientMessage] = (

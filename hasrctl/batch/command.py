@@ -75,7 +75,8 @@ def _failed_row(path: str, code: str, message: str, model: str, engine: str) -> 
             "engine": engine}
 
 
-def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None, gpus_per_worker: float | None) -> tuple[int, float, float]:
+def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None,
+           gpus_per_worker: float | None) -> tuple[int, float, float]:
     """(actors, GPUs each, CPUs each): GPU actors where the cluster has GPUs, else CPU actors sharing the CPUs."""
     gpw = (1.0 if ray_gpus >= 1 else 0.0) if gpus_per_worker is None else gpus_per_worker
     if gpw > 0:
@@ -102,7 +103,8 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None, gpus_per_worker:
 @click.option("--engine", type=click.Choice(["auto", "whisper", "hybrid", "r2t2"]), default=None,
               help="The worker engine [default: the model's, as the daemon picks it].")
 @click.option("--workers", type=click.IntRange(1, 4096), metavar="N",
-              help="Actors, each holding the model once [default: one per GPU; without GPUs one per 2 CPUs, at least 2].")
+              help="Actors, each holding the model once [default: one per GPU; without GPUs one per 2 CPUs, "
+                   "at least 2].")
 @click.option("--gpus-per-worker", type=click.FloatRange(0, 64), metavar="N",
               help="GPUs each actor takes: 0.5 puts two on a GPU, 0 makes CPU actors [default: 1 where the "
                    "cluster has GPUs, else 0].")

@@ -17,8 +17,9 @@ import glob
 import os
 import stat
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, TextIO
+from typing import TextIO
 
 from hasrctl.client import UsageError
 
@@ -42,10 +43,9 @@ def looks_like_media(head: bytes) -> bool:
         return False
     if any(head[off:off + len(magic)] == magic for off, magic in _MAGIC):
         return True
-    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:
-        if head[1] & 0x06 != 0 or head[1] & 0xF6 == 0xF0:
-            return True  # an MPEG audio frame (MP3) or ADTS AAC, without a tag
-    return False
+    # an MPEG audio frame (MP3) or ADTS AAC, without a tag
+    return (len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0
+            and (head[1] & 0x06 != 0 or head[1] & 0xF6 == 0xF0))
 
 
 def _is_media(path: str) -> bool:

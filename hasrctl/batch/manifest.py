@@ -13,12 +13,14 @@ outputs (paths under OUTDIR), timings (decode_s, transcribe_s, total_s), host, p
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from hasrctl.client import UsageError
 
@@ -39,7 +41,7 @@ def file_hash(path: str) -> str:
 def _rows(path: str) -> Iterator[dict[str, Any]]:
     """The rows of a JSON-lines file; a line that does not parse (a write cut short) is skipped."""
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, encoding="utf-8")  # noqa: SIM115 - the try guards only the open; `with f` below closes it
     except FileNotFoundError:
         return
     with f:
@@ -69,9 +71,8 @@ def up_to_date(row: dict[str, Any] | None, options: dict[str, Any], path: str, o
     if row.get("status") == "failed":
         if retry_failed or (row.get("error") or {}).get("code") not in CONTENT_ERRORS:
             return False
-    elif row.get("status") != "ok":
-        return False
-    elif not all(os.path.isfile(os.path.join(outdir, o)) for o in row.get("outputs") or []):
+    elif (row.get("status") != "ok"
+          or not all(os.path.isfile(os.path.join(outdir, o)) for o in row.get("outputs") or [])):
         return False
     try:
         st = os.stat(path)
@@ -116,7 +117,7 @@ class Manifest:
                 self.rows[row["path"]] = row
         if os.path.exists(self.journal_path):
             self.rewrite()
-        self._journal = open(self.journal_path, "a", encoding="utf-8")
+        self._journal = open(self.journal_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open, closed in close()
         return self
 
     def record(self, row: dict[str, Any]) -> None:
@@ -142,10 +143,8 @@ class Manifest:
             self._journal.truncate(0)
             self._journal.seek(0)
         else:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.journal_path)
-            except FileNotFoundError:
-                pass
         self._last_write = self.clock()
         self._dirty = False
 

@@ -8,7 +8,8 @@ durations, read when the inputs were scanned) by the audio done per second of th
 from __future__ import annotations
 
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 
 def clock_text(seconds: float) -> str:

@@ -20,8 +20,9 @@ import socket
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from hasrctl.client import Unreachable, UsageError
@@ -253,10 +254,8 @@ def _pipeline(ray: Any, job: Job, paths: list[str], env: dict[str, str]) -> Iter
 
 
 def shutdown(ray: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # leaving anyway
         ray.shutdown()
-    except Exception:  # noqa: BLE001 - leaving anyway
-        pass
 
 
 def driver_env() -> dict[str, str]:

@@ -20,7 +20,8 @@ import abc
 import bisect
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -82,9 +83,10 @@ class StreamingVad:
 
     Silero (faster-whisper's bundled ONNX model) scores each 512-sample window with the previous window's last
     64 samples as context, so scoring the new windows (plus the last one, for its context) gives the scores a
-    whole-file pass would, up to the rounding of ONNX's batch sizes (an end may move by one window). Without faster-whisper, or with ``kind="energy"``, a window is speech when its level
-    is above -40 dBFS. Speech starts at the first speech window; it ends after ``silence_ms`` of windows below
-    the lower threshold (hysteresis), at the first of them.
+    whole-file pass would, up to the rounding of ONNX's batch sizes (an end may move by one window). Without
+    faster-whisper, or with ``kind="energy"``, a window is speech when its level is above -40 dBFS. Speech starts
+    at the first speech window; it ends after ``silence_ms`` of windows below the lower threshold (hysteresis), at
+    the first of them.
     """
 
     def __init__(self, kind: str = "silero", silence_ms: int = 500, threshold: float = 0.5) -> None:
@@ -221,7 +223,7 @@ class LiveBase(abc.ABC):
         """Called while no audio arrives: finals that a thread settled go out."""
         self._poll()
 
-    def abort(self) -> None:
+    def abort(self) -> None:  # noqa: B027 - an optional hook: nothing to stop unless the engine has a thread
         """The session ends without a result (cancel, shutdown, error)."""
 
     def result(self) -> dict[str, Any]:
@@ -306,8 +308,8 @@ class LiveBase(abc.ABC):
     def _closed(self, seg: int, end: int) -> None:
         """Utterance ``seg`` ended at ``end``: emit its finals (then ``_completed``), or hand them to a thread."""
 
-    def _poll(self) -> None:
+    def _poll(self) -> None:  # noqa: B027 - an optional hook, for engines that settle finals in a thread
         pass
 
-    def _drain(self) -> None:
+    def _drain(self) -> None:  # noqa: B027 - an optional hook, for engines that settle finals in a thread
         pass

@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

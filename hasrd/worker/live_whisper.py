@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class Word:
 def agreed(prev: list[Word], cur: list[Word]) -> int:
     """How many leading words two decodes agree on (case and punctuation aside)."""
     n = 0
-    for a, b in zip(prev, cur):
+    for a, b in zip(prev, cur, strict=False):
         if a.key != b.key or not a.key:
             break
         n += 1

@@ -23,8 +23,8 @@ change (everything before the last sentence end or pause), so events still strea
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 END_MARKS = ".!?。！？;；…‼⁇⁈⁉"
 CLAUSE_MARKS = ",，、:：—–;；"

@@ -7,8 +7,8 @@ of the pipeline around the draft; the library-like stand-in for R2T2 itself is t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -16,8 +16,8 @@ known before any VAD runs, so that its pieces can be VAD'd side by side (worker/
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 

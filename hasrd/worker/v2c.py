@@ -71,8 +71,9 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -82,7 +83,8 @@ from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, 
                                     choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,
                                     window_span, window_start)
 
-__all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "Heartbeat", "LAG_CHUNKS", "MAX_NEW_TOKENS", "MODES", "PAD",
+__all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "Heartbeat", "LAG_CHUNKS",
+           "MAX_NEW_TOKENS", "MODES", "PAD",
            "SENT_END", "SR", "DraftModel", "FinalStage", "Outcome", "Window", "Windows", "choose",
            "draft_windows", "ends_with_mark", "is_truncated", "last_mark", "n_chunks", "result",
            "run", "truncation", "window_span", "window_start"]
@@ -340,7 +342,8 @@ class FinalStage:
         with self.lock:
             self.settled[k] = {"text": text, "engine": engine, "start_s": start_s, "end_s": end_s,
                                "truncated_by": w.truncated_by}
-            while not self.stop.is_set() and self.next_emit < len(self.settled) and self.settled[self.next_emit] is not None:
+            while (not self.stop.is_set() and self.next_emit < len(self.settled)
+                   and self.settled[self.next_emit] is not None):
                 s = self.settled[self.next_emit]
                 assert s is not None
                 if s["text"]:  # a withdrawn tail that faster-whisper found silent is no sentence

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Generator, Iterable
+from collections.abc import Generator, Iterable
 
 import numpy as np
 
@@ -87,7 +87,7 @@ def silences(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     the VAD's minimum silence (padding makes spans touch across a pause of less than twice the pad, and the
     pads are not exact, so the gap is the one sure part)."""
     out = []
-    for (_a0, a1), (b0, _b1) in zip(spans, spans[1:]):
+    for (_a0, a1), (b0, _b1) in zip(spans, spans[1:], strict=False):
         centre, half = (a1 + b0) / 2, max(MIN_SILENCE / 2, (b0 - a1) / 2)
         out.append((round(centre - half, 3), round(centre + half, 3)))
     return out

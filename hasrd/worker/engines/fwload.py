@@ -38,7 +38,8 @@ def batch_for(device: str, setting: int) -> int:
 
 
 def warm_up(model: Any, name: str) -> float:
-    """Seconds spent running what a request runs (language detection, beam search, word alignment) once on a second of quiet noise.
+    """Seconds spent running what a request runs (language detection, beam search, word alignment) once on a second
+    of quiet noise.
 
     Why: on a GPU the first use of CTranslate2's kernels costs seconds (measured on the H200: ~10 s for the first
     5 s clip of a fresh machine, 0.24 s in any later process; the driver compiles the kernels the wheel ships as

@@ -21,7 +21,8 @@ small windows amplify fw hallucinations). The whisper engine passes the prompt o
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -28,8 +28,9 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -232,10 +233,8 @@ class Detected:
 
     def set(self, name: str) -> None:
         if name and not self.code:
-            try:
+            with contextlib.suppress(UnknownLanguage):
                 self.name, self.code = resolve(name)
-            except UnknownLanguage:
-                pass
 
 
 def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], Any] | None, settings: Settings,
@@ -250,7 +249,8 @@ def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], 
     ranges = segment.speech_ranges(segment.iter_segments(pcm, settings.max_segment_sec))
     out = v2c.run(draft, pcm, name or None, window(lambda: detected.code) if window else None, emit=emit,
                   cancelled=cancelled, mode=settings.v2c_final, segments=ranges, on_language=detected.set,
-                  heartbeat_s=min(v2c.HEARTBEAT_SEC, settings.stall_sec / 4) if settings.stall_sec > 0 else v2c.HEARTBEAT_SEC)
+                  heartbeat_s=(min(v2c.HEARTBEAT_SEC, settings.stall_sec / 4) if settings.stall_sec > 0
+                               else v2c.HEARTBEAT_SEC))
     if not name:
         name, code = detected.name, detected.code
     res = v2c.result(engine_name, name, code, out, len(pcm))
@@ -265,10 +265,8 @@ def versions(*dists: str) -> dict[str, str]:
 
     out: dict[str, str] = {}
     for d in dists:
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             out[d] = version(d)
-        except PackageNotFoundError:
-            pass
     return out
 
 

@@ -10,8 +10,9 @@ HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper'
 
 - batched (N > 0, the default; 2 on the CPU, 16 on CUDA): faster-whisper's BatchedInferencePipeline over VAD
   clips of up to 30 s, N at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's
-  no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does not do itself, and a clip that fails whisper's quality rule (a loop:
-  compression ratio > 2.4; or avg_logprob < -1) is decoded again alone with ``no_repeat_ngram_size=4``.
+  no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does not do
+  itself, and a clip that fails whisper's quality rule (a loop: compression ratio > 2.4; or avg_logprob < -1) is
+  decoded again alone with ``no_repeat_ngram_size=4``.
 - sequential (0): beam 5 at temperature 0 clip by clip, without conditioning on previous text, and a token
   cap for short clips, so one hallucination cannot feed the next window.
 
@@ -43,7 +44,8 @@ import itertools
 import math
 import threading
 import time
-from typing import Any, Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +106,8 @@ def temperature_of(options: dict[str, Any]) -> float:
     try:
         t = float(options.get("temperature") or 0.0)
     except (TypeError, ValueError):
-        raise EngineError("invalid_audio", f"temperature must be a number, not {options.get('temperature')!r}")
+        raise EngineError("invalid_audio",
+                          f"temperature must be a number, not {options.get('temperature')!r}") from None
     return min(max(t, 0.0), 1.0)
 
 
@@ -292,7 +295,7 @@ class WhisperEngine:
                 """Each piece's clips on the file's clock, its silences told to the sentence cutter first; None
                 after each piece (where a first batch may stop: see _batched)."""
                 nonlocal calls
-                for start, end, spans in itertools.chain(ahead, parts):
+                for start, _end, spans in itertools.chain(ahead, parts):
                     if cancelled():
                         raise EngineError("cancelled", "the request was cancelled")
                     offset = start / SR
