@@ -12,7 +12,8 @@ import json
 import os
 import pwd
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse as _StarletteJSON

@@ -7,10 +7,12 @@ the client going away cancels whatever step it is in, and the admission is relea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 from starlette.requests import Request
@@ -95,10 +97,8 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
             if not task.done():
                 task.cancel()
                 with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
-                    try:
+                    with contextlib.suppress(BaseException):
                         await task
-                    except BaseException:
-                        pass
     return gen()
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, AsyncGenerator
+from typing import Any
+from collections.abc import AsyncGenerator
 
 from starlette.requests import Request
 from starlette.responses import Response

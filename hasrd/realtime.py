@@ -1,7 +1,8 @@
 """``/v1/realtime?intent=transcription``: live audio over a WebSocket, OpenAI's Realtime transcription protocol.
 
 Client events (``?intent=transcription`` alone selects the beta protocol's ``transcription_session.*``
-events; GA clients, which name a ``model``, get ``session.*``): ``transcription_session.update`` (beta shape: ``input_audio_format``,
+events; GA clients, which name a ``model``, get ``session.*``): ``transcription_session.update`` (beta shape:
+``input_audio_format``,
 ``input_audio_transcription{model, language, prompt}``, ``turn_detection{silence_duration_ms}``) or
 ``session.update`` (GA shape: ``session.audio.input.{format, transcription, turn_detection}``),
 ``input_audio_buffer.append`` (base64 PCM16, 24 kHz mono little-endian, OpenAI's only PCM format),
@@ -39,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import itertools
 import json
 import logging
@@ -394,7 +396,6 @@ async def realtime(ws: WebSocket) -> None:
         await sender
         reader.cancel()
         if not live.closed:
-            try:
+            # the client left first: nothing to close, nothing to log
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
                 await ws.close(code=live.close_code)
-            except (WebSocketDisconnect, RuntimeError, OSError):
-                pass  # the client left first: nothing to close, nothing to log

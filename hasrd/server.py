@@ -21,7 +21,8 @@ import socket
 import stat
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import uvicorn
 
@@ -271,8 +272,9 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     logging.getLogger("uvicorn.error").addFilter(BurstFilter("Invalid HTTP request", "invalid HTTP requests"))
     # backlog: asyncio listen()s again on the sockets it is given, with uvicorn's 2048 unless told otherwise;
     # that would shrink our 4096 (and systemd's SOMAXCONN), and a burst of connects would fail with EAGAIN.
-    cfg = uvicorn.Config(app, http=protocol, ws=PeerWebSocket, lifespan="off", log_config=None, access_log=settings.debug,
-                         timeout_keep_alive=5, timeout_graceful_shutdown=None, server_header=False, backlog=4096)
+    cfg = uvicorn.Config(app, http=protocol, ws=PeerWebSocket, lifespan="off", log_config=None,
+                         access_log=settings.debug, timeout_keep_alive=5, timeout_graceful_shutdown=None,
+                         server_header=False, backlog=4096)
     server = HasrServer(cfg, notifier)
     daemon.request_stop = lambda: server.request_exit("stop requested over the API")
     tasks = []
@@ -310,7 +312,8 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
         # would kill us half-way through stopping the worker; we are stopping already, so a first one is noted
         # and a second one forces the worker down.
         loop = asyncio.get_running_loop()
-        hold_signals(lambda name: loop.call_soon_threadsafe(pool.kill_now) if len(EARLY_SIGNALS) + server.signals > 1 else None)
+        hold_signals(lambda name: loop.call_soon_threadsafe(pool.kill_now)
+                     if len(EARLY_SIGNALS) + server.signals > 1 else None)
         for t in tasks:
             t.cancel()
         loaded = pool.state in (State.STARTING, State.READY, State.STOPPING)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from hasrd import errors
 from hasrd.workerenv import worker_env

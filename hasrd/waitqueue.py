@@ -8,7 +8,8 @@ A plain container: it decides the order and tells positions; its owner decides w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterator
 
 T = TypeVar("T")
 EventSink = Callable[[dict[str, Any]], None]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import asyncio
 import collections
+import contextlib
 import itertools
 import logging
 import os
@@ -18,7 +19,8 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from hasrd import errors, policy
 from hasrd import protocol as p
@@ -124,10 +126,8 @@ class WorkerProcess:
             reason = f"the worker's channel failed: {e}"
         # The channel usually ends because the process died: give the exit status a moment to arrive so
         # the reason says how it died (signal, exit code, last words on stderr) rather than just "EOF".
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.proc.wait()), 0.5)
-        except asyncio.TimeoutError:
-            pass
         self._mark_dead(self._describe_death(reason))
 
     def _dispatch(self, msg: p.WorkerMsg) -> None:
@@ -193,10 +193,8 @@ class WorkerProcess:
         except BaseException:
             pass
         self._mark_dead(self._describe_death("it exited"))
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
     async def _forward_stderr(self) -> None:
         """The worker's stderr into our log, read in bounded chunks and drained to the end.
@@ -388,10 +386,8 @@ class WorkerProcess:
         except ProcessLookupError:
             pass
         except PermissionError:  # pragma: no cover
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def kill(self, reason: str = "") -> None:
         """SIGKILL the worker's whole process group (vLLM spawns helpers); ``reason`` says why we did."""
@@ -403,10 +399,8 @@ class WorkerProcess:
     async def stop(self, grace: float = 3.0) -> int | None:
         """Shutdown message, then SIGTERM, then SIGKILL of the process group; returns the exit code."""
         if self.exit_code is None and not self.dead.is_set():
-            try:
+            with contextlib.suppress(errors.WorkerCrashed):
                 await self._send(p.Shutdown())
-            except errors.WorkerCrashed:
-                pass
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)

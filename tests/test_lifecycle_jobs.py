@@ -102,7 +102,8 @@ def test_a_job_that_fails_after_some_sentences_were_final_hands_them_to_the_clie
         assert r.status_code == 500 and err["code"] == "worker_crashed"
         part = err["partial"]
         assert part["sentences"] and 0 < part["done_s"] < 10
-        assert [s["text"] for s in part["sentences"]] == [s["text"] for s in full["per_sentence"][:len(part["sentences"])]]
+        kept = len(part["sentences"])
+        assert [s["text"] for s in part["sentences"]] == [s["text"] for s in full["per_sentence"][:kept]]
         assert len(part["sentences"]) < len(full["per_sentence"])
         assert part["text"] and full["final"].startswith(part["text"].rstrip())
         assert "error.partial" in err["message"]
@@ -280,7 +281,7 @@ def test_every_transition_a_lifetime_of_loads_crashes_failures_and_unloads_makes
             await sup.unload()
         await sup.close()
         assert {"starting", "ready", "stopping", "stopped", "backoff", "fatal"} <= set(states)
-        for old, new in zip(states, states[1:]):
+        for old, new in zip(states, states[1:], strict=False):
             assert State(new) in TRANSITIONS[State(old)], (old, new)
     run(main())
 

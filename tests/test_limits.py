@@ -54,7 +54,7 @@ def exchange(path: str, data: bytes, wait: float = 10.0) -> bytes:
             if not chunk:
                 break
             out += chunk
-    except socket.timeout:
+    except TimeoutError:
         out += b"<still open>"
     finally:
         s.close()
@@ -160,7 +160,8 @@ def quick(short_tmp: str) -> Any:
     pytest.param(b"GET /health HTTP/1.1\r\nHost: ha", id="slow-headers"),
     pytest.param(b"POST /transcribe HTTP/1.1\r\nHost: hasr\r\nTransfer-Encoding: chunked\r\n"
                  b"Content-Type: application/json\r\n\r\n5\r\n{\"aud\r\n", id="unfinished-chunked-body"),
-    pytest.param(b"POST /api/load HTTP/1.1\r\nHost: hasr\r\nContent-Length: 100\r\n\r\n{\"keep", id="short-content-length"),
+    pytest.param(b"POST /api/load HTTP/1.1\r\nHost: hasr\r\nContent-Length: 100\r\n\r\n{\"keep",
+                 id="short-content-length"),
 ])
 def test_a_half_sent_request_times_out_with_408_and_no_traceback(quick: Hasrd, half: bytes) -> None:
     t0 = time.monotonic()
@@ -370,7 +371,7 @@ def test_an_early_413_closes_the_connection_at_once_without_reading_the_body(qui
                 closed = True
                 break
             out += chunk
-    except socket.timeout:
+    except TimeoutError:
         pass
     except ConnectionResetError:
         closed = True

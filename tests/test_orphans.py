@@ -39,7 +39,8 @@ def test_kill_9_of_the_daemon_leaves_no_worker_behind() -> None:
         assert pid_alive(worker_pid)
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait()
-        assert wait_until(lambda pid=worker_pid: not pid_alive(pid), timeout=1.0), f"worker {worker_pid} outlived the daemon"
+        gone = wait_until(lambda pid=worker_pid: not pid_alive(pid), timeout=1.0)
+        assert gone, f"worker {worker_pid} outlived the daemon"
 
 
 def test_sigterm_of_the_daemon_leaves_no_worker_behind() -> None:
