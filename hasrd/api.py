@@ -24,6 +24,7 @@ from hasrd import protocol as proto
 from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl,
                            shown)
 from hasrd.intake import check_path, read_json
+from hasrd.jobevents import StreamEvent, to_json
 from hasrd.jobs import Job, admitted
 from hasrd.lifecycle import KeepAlive
 from hasrd.modelspec import ModelSpec
@@ -107,7 +108,12 @@ async def transcribe(request: Request) -> Response:
     name = shown(os.path.basename(path))
     job = Job(name=name, audio_path=path, language=language, options=options, model=spec)
     stream = "application/x-ndjson" in request.headers.get("accept", "")
-    return await admitted(d, request, path, job, jsonl if stream else None, "application/x-ndjson", JSONResponse)
+    return await admitted(d, request, path, job, ndjson if stream else None, "application/x-ndjson", JSONResponse)
+
+
+def ndjson(ev: StreamEvent) -> bytes:
+    """/transcribe's stream: one JSON event a line (jobevents.to_json's shapes)."""
+    return jsonl(to_json(ev))
 
 
 

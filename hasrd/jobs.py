@@ -11,8 +11,8 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -22,11 +22,14 @@ from hasrd import errors
 from hasrd.context import Daemon, shown
 from hasrd.formats import annotate
 from hasrd.intake import LeasedStream, decode, until_disconnected
+from hasrd.jobevents import Done, EventSink, Failed, JobEvent, StreamEvent
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
 from hasrd.scheduler import Lease
 
 log = logging.getLogger("hasrd.api")
+
+Render = Callable[[StreamEvent], bytes | None]
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,11 @@ class Job:
 
 
 async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, lease: Lease,
-                  on_event: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+                  on_event: EventSink | None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         result = await d.pool.transcribe(pcm, name=job.name, language=job.language, options=job.options,
-                                               on_event=on_event, lease=lease, model=job.model)
+                                         on_event=on_event, lease=lease, model=job.model)
     finally:
         pcm.close()
     annotate(result, audio_path=shown(job.audio_path) if job.audio_path is not None else None,
@@ -58,13 +61,13 @@ async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, 
     return result
 
 
-def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable[[dict[str, Any]], bytes | None],
-               job: Job, *, lease: Lease) -> AsyncIterator[bytes]:
+def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Render, job: Job, *,
+               lease: Lease) -> AsyncIterator[bytes]:
     """Run a job while yielding its events rendered by ``render``; the client leaving cancels the job."""
     async def gen() -> AsyncIterator[bytes]:
-        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        q: asyncio.Queue[JobEvent] = asyncio.Queue()
         task = asyncio.create_task(run_job(d, pcm, info, job, lease=lease, on_event=q.put_nowait))
-        getter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        getter: asyncio.Future[JobEvent] = asyncio.get_running_loop().create_future()
         try:
             while True:
                 getter = asyncio.create_task(q.get())
@@ -79,13 +82,14 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
                     out = render(q.get_nowait())
                     if out:
                         yield out
+                final: StreamEvent
                 try:
-                    final = {"event": "done", "result": task.result()}
+                    final = Done(task.result())
                 except errors.HasrError as e:
-                    final = {"event": "error", **e.to_json()}
+                    final = Failed(e.to_json())
                 except Exception as e:  # the stream must end with an error event, never just stop
                     log.exception("transcription failed")
-                    final = {"event": "error", **errors.WorkerError(f"{type(e).__name__}: {e}").to_json()}
+                    final = Failed(errors.WorkerError(f"{type(e).__name__}: {e}").to_json())
                 out = render(final)
                 if out:
                     yield out
@@ -103,7 +107,7 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Callable
 
 
 async def admitted(d: Daemon, request: Request, source: Any, job: Job,
-                   render: Callable[[dict[str, Any]], bytes | None] | None, media_type: str,
+                   render: Render | None, media_type: str,
                    respond: Callable[[dict[str, Any]], Response]) -> Response:
     """Admit, decode and run one job; ``render`` streams its events (None: one response at the end)."""
     lease = d.pool.admit(job.model)

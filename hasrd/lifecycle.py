@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hasrd import errors
+from hasrd.jobevents import JobEvent
+from hasrd.protocol import Progress, Sentence
 
 
 class State(str, enum.Enum):
@@ -74,12 +76,13 @@ class Partial:
         self.sentences: list[dict[str, Any]] = []
         self.done_s = 0.0
 
-    def add(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("event")
-        if kind == "sentence":
-            self.sentences.append({k: ev.get(k) for k in ("index", "text", "engine", "start_s", "end_s")})
-        elif kind == "progress":
-            self.done_s = max(self.done_s, float(ev.get("done_s") or 0.0))
+    def add(self, ev: JobEvent) -> None:
+        match ev:
+            case Sentence():
+                self.sentences.append({"index": ev.index, "text": ev.text, "engine": ev.engine,
+                                       "start_s": ev.start_s, "end_s": ev.end_s})
+            case Progress(done_s=done):
+                self.done_s = max(self.done_s, done)
 
     def attach(self, e: errors.HasrError, language: str) -> None:
         if not self.sentences:

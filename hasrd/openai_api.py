@@ -9,17 +9,19 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from hasrd import errors, formats, modelspec, subtitles
 from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, dumps, shown)
-from hasrd.jobs import Job, admitted
 from hasrd.intake import check_path, check_path_text, check_text
+from hasrd.jobevents import Done, Failed, Loading, Queued, StreamEvent, to_json
+from hasrd.jobs import Job, admitted
 from hasrd.modelspec import ModelSpec
+from hasrd.protocol import Draft, Progress, Sentence
 
 STARTED = int(time.time())
 
@@ -164,27 +166,22 @@ class SseRenderer:
         self.hasr_events = hasr_events
         self.joiner = formats.DeltaJoiner()
 
-    def __call__(self, ev: dict[str, Any]) -> bytes | None:
-        kind = ev.get("event")
-        if kind == "sentence":
-            delta = self.joiner.add(str(ev.get("text") or ""))
-            return _sse({"type": "transcript.text.delta", "delta": delta, "hasr": ev}) if delta else None
-        if kind == "done":
-            result = ev["result"]
-            rest, text = self.joiner.done(str(result.get("final") or ""))
-            head = _sse({"type": "transcript.text.delta", "delta": rest}) if rest else b""
-            done = {"type": "transcript.text.done", "text": text, "usage": formats.usage(result), "hasr": result}
-            return head + _sse(done) + b"data: [DONE]\n\n"
-        if kind == "error":
-            return _sse({"type": "error", "error": ev["error"]}) + b"data: [DONE]\n\n"
-        if not self.hasr_events:
-            return None
-        if kind == "draft":
-            return _sse({"type": "hasr.draft", "text": ev["text"], "segment": ev.get("segment", 0)})
-        if kind == "progress":
-            return _sse({"type": "hasr.progress", "done_s": ev["done_s"], "total_s": ev["total_s"]})
-        if kind in ("queued", "loading"):
-            return _sse({"type": f"hasr.{kind}", **{k: v for k, v in ev.items() if k != "event"}})
+    def __call__(self, ev: StreamEvent) -> bytes | None:
+        match ev:
+            case Sentence(text=text):
+                delta = self.joiner.add(text)
+                return _sse({"type": "transcript.text.delta", "delta": delta, "hasr": to_json(ev)}) if delta else None
+            case Done(result=result):
+                rest, text = self.joiner.done(str(result.get("final") or ""))
+                head = _sse({"type": "transcript.text.delta", "delta": rest}) if rest else b""
+                done = {"type": "transcript.text.done", "text": text, "usage": formats.usage(result), "hasr": result}
+                return head + _sse(done) + b"data: [DONE]\n\n"
+            case Failed(body=body):
+                return _sse({"type": "error", "error": body["error"]}) + b"data: [DONE]\n\n"
+            case Draft() | Progress() | Queued() | Loading() if self.hasr_events:
+                # hasr's own events: the NDJSON shape, "event" named as a type of hasr's
+                fields = to_json(ev)
+                return _sse({"type": f"hasr.{fields.pop('event')}", **fields})
         return None
 
 

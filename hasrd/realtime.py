@@ -52,6 +52,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from hasrd import errors, formats, modelspec
 from hasrd.context import Daemon, check_access
 from hasrd.connections import SHUTDOWN_HOOK
+from hasrd.jobevents import JobEvent, Loading, Queued
+from hasrd.protocol import Draft, Progress, Sentence, Turn
 from hasrd.realtime_events import (OUT_BYTES_PER_S, BadEvent, Config, Pcm16To16k, error_event, event, usage)
 from hasrd.workerproc import LiveSession
 
@@ -191,52 +193,47 @@ class Live:
         self.pending += len(pcm)
         self.inbox.put_nowait(("audio", pcm))
 
-    def on_event(self, ev: dict[str, Any]) -> None:
+    def on_event(self, ev: JobEvent) -> None:
         """The worker's events (on the loop's thread) -> Realtime events."""
-        kind = ev.get("event")
         out: list[dict[str, Any]] = []
-        if kind == "turn":
-            seg, item = int(ev["segment"]), self.item(int(ev["segment"]))
-            if ev["kind"] == "started":
+        match ev:
+            case Turn(segment=seg, kind="started", start_s=start):
+                item = self.item(seg)
                 self.joiners[seg] = formats.DeltaJoiner()
-                self.spans[seg] = [float(ev.get("start_s", 0.0)), float(ev.get("start_s", 0.0))]
-                out.append(event("input_audio_buffer.speech_started", item_id=item,
-                                 audio_start_ms=int(ev["start_s"] * 1000)))
-            elif ev["kind"] == "stopped":
-                self.spans.setdefault(seg, [0.0, 0.0])[1] = float(ev.get("end_s", 0.0))
+                self.spans[seg] = [start, start]
+                out.append(event("input_audio_buffer.speech_started", item_id=item, audio_start_ms=int(start * 1000)))
+            case Turn(segment=seg, kind="stopped", end_s=end):
+                item = self.item(seg)
+                self.spans.setdefault(seg, [0.0, 0.0])[1] = end
                 prev = self.item(seg - 1) if seg else None
-                out += [event("input_audio_buffer.speech_stopped", item_id=item,
-                              audio_end_ms=int(ev["end_s"] * 1000)),
+                out += [event("input_audio_buffer.speech_stopped", item_id=item, audio_end_ms=int(end * 1000)),
                         event("input_audio_buffer.committed", item_id=item, previous_item_id=prev),
                         event("conversation.item.created", previous_item_id=prev,
                               item={"id": item, "object": "realtime.item", "type": "message", "status": "completed",
                                     "role": "user", "content": [{"type": "input_audio", "transcript": None}]})]
-            else:
+            case Turn(segment=seg, text=text):  # completed
                 joiner = self.joiners.pop(seg, formats.DeltaJoiner())
                 start, end = self.spans.pop(seg, [0.0, 0.0])
-                out.append(event("conversation.item.input_audio_transcription.completed", item_id=item,
-                                 content_index=0, transcript=joiner.text or ev.get("text", ""),
-                                 usage=usage(start, end)))
-        elif kind == "sentence":
-            seg = int(ev.get("segment", 0))
-            item = self.item(seg)
-            delta = self.joiners.setdefault(seg, formats.DeltaJoiner()).add(ev["text"])
-            extra = {k: ev[k] for k in ("decode",) if k in ev}
-            out.append(event("hasr.sentence", item_id=item, index=ev["index"], text=ev["text"], engine=ev["engine"],
-                             start_s=ev["start_s"], end_s=ev["end_s"], **extra))
-            if delta:
-                out.append(event("conversation.item.input_audio_transcription.delta", item_id=item,
-                                 content_index=0, delta=delta))
-        elif kind == "draft":
-            out.append(event("hasr.draft", item_id=self.item(int(ev.get("segment", 0))), text=ev["text"]))
-        elif kind == "progress":  # received: what the worker has plus what still waits here in front of it
-            received = float(ev["total_s"]) + self.pending / OUT_BYTES_PER_S
-            out.append(event("hasr.progress", done_s=ev["done_s"], received_s=round(received, 3),
-                             lag_s=round(max(0.0, received - ev["done_s"]), 3)))
-        elif kind == "queued":
-            out.append(event("hasr.queued", position=ev["position"]))
-        elif kind == "loading":
-            out.append(event("hasr.loading", phase=ev.get("phase", ""), elapsed_s=ev.get("elapsed_s", 0.0)))
+                out.append(event("conversation.item.input_audio_transcription.completed", item_id=self.item(seg),
+                                 content_index=0, transcript=joiner.text or text, usage=usage(start, end)))
+            case Sentence(segment=seg):
+                item = self.item(seg)
+                delta = self.joiners.setdefault(seg, formats.DeltaJoiner()).add(ev.text)
+                out.append(event("hasr.sentence", item_id=item, index=ev.index, text=ev.text, engine=ev.engine,
+                                 start_s=ev.start_s, end_s=ev.end_s))
+                if delta:
+                    out.append(event("conversation.item.input_audio_transcription.delta", item_id=item,
+                                     content_index=0, delta=delta))
+            case Draft(segment=seg, text=text):
+                out.append(event("hasr.draft", item_id=self.item(seg), text=text))
+            case Progress(done_s=done, total_s=total):  # received: what the worker has plus what waits here
+                received = total + self.pending / OUT_BYTES_PER_S
+                out.append(event("hasr.progress", done_s=done, received_s=round(received, 3),
+                                 lag_s=round(max(0.0, received - done), 3)))
+            case Queued(position=position):
+                out.append(event("hasr.queued", position=position))
+            case Loading(phase=phase, elapsed_s=elapsed):
+                out.append(event("hasr.loading", phase=phase, elapsed_s=elapsed))
         for e in out:
             if self.hasr_events or not e["type"].startswith("hasr."):
                 self.send(e)

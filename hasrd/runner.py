@@ -36,10 +36,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hasrd import errors, policy
+from hasrd import protocol as p
 from hasrd.config import Settings
+from hasrd.jobevents import EventSink, JobEvent, Loading
 from hasrd.lifecycle import Partial, State, check_transition
 from hasrd.pcm import PcmBuffer
-from hasrd.workerproc import EventSink, LiveSession, WorkerProcess, run_to_end
+from hasrd.workerproc import LiveSession, WorkerProcess, run_to_end
 
 log = logging.getLogger("hasrd.runner")
 
@@ -162,7 +164,7 @@ class Runner:
             return await self._ensure_ready()
         # the phase of the load under way; an old one (a worker that died since) is not this request's
         phase = self.phase if self.state == State.STARTING and self.phase else "starting worker"
-        on_event({"event": "loading", "phase": phase, "elapsed_s": 0.0})
+        on_event(Loading(phase))
         self._load_listeners.add(on_event)
         try:
             return await self._ensure_ready()
@@ -176,7 +178,7 @@ class Runner:
         if self.state != State.STARTING or task is None or task.done():
             return
         if on_event is not None:
-            on_event({"event": "loading", "phase": self.phase or "starting worker", "elapsed_s": 0.0})
+            on_event(Loading(self.phase or "starting worker"))
             self._load_listeners.add(on_event)
         try:
             await asyncio.shield(task)
@@ -282,8 +284,7 @@ class Runner:
         if expected_s:
             self.expected_s = expected_s
         self._changed()
-        ev = {"event": "loading", "phase": phase, "elapsed_s": round(self.clock() - self.load_started, 1),
-              "expected_s": self.expected_s}
+        ev = Loading(phase, round(self.clock() - self.load_started, 1), self.expected_s)
         for listener in list(self._load_listeners):
             listener(ev)
 
@@ -329,12 +330,11 @@ class Runner:
         self._changed()
         partial = Partial()
 
-        def relay(ev: dict[str, Any]) -> None:
+        def relay(ev: JobEvent) -> None:
             partial.add(ev)
-            if ev.get("event") == "progress" and self.job is not None:
-                total = float(ev.get("total_s") or 0) or 1.0
-                done = float(ev["done_s"])
-                self.job = dataclasses.replace(self.job, done_s=done, progress=round(min(1.0, done / total), 3))
+            if isinstance(ev, p.Progress) and self.job is not None:
+                progress = round(min(1.0, ev.done_s / (ev.total_s or 1.0)), 3)
+                self.job = dataclasses.replace(self.job, done_s=ev.done_s, progress=progress)
                 self._changed()
             if on_event:
                 on_event(ev)
@@ -367,9 +367,9 @@ class Runner:
         self.job = JobStatus("live session", live=True)
         self._changed()
 
-        def relay(ev: dict[str, Any]) -> None:
-            if ev.get("event") == "progress" and self.job is not None:
-                self.job = dataclasses.replace(self.job, done_s=float(ev["done_s"]), total_s=float(ev["total_s"]))
+        def relay(ev: JobEvent) -> None:
+            if isinstance(ev, p.Progress) and self.job is not None:
+                self.job = dataclasses.replace(self.job, done_s=ev.done_s, total_s=ev.total_s)
             if on_event:
                 on_event(ev)
 

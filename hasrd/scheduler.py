@@ -41,7 +41,8 @@ from hasrd.pcm import PcmBuffer
 from hasrd.poolstatus import WorkerView, pool_json, pool_state, rss_mb, worker_row
 from hasrd.runner import Runner
 from hasrd.waitqueue import WaitQueue
-from hasrd.workerproc import EventSink, LiveSession
+from hasrd.jobevents import EventSink, Loading
+from hasrd.workerproc import LiveSession
 
 log = logging.getLogger("hasrd.scheduler")
 
@@ -272,7 +273,7 @@ class Pool:
         """The reserved worker, loaded (after the memory of the worker evicted for it came back)."""
         if ref.after is not None and not ref.after.done():
             if on_event:
-                on_event({"event": "loading", "phase": "waiting for a stopped worker's memory", "elapsed_s": 0.0})
+                on_event(Loading("waiting for a stopped worker's memory"))
             await asyncio.wait([ref.after])  # its outcome is the evicting task's; the memory is what counts
         await ref.runner.ready(on_event)
 

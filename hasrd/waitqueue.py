@@ -1,18 +1,19 @@
-"""The one queue policy of hasr, the pool's (scheduler.py): first come
-first served, except that live sessions go ahead of waiting files (in their own order), and every waiter that
-listens hears its position whenever it changes (``{"event": "queued", "position": N}``).
+"""The one queue policy of hasr, the pool's (scheduler.py): first come first served, except that live sessions
+go ahead of waiting files (in their own order), and every waiter that listens hears its position whenever it
+changes (a ``jobevents.Queued``).
 
 A plain container: it decides the order and tells positions; its owner decides when the head is served.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
-from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from hasrd.jobevents import EventSink, Queued
 
 T = TypeVar("T")
-EventSink = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -54,7 +55,7 @@ class WaitQueue(Generic[T]):
         for i, e in enumerate(self._entries):
             if e.on_event is not None and e.told != i + 1:
                 e.told = i + 1
-                e.on_event({"event": "queued", "position": i + 1})
+                e.on_event(Queued(i + 1))
 
     def __contains__(self, item: object) -> bool:
         return any(e.item is item for e in self._entries)

@@ -24,21 +24,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from hasrd import errors, policy
 from hasrd import protocol as p
+from hasrd.jobevents import EventSink
 from hasrd.pcm import PcmBuffer
 from hasrd.workerenv import MAX_LOG_LINE, LineSplitter, oom_kills, sigkill_cause, worker_env
 
 log = logging.getLogger("hasrd.worker")
-
-EventSink = Callable[[dict[str, Any]], None]
-
-
-
-
-
-
-
-
-
 
 
 @dataclass
@@ -136,7 +126,7 @@ class WorkerProcess:
             if pend:
                 pend.last_seen = time.monotonic()
                 if pend.on_event:
-                    pend.on_event(_event_dict(msg))
+                    pend.on_event(msg)  # the protocol's Struct, as it came
         elif isinstance(msg, p.Result):
             pend = self.pending.pop(msg.id, None)
             if pend and not pend.future.done():
@@ -513,19 +503,3 @@ async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
         await fut
     finally:
         loop.remove_writer(sock.fileno())
-
-
-def _event_dict(msg: p.Progress | p.Draft | p.Sentence | p.Turn) -> dict[str, Any]:
-    if isinstance(msg, p.Turn):
-        return {"event": "turn", "segment": msg.segment, "kind": msg.kind, "start_s": msg.start_s,
-                "end_s": msg.end_s, "text": msg.text}
-    if isinstance(msg, p.Progress):
-        return {"event": "progress", "done_s": msg.done_s, "total_s": msg.total_s}
-    if isinstance(msg, p.Draft):
-        return {"event": "draft", "text": msg.text, "segment": msg.segment}
-    return {"event": "sentence", "index": msg.index, "text": msg.text, "engine": msg.engine,
-            "start_s": msg.start_s, "end_s": msg.end_s, "segment": msg.segment}
-
-
-
-

@@ -24,6 +24,7 @@ from daemon import Hasrd, write_wav
 from live_client import LiveClient, pcm16_24k
 from test_live import SR, sock_in, speech
 
+from hasrd.protocol import Progress, Turn
 from hasrd.realtime import Live
 from hasrd.realtime_events import OUT_BYTES_PER_S, BadEvent, Pcm16To16k
 
@@ -259,7 +260,7 @@ def test_progress_counts_the_audio_still_waiting_in_front_of_the_worker() -> Non
     async def go() -> list[dict[str, Any]]:
         live = live_of()
         live.take_audio(b"\0" * (5 * OUT_BYTES_PER_S))  # 5 s received, not yet handed on
-        live.on_event({"event": "progress", "done_s": 1.0, "total_s": 2.0})
+        live.on_event(Progress(id=1, done_s=1.0, total_s=2.0))
         return drain(live)
 
     (ev,) = asyncio.run(go())
@@ -294,9 +295,9 @@ def test_a_large_append_is_resampled_piecewise_to_the_same_audio() -> None:
 def test_completed_usage_is_the_utterance_span() -> None:
     async def go() -> list[dict[str, Any]]:
         live = live_of()
-        live.on_event({"event": "turn", "segment": 0, "kind": "started", "start_s": 1.25})
-        live.on_event({"event": "turn", "segment": 0, "kind": "stopped", "end_s": 3.75})
-        live.on_event({"event": "turn", "segment": 0, "kind": "completed", "text": "x"})
+        live.on_event(Turn(id=1, segment=0, kind="started", start_s=1.25))
+        live.on_event(Turn(id=1, segment=0, kind="stopped", end_s=3.75))
+        live.on_event(Turn(id=1, segment=0, kind="completed", text="x"))
         return drain(live)
 
     completed = [e for e in asyncio.run(go()) if e["type"].endswith(".completed")]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from hasrd import errors
+from hasrd.jobevents import JobEvent, Queued
 from hasrd.lifecycle import State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
@@ -75,7 +76,7 @@ def test_a_live_session_opened_during_a_file_job_gets_its_own_worker_at_once() -
         pool = make(2)
         file_job = asyncio.create_task(transcribe(pool, 3.0, options=SLOW))
         await until(lambda: busy(pool) == 1)
-        heard: list[dict[str, Any]] = []
+        heard: list[JobEvent] = []
         lease = pool.admit()
         async with pool.live(language="zh", on_event=heard.append, lease=lease) as session:
             assert not file_job.done()  # the file still runs beside it
@@ -83,7 +84,7 @@ def test_a_live_session_opened_during_a_file_job_gets_its_own_worker_at_once() -
             result = await session.end()
         lease.release()
         assert result["live"] is True
-        assert not [e for e in heard if e.get("event") == "queued"]  # it never waited behind the file
+        assert not [e for e in heard if isinstance(e, Queued)]  # it never waited behind the file
         assert (await file_job)["final"] is not None
         await pool.close()
     run(main())
@@ -94,12 +95,12 @@ def test_with_one_worker_allowed_a_second_request_waits_its_turn_and_hears_its_p
         pool = make(1)
         first = asyncio.create_task(transcribe(pool, 1.5, options=SLOW))
         await until(lambda: busy(pool) == 1)
-        heard: list[dict[str, Any]] = []
+        heard: list[JobEvent] = []
         second = asyncio.create_task(transcribe(pool, 0.2, on_event=heard.append))
         await until(lambda: len(pool.waiting) == 1)
         assert pool.snapshot()["queue"] == 1
         r1, r2 = await asyncio.gather(first, second)
-        assert [e["position"] for e in heard if e.get("event") == "queued"] == [1]
+        assert [e.position for e in heard if isinstance(e, Queued)] == [1]
         assert r1["worker"]["pid"] == r2["worker"]["pid"] and len(pool.refs) == 1
         await pool.close()
     run(main())

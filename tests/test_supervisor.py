@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from hasrd import config, errors
+from hasrd.jobevents import JobEvent, Loading, Queued
 from hasrd.lifecycle import State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
@@ -495,9 +496,9 @@ def test_a_live_session_goes_ahead_of_waiting_files_and_they_hear_their_new_plac
         heard: dict[str, list[int]] = {"b": [], "c": []}
 
         async def file(name: str, secs: float) -> None:
-            def on_event(ev: dict[str, Any]) -> None:
-                if ev.get("event") == "queued" and name in heard:
-                    heard[name].append(ev["position"])
+            def on_event(ev: JobEvent) -> None:
+                if isinstance(ev, Queued) and name in heard:
+                    heard[name].append(ev.position)
             await transcribe(sup, secs, options={"fake": {"rtf": 1.0}}, on_event=on_event)
             order.append(name)
 
@@ -508,7 +509,7 @@ def test_a_live_session_goes_ahead_of_waiting_files_and_they_hear_their_new_plac
         while len(sup.waiting) < 2:
             await asyncio.sleep(0.01)
         lease = sup.admit()
-        live_heard: list[dict[str, Any]] = []
+        live_heard: list[JobEvent] = []
         async with sup.live(language="zh", on_event=live_heard.append, lease=lease) as session:
             order.append("live")
             await session.audio(np.zeros(16000, np.float32).tobytes())
@@ -516,7 +517,7 @@ def test_a_live_session_goes_ahead_of_waiting_files_and_they_hear_their_new_plac
         lease.release()
         await asyncio.gather(running, *waiting)
         assert order == ["a", "live", "b", "c"]
-        assert [e["position"] for e in live_heard if e.get("event") == "queued"] == [1]
+        assert [e.position for e in live_heard if isinstance(e, Queued)] == [1]
         assert heard["b"][:2] == [1, 2] and heard["c"][:2] == [2, 3]  # then they move up as the queue goes
         assert result["live"] is True and sup.in_flight == 0
         await sup.close()
@@ -551,9 +552,9 @@ def test_after_a_worker_crash_the_next_request_hears_the_new_load_not_the_dead_w
         os.kill(process_of(sup).pid, signal.SIGKILL)
         while sup.state == State.READY:
             await asyncio.sleep(0.01)
-        heard: list[dict[str, Any]] = []
+        heard: list[JobEvent] = []
         await transcribe(sup, 0.2, on_event=heard.append)
-        loading = [e for e in heard if e.get("event") == "loading"]
-        assert loading and loading[0]["phase"] == "starting worker", loading
+        loading = [e for e in heard if isinstance(e, Loading)]
+        assert loading and loading[0].phase == "starting worker", loading
         await sup.close()
     run(main())

@@ -20,7 +20,7 @@ def test_every_listener_hears_its_place_when_it_changes_and_only_then() -> None:
     heard: dict[str, list[int]] = {"f1": [], "f2": [], "l1": []}
 
     def sink(name: str) -> Any:
-        return lambda ev: heard[name].append(ev["position"])
+        return lambda ev: heard[name].append(ev.position)
 
     q: WaitQueue[str] = WaitQueue()
     q.add("f1", on_event=sink("f1"))
