@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hasrd import __version__, errors, gpu, modelspec, subtitles
+from hasrd import __version__, errors, gpu, modelspec
 from hasrd import protocol as proto
 from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl,
                            shown)
@@ -28,6 +28,7 @@ from hasrd.jobevents import StreamEvent, to_json
 from hasrd.jobs import Job, admitted
 from hasrd.lifecycle import KeepAlive
 from hasrd.modelspec import ModelSpec
+from hasrd.options import parse as parse_options
 
 log = logging.getLogger("hasrd.api")
 
@@ -97,11 +98,10 @@ async def transcribe(request: Request) -> Response:
     if not isinstance(path, str) or not path:
         raise errors.InvalidAudio("audio_path is required: an absolute path to an audio file", code="path_required")
     language = body.get("language") or d.settings.language
-    options = body.get("options") or {}
-    if not isinstance(language, str) or not isinstance(options, dict):
-        raise errors.BadRequest("language must be a string and options an object")
-    spec = modelspec.resolve(str(options.get("model") or body.get("model") or ""), d.settings)
-    subtitles.rules_from(options)  # subtitle limits are checked here too (docs/API.md), not when a file is done
+    if not isinstance(language, str):
+        raise errors.BadRequest("language must be a string", param="language")
+    options = parse_options(body.get("options"))  # every option checked here, once: no worker wakes for a bad one
+    spec = modelspec.resolve(options.model or str(body.get("model") or ""), d.settings)
     check_language(language)
     check_path_access(d, request)
     await check_path(path)

@@ -15,7 +15,7 @@ its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
     │   │   └── AudioTooLong        audio_too_long  (over HASR_MAX_AUDIO_SEC)
     │   ├── UnknownFormat           unknown_format  400
     │   ├── UnknownLanguage         unknown_language 400
-    │   ├── InvalidOption           invalid_option  400  (a subtitle limit out of range)
+    │   ├── InvalidOption           invalid_option  400  (a request option: wrong type, out of range, unknown)
     │   └── Unsupported             unsupported     400  (the engine cannot do it: translation by r2t2)
     ├── Forbidden                   forbidden       403
     ├── NotFound                    not_found       404
@@ -108,7 +108,7 @@ class UnknownLanguage(BadRequest):
 
 
 class InvalidOption(BadRequest):
-    """A request option outside what it may be (subtitle limits); the message names the allowed values."""
+    """A request option of the wrong type, out of range or unknown; the message names the allowed values."""
 
     code = "invalid_option"
 

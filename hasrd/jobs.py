@@ -24,6 +24,7 @@ from hasrd.formats import annotate
 from hasrd.intake import LeasedStream, decode, until_disconnected
 from hasrd.jobevents import Done, EventSink, Failed, JobEvent, StreamEvent
 from hasrd.modelspec import ModelSpec
+from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.scheduler import Lease
 
@@ -40,7 +41,7 @@ class Job:
     name: str
     audio_path: str | None
     language: str
-    options: dict[str, Any]
+    options: Options
     model: ModelSpec | None = None
 
 

@@ -10,7 +10,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,6 +21,7 @@ from hasrd.intake import check_path, check_path_text, check_text
 from hasrd.jobevents import Done, Failed, Loading, Queued, StreamEvent, to_json
 from hasrd.jobs import Job, admitted
 from hasrd.modelspec import ModelSpec
+from hasrd.options import Options
 from hasrd.protocol import Draft, Progress, Sentence
 
 STARTED = int(time.time())
@@ -32,26 +33,22 @@ def check_model(d: Daemon, model: str) -> ModelSpec:
     return modelspec.resolve(model, d.settings)
 
 
-def form_options(form: Any, task: str) -> dict[str, Any]:
+def form_options(form: Any, task: Literal["transcribe", "translate"]) -> Options:
     """The engine options of an OpenAI form: prompt, temperature, word timestamps, logprobs, the task."""
-    options: dict[str, Any] = {"task": task}
-    if form.get("prompt"):
-        options["prompt"] = str(form.get("prompt"))
     raw = form.get("temperature")
+    t = 0.0
     if raw not in (None, ""):
         try:
             t = float(str(raw))
         except ValueError:
             t = -1.0
-        if not 0.0 <= t <= 1.0:
+        if not 0.0 <= t <= 1.0:  # NaN too
             raise errors.BadRequest(f"temperature must be a number from 0 to 1, not {raw!r}", param="temperature")
-        if t:
-            options["temperature"] = t
     grains = [str(v) for v in form.getlist("timestamp_granularities[]")]
     include = [str(v) for v in form.getlist("include[]")]
-    if "word" in grains or "logprobs" in include:  # word probabilities are the logprobs faster-whisper has
-        options["word_timestamps"] = True
-    return options
+    # word probabilities are the logprobs faster-whisper has
+    words = "word" in grains or "logprobs" in include
+    return Options(task=task, prompt=str(form.get("prompt") or ""), temperature=t, word_timestamps=words)
 
 
 async def openai_transcriptions(request: Request) -> Response:
@@ -63,7 +60,7 @@ async def openai_translations(request: Request) -> Response:
     return await openai_audio(request, "translate")
 
 
-async def openai_audio(request: Request, task: str) -> Response:
+async def openai_audio(request: Request, task: Literal["transcribe", "translate"]) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)
     limit = int(d.settings.max_upload_mb * 1024 * 1024)

@@ -53,6 +53,7 @@ from hasrd import errors, formats, modelspec
 from hasrd.context import Daemon, check_access
 from hasrd.connections import SHUTDOWN_HOOK
 from hasrd.jobevents import JobEvent, Loading, Queued
+from hasrd.options import Options
 from hasrd.protocol import Draft, Progress, Sentence, Turn
 from hasrd.realtime_events import (OUT_BYTES_PER_S, BadEvent, Config, Pcm16To16k, error_event, event, usage)
 from hasrd.workerproc import LiveSession
@@ -281,9 +282,7 @@ class Live:
                 if kind == "idle":
                     self.idle()
                     return
-            options: dict[str, Any] = {"silence_ms": self.cfg.silence_ms}
-            if self.cfg.prompt:
-                options["prompt"] = self.cfg.prompt
+            options = Options(silence_ms=self.cfg.silence_ms, prompt=self.cfg.prompt)
             async with pool.live(language=self.cfg.language, options=options, on_event=self.on_event,
                                 lease=lease, max_wait=self.d.settings.live_queue_sec,
                                 model=self.cfg.spec) as session:

@@ -40,6 +40,7 @@ from hasrd import protocol as p
 from hasrd.config import Settings
 from hasrd.jobevents import EventSink, JobEvent, Loading
 from hasrd.lifecycle import Partial, State, check_transition
+from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.workerproc import LiveSession, WorkerProcess, run_to_end
 
@@ -321,7 +322,7 @@ class Runner:
     # ---- one job at a time ------------------------------------------------------------------------------
 
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
-                         options: dict[str, Any] | None = None, on_event: EventSink | None = None
+                         options: Options | None = None, on_event: EventSink | None = None
                          ) -> dict[str, Any]:
         """Run one transcription on the worker (loading it if needed) and return the worker's result. A
         failure after some sentences were final carries them in ``error.partial``."""
@@ -358,7 +359,7 @@ class Runner:
             self._changed()
 
     @contextlib.asynccontextmanager
-    async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
+    async def live(self, *, language: str = "", options: Options | None = None,
                    on_event: EventSink | None = None) -> AsyncIterator[LiveSession]:
         """A live session on the worker (loading it if needed). Leaving the block without
         :meth:`LiveSession.end` (the client went away, an error) cancels the session; the worker stays loaded

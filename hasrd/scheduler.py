@@ -35,13 +35,14 @@ from typing import Any
 
 from hasrd import errors, gpu, placement, policy
 from hasrd.config import Settings
+from hasrd.jobevents import EventSink, Loading
 from hasrd.lifecycle import SETTING, KeepAlive, State
 from hasrd.modelspec import ModelSpec
+from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.poolstatus import WorkerView, pool_json, pool_state, rss_mb, worker_row
 from hasrd.runner import Runner
 from hasrd.waitqueue import WaitQueue
-from hasrd.jobevents import EventSink, Loading
 from hasrd.workerproc import LiveSession
 
 log = logging.getLogger("hasrd.scheduler")
@@ -411,7 +412,7 @@ class Pool:
     # ---- requests ---------------------------------------------------------------------------------------
 
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
-                         options: dict[str, Any] | None = None, on_event: EventSink | None = None,
+                         options: Options | None = None, on_event: EventSink | None = None,
                          lease: Lease | None = None, model: ModelSpec | None = None) -> dict[str, Any]:
         """Wait for a worker of ``model``, load it if needed, run one transcription and return its result,
         with the time spent queued, loading and working (``timings``). ``lease``: the request's admission,
@@ -445,7 +446,7 @@ class Pool:
         return result
 
     @contextlib.asynccontextmanager
-    async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
+    async def live(self, *, language: str = "", options: Options | None = None,
                    on_event: EventSink | None = None, lease: Lease, max_wait: float = 0.0,
                    model: ModelSpec | None = None) -> AsyncIterator[LiveSession]:
         """A live session on a worker of ``model``, under ``lease``. It goes ahead of queued files (QueueFull

@@ -78,7 +78,7 @@ def rules_from(options: Mapping[str, Any], defaults: CueRules | None = None) -> 
             value = kind(raw)
             if kind is int and isinstance(raw, float) and raw != int(raw):
                 raise ValueError(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int() of an infinite number (1e400)
             raise InvalidOption(_range_text(name, raw), param=name) from None
         if not (lo <= value <= hi) and not (name == "max_line_width" and value == 0):
             raise InvalidOption(_range_text(name, raw), param=name)

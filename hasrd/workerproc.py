@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from hasrd import errors, policy
 from hasrd import protocol as p
 from hasrd.jobevents import EventSink
+from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.workerenv import MAX_LOG_LINE, LineSplitter, oom_kills, sigkill_cause, worker_env
 
@@ -271,7 +272,7 @@ class WorkerProcess:
             raise errors.LoadFailed(f"the worker (pid {self.pid}) died while loading: {self.death_reason}")
         return msg
 
-    async def transcribe(self, pcm: PcmBuffer, *, language: str = "", options: dict[str, Any] | None = None,
+    async def transcribe(self, pcm: PcmBuffer, *, language: str = "", options: Options | None = None,
                          on_event: EventSink | None = None, stall_sec: float = 0.0,
                          max_sec: float = 0.0) -> dict[str, Any]:
         """Run one request under the progress watchdog: a worker that reports nothing (progress, draft or
@@ -282,7 +283,7 @@ class WorkerProcess:
         pend = Pending(fut, on_event)
         self.pending[req_id] = pend
         msg = p.Transcribe(id=req_id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
-                           options=dict(options or {}))
+                           options=(options or Options()).to_worker())
         started = pend.last_seen = time.monotonic()
         try:
             await self._send(msg, fds=() if pcm.path else (pcm.fd,))
@@ -342,7 +343,7 @@ class WorkerProcess:
                 self.kill(f"it ignored Cancel for {waited:.0f} s and was killed")
             await self.dead.wait()  # the slot is handed on only once the next job cannot land on this one
 
-    async def live(self, *, language: str = "", options: dict[str, Any] | None = None,
+    async def live(self, *, language: str = "", options: Options | None = None,
                    on_event: EventSink | None = None, stall_sec: float = 0.0) -> LiveSession:
         """Start a live session on this worker (it serves nothing else until the session ends), under the
         live stall watchdog (:class:`LiveSession`)."""
@@ -351,7 +352,7 @@ class WorkerProcess:
         pend = Pending(fut, on_event, last_seen=time.monotonic())
         self.pending[req_id] = pend
         try:
-            await self._send(p.LiveStart(id=req_id, language=language, options=dict(options or {})))
+            await self._send(p.LiveStart(id=req_id, language=language, options=(options or Options()).to_worker()))
         except BaseException:
             self.pending.pop(req_id, None)
             raise

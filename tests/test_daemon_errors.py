@@ -6,6 +6,7 @@ hung one (504) — each followed by a request that works.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -115,6 +116,28 @@ def test_malformed_requests_get_a_400(daemon: Hasrd, body: bytes, code: str) -> 
     with daemon.client() as c:
         r = c.post("/transcribe", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == code
+    assert_untouched(daemon)
+
+
+@pytest.mark.parametrize("options,param", [
+    ({"task": "bogus"}, "options.task"),
+    ({"temperature": "abc"}, "options.temperature"),
+    ({"temperature": float("nan")}, "options.temperature"),  # JSON's NaN, which Python's json accepts
+    ({"temperature": 1.5}, "options.temperature"),
+    ({"word_timestamps": "yes"}, "options.word_timestamps"),
+    ({"max_line_width": 1e400}, "max_line_width"),  # an infinite number: was a 500
+    ({"wordtimestamps": True}, "options.wordtimestamps"),  # a misspelt option is not silently ignored
+])
+def test_a_bad_option_is_400_invalid_option_naming_it_and_wakes_no_worker(daemon: Hasrd, tmpdir_m: str,
+                                                                           options: dict[str, object],
+                                                                           param: str) -> None:
+    wav = write_wav(os.path.join(tmpdir_m, "opt.wav"), 0.5)
+    with daemon.client() as c:
+        r = c.post("/transcribe", content=json.dumps({"audio_path": wav, "options": options}),
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "invalid_option" and err["param"] == param and param.split(".")[-1] in err["message"]
     assert_untouched(daemon)
 
 

@@ -19,6 +19,7 @@ import pytest
 from hasrd import config, errors
 from hasrd.lifecycle import FOREVER, TRANSITIONS, IllegalTransition, KeepAlive, State, check_transition
 from hasrd.modelspec import ModelSpec
+from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
 from hasrd.runner import Runner
@@ -268,7 +269,7 @@ def test_every_transition_a_lifetime_of_loads_crashes_failures_and_unloads_makes
         with pcm() as buf:
             await sup.transcribe(buf)
             with pytest.raises(errors.WorkerCrashed):
-                await sup.transcribe(buf, options={"fake": {"crash": True}})
+                await sup.transcribe(buf, options=Options(fake={"crash": True}))
             await sup.transcribe(buf)
             await asyncio.sleep(0.6)  # TTL unload
             knobs["HASR_FAKE_FAIL_LOAD"] = "runtime_failure:nope"

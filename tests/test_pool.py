@@ -16,6 +16,7 @@ from hasrd import errors
 from hasrd.jobevents import JobEvent, Queued
 from hasrd.lifecycle import State
 from hasrd.modelspec import ModelSpec
+from hasrd.options import parse as parse_options
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
 from hasrd.runner import Runner
@@ -40,9 +41,10 @@ def make(max_workers: int = 2, knobs: Callable[[ModelSpec], dict[str, str]] = la
     return Pool(settings(**kw), make_runner, A, inventory=lambda: [Device(CPU, *memory)], max_workers=max_workers)
 
 
-async def transcribe(pool: Pool, seconds: float = 1.0, model: ModelSpec | None = None, **kw: Any) -> dict[str, Any]:
+async def transcribe(pool: Pool, seconds: float = 1.0, model: ModelSpec | None = None,
+                     options: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
     with PcmBuffer.from_array(np.zeros(int(16000 * seconds), dtype=np.float32)) as buf:
-        return await pool.transcribe(buf, model=model, **kw)
+        return await pool.transcribe(buf, model=model, options=parse_options(options), **kw)
 
 
 async def until(pred: Callable[[], bool], timeout: float = 60.0) -> None:

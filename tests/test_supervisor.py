@@ -18,6 +18,7 @@ from hasrd import config, errors
 from hasrd.jobevents import JobEvent, Loading, Queued
 from hasrd.lifecycle import State
 from hasrd.modelspec import ModelSpec
+from hasrd.options import parse as parse_options
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
 from hasrd.runner import Runner
@@ -75,9 +76,10 @@ def pcm(seconds: float = 1.0) -> PcmBuffer:
     return PcmBuffer.from_array(np.zeros(int(16000 * seconds), dtype=np.float32))
 
 
-async def transcribe(sup: Pool, seconds: float = 1.0, **kw: Any) -> dict[str, Any]:
+async def transcribe(sup: Pool, seconds: float = 1.0, options: dict[str, Any] | None = None,
+                     **kw: Any) -> dict[str, Any]:
     with pcm(seconds) as buf:
-        return await sup.transcribe(buf, **kw)
+        return await sup.transcribe(buf, options=parse_options(options), **kw)
 
 
 def test_concurrent_first_requests_cause_exactly_one_load() -> None:

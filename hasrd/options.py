@@ -1,0 +1,69 @@
+"""A request's engine options as one typed object, checked once in the daemon before any work (docs/API.md).
+
+/transcribe's ``options``, the OpenAI form's fields and a Realtime session's settings all become an
+:class:`Options`; it travels down to the worker unchanged and reaches it as the same msgpack map as before
+(only what differs from the defaults). A wrong type, a value out of range or a key hasr does not know is
+400 ``invalid_option`` naming it, and no worker is woken for it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from hasrd import errors
+
+
+class Options(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    model: str = ""  # hasrd.modelspec resolves it (the route does, before admission)
+    task: Literal["transcribe", "translate"] = "transcribe"
+    prompt: str = ""  # the OpenAI field: faster-whisper's initial prompt
+    initial_prompt: str = ""  # faster-whisper's own name for it
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0  # 0: beam search, the same text each time
+    word_timestamps: bool = False
+    # srt / vtt cue limits: their ranges are subtitles.rules_from's (numbers, or strings of them as forms send)
+    max_line_width: float | str | None = None
+    max_line_count: float | str | None = None
+    max_cue_sec: float | str | None = None
+    silence_ms: Annotated[int, msgspec.Meta(ge=100, le=10000)] | None = None  # live: a pause that ends an utterance
+    fake: dict[str, Any] | None = None  # the fake engine's per-request knobs (tests, benchmarks)
+
+    def to_worker(self) -> dict[str, Any]:
+        """What the worker reads: only the options that differ from the defaults."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+WHAT = {"model": "a model's name (hasrctl models)", "task": "\"transcribe\" or \"translate\"",
+        "prompt": "a string", "initial_prompt": "a string", "temperature": "a number from 0 to 1",
+        "word_timestamps": "true or false", "silence_ms": "a whole number of milliseconds from 100 to 10000",
+        "fake": "an object (the fake engine's knobs)"}
+
+
+def parse(raw: Any, where: str = "options") -> Options:
+    """``raw`` (a JSON object; None = no options) as Options, or InvalidOption naming the key (``param``
+    ``options.KEY``) and what it may be."""
+    from hasrd import subtitles
+
+    if raw is None:
+        return Options()
+    if not isinstance(raw, dict):
+        raise errors.BadRequest(f"{where} must be an object", param=where)
+    try:
+        opts = msgspec.convert(raw, Options)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        key = text.rsplit("at `$.", 1)[1].rstrip("`").split(".")[0].split("[")[0] if "at `$." in text else ""
+        if text.startswith("Object contains unknown field"):
+            key = text.split("`")[1]
+            known = ", ".join(Options.__struct_fields__)
+            raise errors.InvalidOption(f"unknown option `{key}` in {where}: hasr knows {known}",
+                                       param=f"{where}.{key}") from None
+        if key in WHAT:
+            message = f"{where}.{key} must be {WHAT[key]}, not {raw.get(key)!r}"
+        else:
+            message = f"{where}.{key}: {text.split(' - at ')[0]}" if key else f"{where}: {text}"
+        raise errors.InvalidOption(message, param=f"{where}.{key}" if key else where) from None
+    subtitles.rules_from(raw)  # the cue limits' ranges (the same check as the OpenAI form's)
+    return opts
