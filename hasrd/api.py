@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from typing import Any
 from collections.abc import AsyncIterator
@@ -19,9 +20,9 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hasrd import __version__, errors, gpu, modelspec
+from hasrd import __version__, errors, gpu
 from hasrd import protocol as proto
-from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl,
+from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl, resolve_model,
                            shown)
 from hasrd.intake import check_path, read_json
 from hasrd.jobevents import StreamEvent, to_json
@@ -31,6 +32,8 @@ from hasrd.modelspec import ModelSpec
 from hasrd.options import parse as parse_options
 
 log = logging.getLogger("hasrd.api")
+
+MAX_KEEP_ALIVE_SEC = 366 * 86400  # a year: longer is "for ever" (keep_alive < 0)
 
 
 
@@ -101,7 +104,7 @@ async def transcribe(request: Request) -> Response:
     if not isinstance(language, str):
         raise errors.BadRequest("language must be a string", param="language")
     options = parse_options(body.get("options"))  # every option checked here, once: no worker wakes for a bad one
-    spec = modelspec.resolve(options.model or str(body.get("model") or ""), d.settings)
+    spec = resolve_model(d, request, options.model or str(body.get("model") or ""))
     check_language(language)
     check_path_access(d, request)
     await check_path(path)
@@ -138,28 +141,33 @@ async def load(request: Request) -> Response:
     check_access(d, request, control=True)
     body = await read_json(request, '{"keep_alive": 600, "model": "base"}')
     keep: KeepAlive | None = None
-    spec = _model_of(d, body)
+    spec = _model_of(d, request, body)
     if isinstance(body, dict) and body.get("keep_alive") is not None:
         k = body["keep_alive"]
+        wrong = errors.BadRequest(f"keep_alive must be a number of seconds up to a year (< 0 = for ever), not {k!r}",
+                                  param="keep_alive")
         if isinstance(k, bool) or not isinstance(k, (int, float, str)):
-            raise errors.BadRequest("keep_alive must be a number of seconds (<0 = forever)")
+            raise wrong
         try:
-            keep = KeepAlive.parse(float(k))
-        except ValueError:
-            raise errors.BadRequest("keep_alive must be a number of seconds (<0 = forever)") from None
+            seconds = float(k)
+        except (ValueError, OverflowError):
+            raise wrong from None
+        if not math.isfinite(seconds) or seconds > MAX_KEEP_ALIVE_SEC:  # inf, NaN and 1e400 put Infinity in JSON
+            raise wrong
+        keep = KeepAlive.parse(seconds)
     elif body is not None and not isinstance(body, dict):
         raise errors.BadRequest("the body must be a JSON object like {\"keep_alive\": 600}")
     return JSONResponse(await d.pool.load(keep, model=spec))
 
 
-def _model_of(d: Daemon, body: Any) -> ModelSpec | None:
+def _model_of(d: Daemon, request: Request, body: Any) -> ModelSpec | None:
     """A load's or an unload's ``model`` (hasrd.modelspec), or None: the default (load), every worker (unload)."""
     name = body.get("model") if isinstance(body, dict) else None
     if name is None:
         return None
     if not isinstance(name, str):
         raise errors.BadRequest("model must be a string: a model's name (GET /v1/models lists them)")
-    return modelspec.resolve(name, d.settings)
+    return resolve_model(d, request, name)
 
 
 async def unload(request: Request) -> Response:
@@ -168,7 +176,7 @@ async def unload(request: Request) -> Response:
     body = await read_json(request, '{"model": "base"}')
     if body is not None and not isinstance(body, dict):
         raise errors.BadRequest("the body must be empty or a JSON object like {\"model\": \"base\"}")
-    await d.pool.unload(_model_of(d, body))
+    await d.pool.unload(_model_of(d, request, body))
     return JSONResponse({"state": d.pool.state.value, "workers": d.pool.workers()})
 
 

@@ -11,16 +11,17 @@ import grp
 import json
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse as _StarletteJSON
 
-from hasrd import errors
+from hasrd import errors, modelspec
 from hasrd.config import Settings
 from hasrd.events import Broadcaster
+from hasrd.modelspec import ModelSpec
 from hasrd.scheduler import Pool
 
 DECODES_AT_ONCE = 2
@@ -47,7 +48,7 @@ def error_response(e: errors.HasrError) -> JSONResponse:
     return JSONResponse(e.to_json(), status_code=e.status, headers=headers)
 
 
-def caller_uid(request: Request) -> int | None:
+def caller_uid(request: HTTPConnection) -> int | None:
     """The peer's uid, put in scope["client"] by the daemon's protocol class (SO_PEERCRED)."""
     client = request.scope.get("client")
     if client and isinstance(client[0], str) and client[0].startswith("peer:"):
@@ -128,6 +129,17 @@ def check_tcp_origin(d: Daemon, request: Request) -> None:
         if origin.rstrip("/") not in allowed:
             raise errors.Forbidden(f"requests from web pages (Origin {origin}) are refused; name the origin in "
                                    f"HASR_ALLOWED_ORIGINS to allow it")
+
+
+def names_files(d: Daemon, conn: HTTPConnection) -> bool:
+    """Whether this caller may name files and directories: the daemon's own user, or root (SO_PEERCRED)."""
+    uid = caller_uid(conn)
+    return uid is not None and uid in (d.uid, 0)
+
+
+def resolve_model(d: Daemon, conn: HTTPConnection, name: str) -> ModelSpec:
+    """The model a request names (hasrd.modelspec), by name only for a caller who may not name files."""
+    return modelspec.resolve(name, d.settings, trusted=names_files(d, conn))
 
 
 def check_path_access(d: Daemon, request: Request) -> None:

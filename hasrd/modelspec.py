@@ -18,6 +18,7 @@ the whisper engine (faster-whisper alone); only the default may be the hybrid.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,15 @@ def _dir_mb(d: Path) -> int:
         return 0
 
 
+def _owned_directory(p: Path) -> bool:
+    """A directory the daemon's user owns (symbolic links followed); False for anything else or nothing."""
+    try:
+        st = p.stat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
 def _cpu_need(model_mb: int) -> int:
     return CPU_OVERHEAD_MB + 2 * model_mb
 
@@ -103,9 +113,23 @@ def _whisper(name: str, fw_model: str, model_mb: int, settings: Any) -> ModelSpe
     return ModelSpec(name, engine, fw_model, _cpu_need(model_mb), gpu_need_mb=on_gpu)
 
 
-def resolve(name: str, settings: Any) -> ModelSpec:
-    """The model a request names, or ModelNotFound (404) saying what this daemon has."""
+def resolve(name: str, settings: Any, *, trusted: bool = True) -> ModelSpec:
+    """The model a request names, or ModelNotFound (404) saying what this daemon has.
+
+    ``trusted``: the caller may name files (the daemon's own user or root). Any other caller (over TCP, a
+    member of HASR_SHARED_GROUP) names models by name only, or a directory the daemon's user owns: a
+    directory it planted would be loaded by the owner's worker (Forbidden, the same answer whether the path
+    exists or not)."""
     name = name.strip()
+    try:
+        return _resolve(name, settings, trusted)
+    except OSError as e:  # a name the file system refuses: a part over 255 bytes, ...
+        shown = name if len(name) <= 80 else name[:60] + "..."
+        raise errors.ModelNotFound(f"The model `{shown}` does not exist here: {e.strerror or e} (`hasrctl models` "
+                                   f"lists them)", param="model") from None
+
+
+def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
     if name in ("",) + DEFAULT_IDS:
         return default_spec(settings)
     if name in (EMBEDDED, "embedded"):
@@ -115,6 +139,9 @@ def resolve(name: str, settings: Any) -> ModelSpec:
         return ModelSpec(name, "fake", name, int(name[5:]) + FAKE_OVERHEAD_MB, gpu_only=True)
     p = Path(name)
     if p.is_absolute():
+        if not trusted and not _owned_directory(p):
+            raise errors.Forbidden("this caller may name a model only by its name (GET /v1/models lists them) or "
+                                   "by a directory of the daemon's own user", param="model")
         if (p / "model.bin").is_file():
             return _whisper(str(p), str(p), _dir_mb(p), settings)
         raise errors.ModelNotFound(f"The model `{name}` does not exist: {p} is not a CTranslate2 model directory "

@@ -16,7 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hasrd import errors, formats, modelspec, subtitles
-from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, dumps, shown)
+from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, dumps,
+                           resolve_model, shown)
 from hasrd.intake import check_path, check_path_text, check_text
 from hasrd.jobevents import Done, Failed, Loading, Queued, StreamEvent, to_json
 from hasrd.jobs import Job, admitted
@@ -27,10 +28,10 @@ from hasrd.protocol import Draft, Progress, Sentence
 STARTED = int(time.time())
 
 
-def check_model(d: Daemon, model: str) -> ModelSpec:
+def check_model(d: Daemon, request: Request, model: str) -> ModelSpec:
     """What ``model`` names (hasrd.modelspec): the default for hasr's and OpenAI's ids, else an installed model;
     anything else is OpenAI's 404 ``model_not_found``, before any work."""
-    return modelspec.resolve(model, d.settings)
+    return resolve_model(d, request, model)
 
 
 def form_options(form: Any, task: Literal["transcribe", "translate"]) -> Options:
@@ -78,7 +79,7 @@ async def openai_audio(request: Request, task: Literal["transcribe", "translate"
             (check_path_text if key == "path" else check_text)(value, key)
         elif value.filename:
             check_path_text(value.filename, key)
-    spec = check_model(d, str(form.get("model") or ""))
+    spec = check_model(d, request, str(form.get("model") or ""))
     fmt = str(form.get("response_format") or "json")
     try:
         formats.check(fmt)
@@ -201,6 +202,6 @@ async def model(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)
     name = str(request.path_params["model_id"])
-    check_model(d, name)
+    check_model(d, request, name)
     found = {m["id"]: m for m in await asyncio.to_thread(modelspec.installed)}
     return JSONResponse(_model(found.get(name) or {"id": name, "kind": "model", "path": None, "size_mb": None}))

@@ -49,8 +49,8 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from hasrd import errors, formats, modelspec
-from hasrd.context import Daemon, check_access
+from hasrd import errors, formats
+from hasrd.context import Daemon, check_access, resolve_model
 from hasrd.connections import SHUTDOWN_HOOK
 from hasrd.jobevents import JobEvent, Loading, Queued
 from hasrd.options import Options
@@ -74,7 +74,7 @@ class Live:
         # the beta protocol (transcription_session.*): ?intent=transcription alone; GA clients (the SDK) name a model
         q = ws.query_params
         self.cfg = Config(beta=q.get("intent") == "transcription" and "model" not in q,
-                          resolve=lambda name: modelspec.resolve(name, d.settings))
+                          resolve=lambda name: resolve_model(d, ws, name))
         # hasr's own events only when asked for: the OpenAI SDK parses every event as one of its own types
         self.hasr_events = ws.query_params.get("hasr_events", "").lower() in ("1", "true", "yes")
         self.inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()  # audio, commit, finish, gone

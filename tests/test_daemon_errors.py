@@ -141,6 +141,40 @@ def test_a_bad_option_is_400_invalid_option_naming_it_and_wakes_no_worker(daemon
     assert_untouched(daemon)
 
 
+@pytest.mark.parametrize("keep", [float("inf"), float("-inf"), float("nan"), 1e400, "inf", "nan", 1e30])
+def test_a_keep_alive_that_is_not_a_finite_number_of_seconds_is_400_and_loads_nothing(daemon: Hasrd,
+                                                                                       keep: object) -> None:
+    body = json.dumps({"keep_alive": keep})  # Infinity, NaN: what Python's json writes and reads
+    with daemon.client() as c:
+        r = c.post("/api/load", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["code"] == "bad_request" and err["param"] == "keep_alive" and "for ever" in err["message"]
+        assert "Infinity" not in c.get("/api/ps").text
+    assert_untouched(daemon)
+
+
+LONG = "m" * 300  # a path component over NAME_MAX (255 bytes): the file system refuses it
+
+
+@pytest.mark.parametrize("name", [LONG, "/tmp/" + LONG, "org/" + LONG])
+def test_a_model_name_the_file_system_refuses_is_404_on_every_route_without_a_traceback(
+        daemon: Hasrd, tmpdir_m: str, name: str) -> None:
+    wav = write_wav(os.path.join(tmpdir_m, "long.wav"), 0.5)
+    with daemon.client() as c:
+        answers = [
+            c.post("/transcribe", json={"audio_path": wav, "options": {"model": name}}),
+            c.post("/v1/audio/transcriptions", data={"path": wav, "model": name}),
+            c.get(f"/v1/models/{name}"),
+            c.post("/api/load", json={"model": name}),
+            c.post("/api/unload", json={"model": name}),
+        ]
+    for r in answers:
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", (r.request.url, r.text)
+    assert_untouched(daemon)
+    assert "Traceback" not in daemon.log()
+
+
 def test_an_upload_over_the_size_limit_is_413(daemon: Hasrd) -> None:
     with daemon.client() as c:
         r = c.post("/v1/audio/transcriptions", files={"file": ("big.wav", b"\0" * 800_000, "audio/wav")})

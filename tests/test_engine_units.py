@@ -148,3 +148,21 @@ def test_the_daemon_can_check_a_language_without_importing_anything_heavy() -> N
     with pytest.raises(UnknownLanguage) as e:
         resolve("Klingon")
     assert isinstance(e.value, ValueError) and "Klingon" in str(e.value) and "'Chinese'" in str(e.value)
+
+
+@pytest.mark.parametrize("content", [b"not a model at all", b"\x06\x00\x00\x00" + b"\xff" * 16])
+def test_a_model_that_does_not_load_is_explained_without_what_was_read_from_its_file(
+        tmp_path: Any, capfd: pytest.CaptureFixture[str], content: bytes) -> None:
+    """CTranslate2's message quotes the file ("binary version v544501614" is "not " read as a number, "File
+    model.bin is incomplete ..."): a caller who named the directory learns only what kind of failure it was;
+    the daemon's log has the whole message."""
+    from hasrd.models import FwModel
+    from hasrd.worker.engine import EngineError
+    from hasrd.worker.engines.fwload import load_model
+
+    (tmp_path / "model.bin").write_bytes(content)
+    with pytest.raises(EngineError) as e:
+        load_model(FwModel(str(tmp_path), str(tmp_path), "", "directory"), "cpu", "int8")
+    assert e.value.code == "model_unavailable" and str(tmp_path) in e.value.message
+    assert "model.bin" in e.value.message and "version v" not in e.value.message and "buffer" not in e.value.message
+    assert "failed:" in capfd.readouterr().err  # the whole reason, for the log

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -274,6 +275,35 @@ def test_over_tcp_nothing_that_names_files_or_jobs_is_served() -> None:
         assert c.post("/api/stop").status_code == 403
         r = c.post("/transcribe", json={"audio_path": "/etc/passwd"})
         assert r.status_code == 403
+
+
+def test_a_caller_who_may_not_name_files_may_not_name_a_model_directory_either(tmp_path: Path) -> None:
+    """Over TCP (no SO_PEERCRED) a planted directory holding a model.bin would be loaded by the owner's worker,
+    and the load error told whether a private directory holds one: such callers name models by name only, or a
+    directory of the daemon's own user, and the answer is the same whether the path exists or not."""
+    from starlette.testclient import TestClient
+
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "model.bin").write_bytes(b"not a model at all")
+    os.chown(planted, 65534, 65534)  # somebody else's directory (nobody's)
+    mine = tmp_path / "mine"  # the daemon's user's own, without a model
+    mine.mkdir()
+    settings = config.Settings(engine="fake")
+    never = ModelSpec("fake", "fake", "", 300)
+    d = Daemon(settings, Pool(settings, make_runner=None, default=never, inventory=list, max_workers=1),  # type: ignore[arg-type]
+               Broadcaster())
+    wav = ("a.wav", b"RIFF" + b"\0" * 64, "audio/wav")
+    with TestClient(make_app(d)) as c:
+        for name in (str(planted), str(tmp_path / "nothing-here")):
+            r = c.post("/v1/audio/transcriptions", data={"model": name}, files={"file": wav})
+            assert r.status_code == 403 and r.json()["error"]["param"] == "model", r.text
+            assert "only by its name" in r.json()["error"]["message"] and name not in r.json()["error"]["message"]
+        r = c.post("/v1/audio/transcriptions", data={"model": str(mine)}, files={"file": wav})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+        r = c.post("/v1/audio/transcriptions", data={"model": "base.en-nope"}, files={"file": wav})
+        assert r.status_code == 404  # a name is looked up as for anybody
+    assert not d.pool.refs  # nothing was loaded or started
 
 
 def test_the_units_raise_the_file_descriptor_limit() -> None:

@@ -78,8 +78,25 @@ def load_model(model: FwModel, device: str, compute_type: str, device_index: int
         if "out of memory" in msg.lower():
             raise EngineError("out_of_memory", f"faster-whisper ran out of memory loading {model.name} on "
                                                f"{device}: {msg}") from None
+        print(f"hasr worker: loading {model.path or model.name} failed: {msg}", file=sys.stderr, flush=True)
         raise EngineError("model_unavailable", f"faster-whisper could not load {model.path or model.name} on "
-                                               f"{device} ({compute_type}): {msg}") from None
+                                               f"{device} ({compute_type}): {load_failure(msg)}") from None
+
+
+def load_failure(msg: str) -> str:
+    """Why a model did not load, in words of ours: CTranslate2's own message may quote what it read from the
+    file (a 'binary version' is its first bytes read as a number), which a caller who named the directory
+    must not learn. The whole message goes to the daemon's log."""
+    low = msg.lower()
+    if "binary version" in low or "unsupported model" in low:
+        return "model.bin is not a CTranslate2 model this version reads"
+    if "incomplete" in low or "failed to read" in low:
+        return "model.bin is incomplete"
+    if "config.json" in low or "tokenizer" in low or "vocabulary" in low:
+        return "the directory lacks a file a whisper model needs (config.json, tokenizer.json, vocabulary)"
+    if "no such file" in low or "not found" in low or "does not exist" in low:
+        return "a file of the model is missing"
+    return "it is not a whisper model faster-whisper can load (the daemon's log has CTranslate2's message)"
 
 
 def cuda_error(e: BaseException, model: str) -> EngineError:
