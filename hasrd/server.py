@@ -270,6 +270,10 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     protocol = PeerProtocol.configure(cap, settings.read_timeout_sec, on_activity=poke.set)
     logging.getLogger("asyncio").addFilter(RateLimited("socket.accept() out of system resource"))
     logging.getLogger("uvicorn.error").addFilter(BurstFilter("Invalid HTTP request", "invalid HTTP requests"))
+    # python-multipart warns once per malformed body (each is also a 400 "malformed form"): bursts too
+    multipart = BurstFilter("", "malformed multipart bodies")
+    for name in ("python_multipart.multipart", "multipart.multipart"):
+        logging.getLogger(name).addFilter(multipart)
     # backlog: asyncio listen()s again on the sockets it is given, with uvicorn's 2048 unless told otherwise;
     # that would shrink our 4096 (and systemd's SOMAXCONN), and a burst of connects would fail with EAGAIN.
     cfg = uvicorn.Config(app, http=protocol, ws=PeerWebSocket, lifespan="off", log_config=None,

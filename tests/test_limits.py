@@ -416,6 +416,22 @@ def test_an_early_413_closes_the_connection_at_once_without_reading_the_body(qui
     no_tracebacks(quick)
 
 
+def test_a_flood_of_malformed_multipart_bodies_is_logged_per_burst_not_per_body(short_tmp: str) -> None:
+    """Issue 31 #19: 2,000 malformed multipart bodies wrote 2,000 warnings of python-multipart's; each is a 400
+    "malformed form", and the log has the first warning and one line with the burst's count."""
+    d = Hasrd(os.path.join(short_tmp, "m.sock"))
+    try:
+        with d.client() as c:
+            for i in range(200):
+                r = c.post("/v1/audio/transcriptions", content=b"--xyz\r\nbroken header %d\r\n\r\n" % i,
+                           headers={"content-type": "multipart/form-data; boundary=xyz"})
+                assert r.status_code == 400 and "malformed form" in r.json()["error"]["message"]
+        assert wait_until(lambda: "200 malformed multipart bodies in the last" in d.log(), 60), d.log()[-2000:]
+        assert d.log().count("invalid character") == 1, d.log()[-3000:]
+    finally:
+        d.stop()
+
+
 def test_a_flood_of_malformed_requests_and_shed_connections_is_logged_per_burst_not_per_request(
         short_tmp: str) -> None:
     """Issue 21 #5: 5,000 malformed requests wrote 5,000 "Invalid HTTP request" lines, and the connection
