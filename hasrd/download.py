@@ -75,10 +75,6 @@ class DiskFull(errors.HasrError):
     code, status = "insufficient_storage", 507
 
 
-class ModelBusy(errors.HasrError):
-    code, status = "model_busy", 409
-
-
 class _Stop(Exception):
     """The client went away: the download stops at its next chunk (what arrived is kept)."""
 

@@ -20,6 +20,7 @@ its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
     ├── Forbidden                   forbidden       403
     ├── NotFound                    not_found       404
     │   └── ModelNotFound           model_not_found 404  (an OpenAI ``model`` hasr does not serve)
+    ├── ModelBusy                   model_busy      409  (being pulled or deleted)
     ├── TooLarge                    too_large       413
     ├── Unavailable                 unavailable     503  (+ Retry-After)
     │   ├── QueueFull               queue_full      503
@@ -127,6 +128,12 @@ class NotFound(HasrError):
 
 class ModelNotFound(NotFound):
     code = "model_not_found"
+
+
+class ModelBusy(HasrError):
+    """The model is being pulled or deleted: try again once that has ended."""
+
+    code, status = "model_busy", 409
 
 
 class TooLarge(HasrError):

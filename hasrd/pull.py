@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from hasrd import errors, models, modelspec
 from hasrd.context import JSONResponse, check_access, jsonl
-from hasrd.download import REPO_ID, SIZES, ModelBusy, Pull, cache_dir, endpoint, offline, repo_dir, repo_lock
+from hasrd.download import REPO_ID, SIZES, Pull, cache_dir, endpoint, offline, repo_dir, repo_lock
 from hasrd.intake import read_json
 
 log = logging.getLogger("hasrd.pull")
@@ -308,7 +308,7 @@ async def delete(request: Request) -> Response:
         raise errors.BadRequest(f"no model can be named `{name}`: {e.strerror or e}", param="model") from None
     lock = repo_lock(target.repo) if target.repo else None
     if lock is not None and not lock.acquire(blocking=False):
-        raise ModelBusy(f"{target.repo} is being pulled now: remove it when the pull has ended", param="model")
+        raise errors.ModelBusy(f"{target.repo} is being pulled now: remove it when the pull has ended", param="model")
     try:
         specs: dict[str, modelspec.ModelSpec] = {}
         with contextlib.suppress(errors.HasrError):
@@ -317,9 +317,9 @@ async def delete(request: Request) -> Response:
         for ref in list(d.pool.refs.values()):  # the same files under another name
             if any(_within(a, b) for a in _where(ref.spec.fw_model) for b in target.paths):
                 specs[ref.spec.key] = ref.spec
-        for spec in specs.values():
-            await d.pool.unload(spec)
-        freed = await asyncio.to_thread(remove, target)
+        # its requests get model_busy meanwhile (404 once it is gone); its workers stop and leave the pool first
+        async with d.pool.withdrawn_while(list(specs.values()), f"the model {name} is being deleted"):
+            freed = await asyncio.to_thread(remove, target)
     finally:
         if lock is not None:
             lock.release()

@@ -126,6 +126,7 @@ class Pool:
         self.last_used = clock()
         self.measured: dict[str, int] = {}  # model key -> MB a loaded worker of it held
         self.holding: dict[str, int] = {}  # model key -> admitted requests for it
+        self.withdrawn: dict[str, str] = {}  # model key -> why its requests are refused now (a delete runs)
         self._keys = itertools.count(1)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -146,6 +147,7 @@ class Pool:
         is released: neither its model's TTL nor the daemon's idle exit acts meanwhile."""
         self.check_admission()
         key = (model or self.default).key
+        self._refuse_withdrawn(key)
         self.in_flight += 1
         self.holding[key] = self.holding.get(key, 0) + 1
         self._idle.clear()
@@ -153,6 +155,25 @@ class Pool:
             self._expiry(ref)
         self._changed()
         return Lease(lambda: self._release_lease(key))
+
+    def _refuse_withdrawn(self, key: str) -> None:
+        if key in self.withdrawn:
+            raise errors.ModelBusy(self.withdrawn[key], param="model")
+
+    @contextlib.asynccontextmanager
+    async def withdrawn_while(self, specs: list[ModelSpec], why: str) -> AsyncIterator[None]:
+        """While the block runs (a delete), requests for these models get 409 ``model_busy`` (``why``) and no
+        worker of them starts; their workers stop first (after their running jobs) and leave the pool."""
+        keys = {s.key for s in specs} - set(self.withdrawn)
+        for key in keys:
+            self.withdrawn[key] = why
+        try:
+            self._dispatch()  # its waiters hear it now
+            await asyncio.gather(*(self.unload(s) for s in specs))
+            yield
+        finally:
+            for key in keys:
+                self.withdrawn.pop(key, None)
 
     def _release_lease(self, key: str) -> None:
         self.in_flight -= 1
@@ -244,6 +265,7 @@ class Pool:
                        ) -> RunnerRef:
         if self.closing:
             raise errors.ShuttingDown("the daemon is stopping; this transcription did not start")
+        self._refuse_withdrawn(spec.key)  # admitted before a delete began, routed after
         if not any(w.live or not live for w in self.waiting):  # nobody waits ahead of this request
             d = self._decide(spec)
             if d.kind == "refuse":
@@ -299,6 +321,10 @@ class Pool:
         self._prune()
         for w in list(self.waiting):
             if w.fut.done():
+                continue
+            if w.spec.key in self.withdrawn:
+                self.waiting.remove(w)
+                w.fut.set_exception(errors.ModelBusy(self.withdrawn[w.spec.key], param="model"))
                 continue
             d = self._decide(w.spec)
             if d.kind == "wait":

@@ -311,3 +311,45 @@ def test_after_a_forced_exit_a_waiting_request_hears_shutting_down_and_no_worker
         assert [r.spec.name for r in made] == ["a", "b"] and made[1].spawns == 0
         await pool.close()
     run(main())
+
+
+def test_while_a_model_is_withdrawn_its_requests_get_model_busy_and_its_worker_leaves_after_its_job() -> None:
+    """A delete (issue 31 #2): a request admitted before it began, one waiting in the queue and one arriving
+    during it are all refused with 409 model_busy; the worker finishes its running job, stops and leaves the
+    pool; another model is served meanwhile; once the delete is over the model may be asked for again."""
+    async def main() -> None:
+        gate = asyncio.Event()
+        pool, made = make(max_workers=1, gate=gate)
+        with pcm() as buf:
+            running = asyncio.create_task(pool.transcribe(buf, name="running", model=A))
+            await until(lambda: pool.running == 1)
+            early = pool.admit(A)  # decoding its audio when the delete begins
+            queued = asyncio.create_task(pool.transcribe(buf, name="queued", model=A))
+            await until(lambda: len(pool.waiting) == 1)
+            entered = asyncio.Event()
+            leave = asyncio.Event()
+
+            async def delete() -> None:
+                async with pool.withdrawn_while([A], "a is being deleted"):
+                    entered.set()
+                    await leave.wait()
+            deleting = asyncio.create_task(delete())
+            with pytest.raises(errors.ModelBusy) as e:
+                await queued
+            assert e.value.status == 409 and "being deleted" in e.value.message
+            with pytest.raises(errors.ModelBusy):
+                pool.admit(A)
+            with pytest.raises(errors.ModelBusy):
+                await pool.transcribe(buf, lease=early, model=A)
+            early.release()
+            assert not entered.is_set()  # the running job goes on to its end first
+            gate.set()
+            assert (await running)["text"] == "running"
+            await entered.wait()
+            assert made[0].stops == 1 and not pool.refs  # its worker left the pool
+            assert (await pool.transcribe(buf, name="other", model=B))["text"] == "other"
+            leave.set()
+            await deleting
+            assert (await pool.transcribe(buf, name="again", model=A))["text"] == "again"
+        await pool.close()
+    run(main())

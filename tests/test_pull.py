@@ -6,6 +6,7 @@ request; a full disk is simulated in-process by a file whose writes fail with EN
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import io
 import json
@@ -286,6 +287,36 @@ def test_rm_refuses_the_default_the_embedded_base_and_paths_outside_the_model_st
         ids = {m["id"] for m in h.get("/v1/models")["data"]}
         assert "the-default" in ids and not {"mine", "theirs-target", "linked"} & ids
         assert not [p for p in data.parent.iterdir() if p.name.startswith(".hasr-trash")]
+    finally:
+        h.stop()
+
+
+def test_requests_for_a_model_being_deleted_get_model_busy_then_404_and_no_worker_of_it_stays(
+        short_tmp: str, hub: Hub) -> None:
+    """Issue 31 #2: a request sent during a delete was admitted, handed a worker that loaded while the directory
+    went away, and got 503 after 17 s; /api/ps kept a backoff entry of the deleted model."""
+    data = Path(short_tmp) / "data" / "hasr" / "models"
+    (data / "doomed").mkdir(parents=True)
+    (data / "doomed" / "model.bin").write_bytes(b"\0" * 1000)
+    wav = str(DATA / "en_hello_world.flac")
+    h = start(short_tmp, hub.endpoint, HASR_ENGINE="fake")
+    try:
+        with h.client(60) as c:
+            def ask() -> Any:
+                return c.post("/transcribe", json={"audio_path": wav, "options": {"model": "doomed",
+                                                                                "fake": {"rtf": 1.0}}})
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                running = pool.submit(ask)
+                assert wait_until(lambda: h.get("/api/ps")["running"] == 1, 60)
+                deleting = pool.submit(lambda: c.request("DELETE", "/api/delete", json={"model": "doomed"}))
+                assert wait_until(lambda: ask().status_code == 409, 30)  # the delete waits for the running job
+                during = ask()
+                assert during.json()["error"]["code"] == "model_busy" and "deleted" in during.text
+                assert running.result().status_code == 200
+                assert deleting.result().status_code == 200
+            after = ask()
+            assert after.status_code == 404 and after.json()["error"]["code"] == "model_not_found"
+            assert h.get("/api/ps")["workers"] == []
     finally:
         h.stop()
 
