@@ -57,3 +57,21 @@ def test_the_live_result_has_sent_windows_truncated_by_and_the_language(language
     assert [(s["text"], s["engine"], s["truncated_by"]) for s in r["per_sentence"]] == [
         ("<fw1>", "fw", "bar"), ("<fw2>", "fw", "bar")]
     assert r["fw_calls"] == 2 == len(heard)
+
+
+
+def test_replacement_characters_of_the_drafts_finish_reach_no_live_sentence() -> None:
+    """Issue 31 #11, live: R2T2's finish (at each utterance's end) decodes without the replacement-character
+    loop of its streaming step; what it decoded into U+FFFD is never shown."""
+    from test_v2c import ListDraft
+
+    gap = np.zeros(SR, np.float32)
+    pcm = np.concatenate([gap, load("zh_nihao_shijie"), gap])
+    model = ListDraft(["你好。"] * 2, final="你好。\ufffd世界\u200b。")
+    rec = Rec()
+    live = DraftLive(model, "Chinese", lambda audio: "<fw>", "inline", rec, lambda: False, {}, code="zh")
+    for i in range(0, len(pcm), 2560):
+        live.feed(pcm[i:i + 2560])
+    r = live.finish()
+    texts = [s["text"] for s in rec.sentences] + [s["text"] for s in r["per_sentence"]] + [r["final"]]
+    assert "世界。" in r["final"] and not [t for t in texts if "\ufffd" in t or "\u200b" in t], texts

@@ -409,3 +409,13 @@ def test_the_fake_engine_runs_through_v2c_with_its_default_script() -> None:
     assert [(p["engine"], p["start_s"]) for p in r["per_sentence"]] == [("draft", 0.0),
                                                                       ("fw", r["per_sentence"][0]["end_s"])]
     assert rec.events[-1] == ("progress", 2.0, 2.0)
+
+
+def test_replacement_characters_from_the_drafts_finish_reach_neither_drafts_nor_finals() -> None:
+    """Issue 31 #11: R2T2's finish decodes the rolled-back prefix without the replacement-character loop its
+    streaming step has: `我们明天见。�麒麟` reached the draft events and the final."""
+    r, rec = run(ListDraft(["我们明天见。", None], final="我们明天见。\ufffd好的\u200b。"), 3, FW())
+    texts = [e[1] for e in rec.events if e[0] == "draft"] + [e[2] for e in rec.sentences()]
+    texts += [r["final"], r["draft"]] + [p["text"] for p in r["per_sentence"]] + [w["text"] for w in r["sent_windows"]]
+    assert not [t for t in texts if "\ufffd" in t or "\u200b" in t], texts
+    assert r["final"] == "我们明天见。好的。" and r["fw_calls"] == 0  # still a closed sentence: the draft's

@@ -93,8 +93,8 @@ class DraftLive(LiveBase):
         i = (self.fed - self.chunk0 * CHUNK) // CHUNK
         _, fixed = self.model.streaming_transcribe(chunk, self.state, max_new_tokens=v2c.MAX_NEW_TOKENS)
         self.fed += len(chunk)
-        text = str(self.state.text)
-        committed = text if text == self.shown and text else str(fixed or "")
+        text = v2c.draft_text(self.state.text)
+        committed = text if text == self.shown and text else v2c.draft_text(fixed)
         self._show(text)
         self.ws.observe(text, self._bar())
         self._language()
@@ -138,7 +138,7 @@ class DraftLive(LiveBase):
             self.fed += len(rest)
         with contextlib.redirect_stdout(sys.stderr):  # R2T2 prints the final text; stdout is not ours
             self.model.finish_streaming_transcribe(self.state, max_new_tokens=v2c.FINISH_MAX_NEW_TOKENS)
-        full = str(self.state.text)
+        full = v2c.draft_text(self.state.text)
         self.ws.observe(full, self._bar())
         self._language()
         self._show(full)

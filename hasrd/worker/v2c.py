@@ -82,6 +82,7 @@ from hasrd.languages import join_sentences
 from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
                                     choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,
                                     window_span, window_start)
+from hasrd.worker.textrules import clean_text
 
 __all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "Heartbeat", "LAG_CHUNKS",
            "MAX_NEW_TOKENS", "MODES", "PAD",
@@ -149,12 +150,12 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
             end -= 1  # keep the last chunk buffered for the finish
         chunk = np.array(pcm[i * CHUNK:end], dtype=np.float32)
         _, fixed = model.streaming_transcribe(chunk, state, max_new_tokens=MAX_NEW_TOKENS)
-        text = str(state.text)
+        text = draft_text(state.text)
         bar = any("|" in g for g in take()) if take is not None else False
         # Committed: fixed_text (the text minus its last token, which every later prompt must continue), or the
         # whole text once a chunk regenerated its last token unchanged (a final mark is otherwise never fixed
         # until the next sentence starts).
-        committed = text if text == shown and text and i < total - 1 else str(fixed or "")  # the last stays buffered
+        committed = text if text == shown and text and i < total - 1 else draft_text(fixed)  # the last stays buffered
         if text != shown:
             if first_text_s is None and text.strip():  # the audio fed so far (the last chunk may be short)
                 first_text_s = round(min(len(pcm), (i + 1) * CHUNK) / SR, 3)
@@ -168,7 +169,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
         on_chunk(i)
     with contextlib.redirect_stdout(sys.stderr):  # R2T2 prints the final text; stdout is not ours
         model.finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)
-    full = str(state.text)
+    full = draft_text(state.text)
     bar = any("|" in g for g in take()) if take is not None else False
     if full != shown:
         if first_text_s is None and full.strip():
@@ -179,6 +180,13 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
     if w is not None:
         on_window(w)
     return ws.windows, full, first_text_s
+
+
+def draft_text(raw: Any) -> str:
+    """R2T2's text as everyone reads it: without U+FFFD or invisible characters. Its streaming step loops until
+    a token completes a character; its finish decodes the rolled-back prefix without that loop (issue 31 #11).
+    A filter per character, so a prefix of the raw text stays a prefix of the read one."""
+    return clean_text(str(raw or ""), strip=False)
 
 
 HEARTBEAT_SEC = 1.0
