@@ -166,9 +166,14 @@ def _cue_text(text: str) -> str:
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 
 
+def _audio_end(result: dict[str, Any]) -> float | None:
+    """Where the audio ends (no cue may end later), when the result says."""
+    return _seconds(result.get("duration_s")) or None
+
+
 def _srt(result: dict[str, Any], rules: subtitles.CueRules | None) -> str:
     blocks = []
-    for k, cue in enumerate(subtitles.cues(segments(result), rules), 1):
+    for k, cue in enumerate(subtitles.cues(segments(result), rules, _audio_end(result)), 1):
         span = f"{timestamp(cue.start)} --> {timestamp(cue.end)}"
         blocks.append(f"{k}\n{span}\n{_cue_text(cue.text)}\n")
     return "\n".join(blocks)
@@ -181,7 +186,7 @@ def _vtt_escape(text: str) -> str:
 
 def _vtt(result: dict[str, Any], rules: subtitles.CueRules | None) -> str:
     blocks = ["WEBVTT\n"]
-    for cue in subtitles.cues(segments(result), rules):
+    for cue in subtitles.cues(segments(result), rules, _audio_end(result)):
         span = f"{timestamp(cue.start, '.')} --> {timestamp(cue.end, '.')}"
         blocks.append(f"{span}\n{_vtt_escape(_cue_text(cue.text))}\n")
     return "\n".join(blocks)

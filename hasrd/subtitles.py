@@ -226,9 +226,9 @@ def _better_cut(units: list[_Unit], i: int, j: int) -> int:
     return j
 
 
-def cues(segments: list[dict[str, Any]], rules: CueRules | None = None) -> list[Cue]:
+def cues(segments: list[dict[str, Any]], rules: CueRules | None = None, until: float | None = None) -> list[Cue]:
     """Cues for ``formats.segments`` (sentences with start, end, text and maybe words), in time order, that
-    follow ``rules`` and never overlap."""
+    follow ``rules``, never overlap and never end after ``until`` (the audio's end, when known)."""
     rules = rules or CueRules()
     out: list[Cue] = []
     for seg in segments:
@@ -241,14 +241,15 @@ def cues(segments: list[dict[str, Any]], rules: CueRules | None = None) -> list[
             start, end = part[0].start, max(part[-1].end, part[0].start)
             out.append(Cue(start, min(end, start + rules.max_cue_sec), lines))
     out.sort(key=lambda c: c.start)
-    return settle_times(out, rules)
+    return settle_times(out, rules, until)
 
 
-def settle_times(cs: list[Cue], rules: CueRules) -> list[Cue]:
+def settle_times(cs: list[Cue], rules: CueRules, until: float | None = None) -> list[Cue]:
     """No overlaps; each cue at least ``min_cue_sec`` where the gap to its neighbours allows (extended into the
-    silence after it first, then before it)."""
+    silence after it first, then before it); the last one ends by ``until`` (a 7.017-7.847 s cue came out for a
+    7.068 s file: issue 31 #12)."""
     for k, c in enumerate(cs):
-        nxt = cs[k + 1].start if k + 1 < len(cs) else None
+        nxt = cs[k + 1].start if k + 1 < len(cs) else until
         prev = cs[k - 1].end if k else 0.0
         c.start = max(c.start, prev)
         if nxt is not None:

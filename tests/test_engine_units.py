@@ -125,7 +125,9 @@ def test_hybrid_windows_get_the_seed_call_and_never_the_prompt() -> None:
     r = e.transcribe(np.zeros(3 * SR, np.float32), "Chinese", {"prompt": "会议纪要", "word_timestamps": True}, wire,
                      lambda: False)
     assert r["fw_calls"] == 2 and [s["engine"] for s in r["per_sentence"]] == ["draft", "fw", "fw"]
-    assert stub.calls == [{"language": "zh", "beam_size": 5, "vad_filter": False}] * 2
+    assert [{k: v for k, v in c.items() if k != "max_new_tokens"} for c in stub.calls] == [
+        {"language": "zh", "beam_size": 5, "vad_filter": False}] * 2
+    assert all(0 < c["max_new_tokens"] <= 16 * 3 + 16 for c in stub.calls)  # whisper's cap for a short window
     p.encode(p.Result(id=1, result=r))
     assert all_plain(r)
 
@@ -166,3 +168,18 @@ def test_a_model_that_does_not_load_is_explained_without_what_was_read_from_its_
     assert e.value.code == "model_unavailable" and str(tmp_path) in e.value.message
     assert "model.bin" in e.value.message and "version v" not in e.value.message and "buffer" not in e.value.message
     assert "failed:" in capfd.readouterr().err  # the whole reason, for the log
+
+
+def test_a_hybrid_window_that_loops_is_said_once() -> None:
+    """Issue 31 #12: the hybrid's faster-whisper windows skipped whisper's text rules (`...啾啾啾啾啾啾啾啾`)."""
+    from hasrd.worker.engines.whisper import window_fn
+
+    class Looping(StubWhisper):
+        def transcribe(self, audio: np.ndarray, **kw: Any) -> tuple[Any, Any]:
+            self.calls.append(kw)
+            return iter([SimpleNamespace(text="好的。" + "啾" * 40)]), SimpleNamespace(language="zh")
+
+    stub = Looping()
+    text = window_fn(stub, "zh")(np.zeros(7 * SR, np.float32))
+    assert text.startswith("好的。啾") and len(text) <= 5, text  # the loop said once, as whisper's rule says it
+    assert stub.calls[0]["max_new_tokens"] == 16 * 7 + 16

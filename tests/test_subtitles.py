@@ -123,3 +123,15 @@ def test_configured_limits_come_from_the_settings() -> None:
     assert subtitles.configured(s) == CueRules(max_line_width=30, max_line_count=2, max_cue_sec=5.0)
     with pytest.raises(InvalidOption, match="HASR_MAX_LINE_COUNT"):
         subtitles.configured(load(env={"HASR_MAX_LINE_COUNT": "9"}, toml_path=None))
+
+
+def test_no_cue_ends_after_the_audio() -> None:
+    """Issue 31 #12: the last cue was stretched to the minimum length past the audio's end (7.017-7.847 s for a
+    7.068 s file); it is stretched back into the silence before it instead."""
+    result = {"final": "Hi. Bye.", "duration_s": 7.068,
+              "per_sentence": [{"text": "Hi.", "start_s": 5.0, "end_s": 6.0},
+                               {"text": "Bye.", "start_s": 7.017, "end_s": 7.05}]}
+    last = cues(formats.segments(result), until=7.068)[-1]
+    assert last.end <= 7.068 and last.end - last.start >= 0.83 - 1e-9 and last.start >= 6.0
+    assert formats.render(result, "srt").rstrip().splitlines()[-2].endswith("--> 00:00:07,068")
+    assert formats.render(result, "vtt").rstrip().splitlines()[-2].endswith("--> 00:00:07.068")

@@ -419,3 +419,23 @@ def test_replacement_characters_from_the_drafts_finish_reach_neither_drafts_nor_
     texts += [r["final"], r["draft"]] + [p["text"] for p in r["per_sentence"]] + [w["text"] for w in r["sent_windows"]]
     assert not [t for t in texts if "\ufffd" in t or "\u200b" in t], texts
     assert r["final"] == "我们明天见。好的。" and r["fw_calls"] == 0  # still a closed sentence: the draft's
+
+
+def test_the_drafts_finish_is_covered_by_the_heartbeat() -> None:
+    """Issue 31 #12: R2T2's finish (up to 64 tokens) sent no progress, so a slow device's finish could run
+    into the stall watchdog (HASR_STALL_SEC) of a healthy worker."""
+    seen: list[int] = []
+
+    class SlowFinish(ListDraft):
+        def finish_streaming_transcribe(self, state: State, max_new_tokens: int | None = None) -> str:
+            seen.append(len(rec.events))
+            time.sleep(0.5)
+            seen.append(len(rec.events))
+            return super().finish_streaming_transcribe(state, max_new_tokens)
+
+    rec = Rec()
+    pcm = np.zeros(3 * CH, dtype=np.float32)
+    v2c.run(SlowFinish(["好。", None], final="好。"), pcm, "Chinese", FW(), emit=rec, mode="inline",
+            heartbeat_s=0.05)
+    during = rec.events[seen[0]:seen[1]]
+    assert len(during) >= 3 and all(e[0] == "progress" for e in during), during

@@ -72,6 +72,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -123,8 +124,11 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
                   on_text: Callable[[str], None] = lambda t: None,
                   on_window: Callable[[Window], None] = lambda w: None,
                   on_chunk: Callable[[int], None] = lambda i: None,
-                  on_language: Callable[[str], None] = lambda name: None) -> tuple[list[Window], str, float | None]:
-    """Stage 1 over one segment -> (windows, full draft, first_text_s). Checks ``cancelled`` per chunk.
+                  on_language: Callable[[str], None] = lambda name: None,
+                  during_finish: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+                  ) -> tuple[list[Window], str, float | None]:
+    """Stage 1 over one segment -> (windows, full draft, first_text_s). Checks ``cancelled`` per chunk;
+    ``during_finish`` wraps R2T2's finish (the job's heartbeat).
 
     ``language`` None or "" lets R2T2 detect it. The last chunk is fed one sample short, so that it stays in
     R2T2's buffer and the finish decodes the whole segment with FINISH_MAX_NEW_TOKENS (a finish with nothing
@@ -167,7 +171,9 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
         if w is not None:
             on_window(w)
         on_chunk(i)
-    with contextlib.redirect_stdout(sys.stderr):  # R2T2 prints the final text; stdout is not ours
+    # R2T2 prints the final text (stdout is not ours); its finish decodes up to FINISH_MAX_NEW_TOKENS tokens,
+    # which on a slow device is longer than the stall watchdog waits for progress: the heartbeat runs
+    with during_finish(), contextlib.redirect_stdout(sys.stderr):
         model.finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)
     full = draft_text(state.text)
     bar = any("|" in g for g in take()) if take is not None else False
@@ -412,7 +418,7 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
             windows, draft, first = draft_windows(model, seg, language, cancelled=cancelled,
                                                   on_text=_segment_drafts(emit, seg_no),
                                                   on_window=stage.submit, on_chunk=on_chunk,
-                                                  on_language=on_language)
+                                                  on_language=on_language, during_finish=beat.during)
             t1 = time.monotonic()
             settled = stage.close()
         finally:
