@@ -139,10 +139,11 @@ class DraftLive(LiveBase):
         with contextlib.redirect_stdout(sys.stderr):  # R2T2 prints the final text; stdout is not ours
             self.model.finish_streaming_transcribe(self.state, max_new_tokens=v2c.FINISH_MAX_NEW_TOKENS)
         full = v2c.draft_text(self.state.text)
-        self.ws.observe(full, self._bar())
+        bar = self._bar()  # the finish's own "|": its utterance's tail goes to faster-whisper (issue 31 #9)
+        self.ws.observe(full, bar)
         self._language()
         self._show(full)
-        w = self.ws.finish(full, max(0, last))
+        w = self.ws.finish(full, max(0, last), bar=bar)
         if w is not None:
             self._submit(w)
         self.drafts.append(full)

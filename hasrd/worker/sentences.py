@@ -181,10 +181,18 @@ class Windows:
             return None  # no mark, or a mark alone (a rewrite's leftover): the sentence is still open
         return self._close(fixed, c, part[:m], chunk)
 
-    def finish(self, final: str, last_chunk: int) -> Window | None:
-        """After the finish: the rest of the draft is the last window (also when the draft withdrew it)."""
+    def finish(self, final: str, last_chunk: int, bar: bool = False) -> Window | None:
+        """After the finish: the rest of the draft is the last window (also when the draft withdrew it).
+
+        ``bar``: the finish itself generated a ``|``. Its text is cut there, and where it regenerated a closed
+        sentence's mark as ``|。我们走吧。`` the cut text shows nothing past the closed sentences: the audio after
+        them still becomes a last window, truncated by the bar (one more faster-whisper call is cheap; a lost
+        tail is silent: issue 31 #9)."""
         c = self.cut(final)
         part = final[c:]
+        if bar and last_chunk >= 0 and self.open_chunk <= last_chunk:
+            self.bars.append(max(c, len(final)))
+            return self._close(final, c, part, last_chunk, last=True)
         if not part.strip() and not (self.seen_open or self.bars):
             return None
         if last_chunk < 0 or (not part.strip() and self.open_chunk > last_chunk):

@@ -182,7 +182,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
             first_text_s = round(len(pcm) / SR, 3)
         on_text(full)
     ws.observe(full, bar)
-    w = ws.finish(full, total - 1)
+    w = ws.finish(full, total - 1, bar=bar)
     if w is not None:
         on_window(w)
     return ws.windows, full, first_text_s
