@@ -217,3 +217,28 @@ def test_a_shutdown_ends_the_worker_by_itself_with_r2t2_loaded_many_times_in_a_r
             assert rc == 0, (round_, rc)
         finally:
             w.close()
+
+
+@pytest.mark.parametrize("heard, script", [("Cantonese", "traditional"), ("Chinese", "simplified")])
+def test_the_streamed_sentences_are_in_the_results_script_when_r2t2_names_the_language(
+        tmp_path: Path, heard: str, script: str) -> None:
+    """Issue 31 #10: with no language asked and R2T2 naming Cantonese, the sentence events were simplified
+    while per_sentence and final were traditional (s2hk): the emitter was never told what the draft heard."""
+    d = tmp_path / "Confucius4-R2T2"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3ASRForConditionalGeneration"]}))
+    script_tsv = f"!language\t{heard}\n0.48\t这个\n0.96\t这个软件很好。\n1.6\t这个软件很好。我们走吧。\n"
+    (d / "script.tsv").write_text(script_tsv, encoding="utf-8")
+    w = WorkerClient("r2t2", env={"PYTHONPATH": with_path(STAND_IN / "real", STAND_IN / "cuda"),
+                                  "HASR_R2T2_MODEL": str(d), "HASR_LANGUAGE": "", "HASR_ZH_SCRIPT": "simplified"})
+    try:
+        assert isinstance(w.handshake()[-1], p.Ready)
+        events, res = w.transcribe(1, np.zeros(int(2.6 * 16000), np.float32), language="")
+        assert isinstance(res, p.Result), res
+        r = res.result
+        sent = [e.text for e in events if isinstance(e, p.Sentence)]
+        assert r["language_detected"] is True and r["script"] == script
+        assert sent and sent == [s["text"] for s in r["per_sentence"]], (sent, r["per_sentence"])
+        assert ("這個" in r["final"]) == (script == "traditional")
+    finally:
+        w.close()

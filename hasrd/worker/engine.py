@@ -55,6 +55,16 @@ class Emitter(Protocol):
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None: ...
 
 
+def heard(emit: Any, code: str) -> None:
+    """Tell ``emit`` the language an engine detected (no language was asked), so that the texts it streams from
+    now on are in the same script as the result's (the worker's emitter converts Chinese by it; emitters that
+    do not care need no ``language`` method): R2T2 naming Cantonese left the streamed sentences simplified and
+    the result traditional (issue 31 #10)."""
+    tell = getattr(emit, "language", None)
+    if code and callable(tell):
+        tell(code)
+
+
 class NullEmitter:
     def progress(self, done_s: float, total_s: float) -> None:
         pass

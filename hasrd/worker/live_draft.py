@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from hasrd.worker import v2c
-from hasrd.worker.engine import EngineError, LiveEmitter
+from hasrd.worker.engine import EngineError, LiveEmitter, heard
 from hasrd.worker.live import LiveBase
 from hasrd.worker.sentences import CHUNK, CHUNK_SEC, PAD, Window, Windows
 
@@ -115,6 +115,7 @@ class DraftLive(LiveBase):
             self.detected = name
             with contextlib.suppress(UnknownLanguage):
                 _name, self.code = resolve(name)
+                heard(self.emit, self.code)  # the session's script follows what R2T2 heard
 
     def _submit(self, w: Window) -> None:
         c0 = self.chunk0

@@ -37,7 +37,7 @@ import numpy as np
 from hasrd.config import Settings
 from hasrd.models import resolve_weights
 from hasrd.worker import segment, v2c
-from hasrd.worker.engine import Emitter, EngineError, plain_result
+from hasrd.worker.engine import Emitter, EngineError, heard, plain_result
 from hasrd.worker.engines.whisper import language_of
 from hasrd.languages import R2T2_LANGUAGES, UnknownLanguage, resolve
 
@@ -246,9 +246,16 @@ def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], 
     """
     name, code = draft_language(language, settings)
     detected = Detected(code)
+
+    def on_language(said: str) -> None:
+        before = detected.code
+        detected.set(said)
+        if detected.code != before:
+            heard(emit, detected.code)  # the streamed sentences' script follows it, as the result's does
+
     ranges = segment.speech_ranges(segment.iter_segments(pcm, settings.max_segment_sec))
     out = v2c.run(draft, pcm, name or None, window(lambda: detected.code) if window else None, emit=emit,
-                  cancelled=cancelled, mode=settings.v2c_final, segments=ranges, on_language=detected.set,
+                  cancelled=cancelled, mode=settings.v2c_final, segments=ranges, on_language=on_language,
                   heartbeat_s=(min(v2c.HEARTBEAT_SEC, settings.stall_sec / 4) if settings.stall_sec > 0
                                else v2c.HEARTBEAT_SEC))
     if not name:

@@ -54,7 +54,7 @@ from hasrd.worker import resegment, segment, vad
 from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
 from hasrd.models import resolve_fw
 from hasrd.worker.engines.fwload import batch_for, load_model, warm_up
-from hasrd.worker.engine import Emitter, EngineError, plain_result
+from hasrd.worker.engine import Emitter, EngineError, heard, plain_result
 from hasrd.worker.textrules import MAX_CAP, TOKENS_PER_S, clean_text, collapse_loops, token_cap  # noqa: F401
 from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
 
@@ -293,6 +293,7 @@ class WhisperEngine:
                 fw_code = fw_code or None
                 if fw_code:
                     name, code = NAMES.get(fw_code, fw_code), fw_code
+                    heard(emit, code)
 
             def clips() -> Iterator[tuple[float, float] | None]:
                 """Each piece's clips on the file's clock, its silences told to the sentence cutter first; None
