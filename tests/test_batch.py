@@ -434,3 +434,52 @@ def test_ctrl_c_through_the_ray_client_ends_the_runs_actors_on_the_cluster(short
     rows = _rows(out)
     assert 1 <= len(rows) < 8 and all(r["status"] == "ok" for r in rows)
     assert wait_until(lambda: not _pids(r"ray::(Pipeline|MapWorker)", head_env), 60), "the run's actors stayed"
+
+
+FULL_DISK = """\
+import errno
+import os
+
+if os.environ.get("HASR_TEST_FULL_AFTER"):  # the driver's outputs: the disk fills after N transcripts
+    from hasrctl import output
+
+    real, written = output.write, [0]
+
+    def write(target, text, force):
+        written[0] += 1
+        if written[0] > int(os.environ["HASR_TEST_FULL_AFTER"]):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(target, text, force)
+
+    output.write = write
+"""
+
+
+def test_a_full_output_disk_stops_the_run_and_its_ray_cleanly(short_tmp: str) -> None:
+    """Issue 31 #17 on a real Ray: OUTDIR fills after two transcripts (ENOSPC from the outputs' writer, put in
+    by a sitecustomize): one line naming OUTDIR and how many were done, exit 1, nothing else on stderr (Ray Data's
+    iterator once ended after Ray's shutdown: a traceback, and a second local Ray started to print it), Ray's
+    processes gone, and a rerun with room does only the other two."""
+    src = Path(short_tmp) / "in"
+    src.mkdir()
+    for name in "abcd":
+        shutil.copy(DATA / "en_hello_world.flac", src / f"{name}.flac")
+    site = Path(short_tmp) / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(FULL_DISK)
+    env = _ray_env(os.path.join(short_tmp, "e"), HASR_ENGINE="fake", HASR_TEST_FULL_AFTER="2")
+    env["PYTHONPATH"] = f"{site}{os.pathsep}{env['PYTHONPATH']}"
+    out = Path(short_tmp) / "out"
+    res = hasrctl("batch", str(src), "-o", str(out), "--workers", "1", "--no-progress", env=env, timeout=300)
+    assert res.returncode == 1, show(res)
+    assert f"{out} is full (No space left on device): 2 of 4 file(s) done" in res.stderr, show(res)
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr and "Ray instance" not in res.stderr
+    assert not [p for p in out.rglob("*.tmp")]
+    assert [Path(r["path"]).name for r in _rows(out)] == ["a.flac", "b.flac"]
+    assert wait_until(lambda: not _ray_processes(env), 30), "Ray's processes outlived the run"
+    assert len(list((Path(env["RAY_TMPDIR"]) / "ray").glob("session_2*"))) == 1  # no second Ray
+    del env["HASR_TEST_FULL_AFTER"]
+    res = hasrctl("batch", str(src), "-o", str(out), "--workers", "1", "--no-progress", env=env, timeout=300)
+    assert res.returncode == 0 and "2 of 4 input(s) are up to date: transcribing the other 2" in res.stderr, show(res)
+    assert [Path(r["path"]).name for r in _rows(out)] == ["a.flac", "b.flac", "c.flac", "d.flac"]
+    assert wait_until(lambda: not _ray_processes(env), 30)

@@ -3,11 +3,18 @@ and lock, what a rerun skips, and the progress line."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import os
+import socket
 import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -308,8 +315,6 @@ SERVER_FAILED = RuntimeError("Initialization failure from server:\nRuntimeError:
 ])
 def test_the_ray_client_is_tried_again_only_when_the_heads_server_failed_to_start(
         monkeypatch: pytest.MonkeyPatch, errors: list[Exception], inits: int, refused: str | None) -> None:
-    import socket
-
     from hasrctl.batch import run
 
     fake = _RayThatRefuses(*errors)
@@ -326,3 +331,289 @@ def test_the_ray_client_is_tried_again_only_when_the_heads_server_failed_to_star
             with pytest.raises(run.RayUnreachable, match=refused):
                 run.connect(address, None)
     assert fake.inits == inits
+
+
+class _WatchedFifo:
+    """A real FIFO with a writer waiting on it: if anything opens it for reading, the writer's open returns and
+    is counted (and closed at once, so the reader gets end of file instead of hanging the test)."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path, self.opened, self._over = path, 0, threading.Event()
+        self._thread = threading.Thread(target=self._write_end, daemon=True)
+        self._thread.start()
+
+    def _write_end(self) -> None:
+        while True:
+            os.close(os.open(self.path, os.O_WRONLY))  # blocks until a reader opens it
+            if self._over.is_set():
+                return
+            self.opened += 1
+            time.sleep(0.01)  # the reader reads end of file and closes before the next rendezvous
+
+    def close(self) -> None:
+        self._over.set()
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # lets the waiting writer's open return
+        self._thread.join(5)
+        os.close(fd)
+
+
+def _kind_of_row(row: dict[str, object]) -> tuple[object, str]:
+    error = row["error"]
+    assert isinstance(error, dict)
+    return error["code"], str(error["message"])
+
+
+def test_a_fifo_a_device_or_a_socket_is_never_opened_and_is_a_failed_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31 #16: a FIFO named as an input hung the run for ever (opened to be hashed, or by the decoder).
+    Named directly, by a glob or in a list file it is taken, so that its row says what it is; a walk skips it;
+    hashing it, asking whether a rerun may skip it and the actor all refuse it without opening it."""
+    fifo = _WatchedFifo(tmp_path / "pipe.wav")
+    try:
+        (tmp_path / "a.flac").write_bytes((DATA / "en_hello_world.flac").read_bytes())
+        (tmp_path / "list.txt").write_text(f"{fifo.path}\n")
+        for args in ([str(fifo.path)], [str(tmp_path / "*.wav")], [f"@{tmp_path / 'list.txt'}"]):
+            assert inputs.expand(args).files == [str(fifo.path)], args
+        assert inputs.expand([str(tmp_path)]).files == [str(tmp_path / "a.flac")]  # a walk leaves it out
+        with pytest.raises(inputs.NotAFile, match="a named pipe"):
+            manifest.file_hash(str(fifo.path))
+        row = {"path": str(fifo.path), "status": "failed", "error": {"code": "not_a_file", "message": "..."},
+               "options": {"f": 1}, "size": 0, "mtime_ns": 1}
+        assert not manifest.up_to_date(row, {"f": 1}, str(fifo.path), str(tmp_path))  # other mtime: no hash read
+        t = _actor(monkeypatch)
+        got = t.transcribe(str(fifo.path))  # type: ignore[attr-defined]
+        assert got["status"] == "failed" and got["host"] and "hash" not in got
+        code, message = _kind_of_row(got)
+        assert code == "not_a_file" and str(fifo.path) in message and "a named pipe" in message
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(tmp_path / "s.wav"))
+            for path, kind in (("/dev/zero", "a character device"), (str(tmp_path / "s.wav"), "a socket"),
+                               (str(tmp_path), "a directory")):
+                code, message = _kind_of_row(t.transcribe(path))  # type: ignore[attr-defined]
+                assert code == "not_a_file" and kind in message and path in message
+    finally:
+        fifo.close()
+    assert fifo.opened == 0
+
+
+@pytest.fixture
+def batch_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+               capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """``hasrctl batch ARGS`` in this process, its Ray replaced by the actor's class called in turn (the fake
+    engine): returns the exit status and stderr. ``sent`` on the function: the paths given to "Ray"."""
+    from hasrctl import cli
+    from hasrctl.batch import run
+    from hasrctl.batch.actor import Transcriber
+    from hasrctl.common import settings
+
+    for k in [k for k in os.environ if k.startswith("HASR_")]:
+        monkeypatch.delenv(k)
+    for name in ("cfg", "data", "run"):
+        (tmp_path / "xdg" / name).mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg" / "cfg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg" / "data"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg" / "run"))
+    monkeypatch.setenv("HASR_ENGINE", "fake")
+    settings.cache_clear()
+    sent: list[str] = []
+
+    def results(ray: object, job: run.Job, paths: list[str]) -> Iterator[dict[str, object]]:
+        for k, v in run.actor_env(job).items():
+            monkeypatch.setenv(k, v)
+        actor = Transcriber()
+        for path in paths:
+            sent.append(path)
+            yield json.loads(json.dumps(actor.transcribe(path)))  # as it comes through Ray
+
+    monkeypatch.setattr(run, "import_ray", lambda: None)
+    monkeypatch.setattr(run, "connect", lambda *args: None)
+    monkeypatch.setattr(run, "native_stderr_to", lambda path: contextlib.nullcontext())
+    monkeypatch.setattr(run, "cluster", lambda ray: (2, 0.0))
+    monkeypatch.setattr(run, "results", results)
+    monkeypatch.setattr(run, "shutdown", lambda ray: None)
+
+    def batch(*args: str) -> tuple[int, str]:
+        sent.clear()
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            cli.main(["batch", *args, "--no-progress"])
+        settings.cache_clear()
+        return int(e.value.code or 0), capsys.readouterr().err
+
+    batch.sent = sent  # type: ignore[attr-defined]
+    return batch
+
+
+def test_a_run_with_a_fifo_among_its_inputs_records_it_as_failed_and_goes_on(
+        tmp_path: Path, batch_here: Callable[..., tuple[int, str]]) -> None:
+    """Issue 31 #16, the whole command: the FIFO (named directly and in a list) is one failed row, never opened
+    (the driver reads every input's declared length first), the audio beside it is transcribed, exit 1."""
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.flac").write_bytes((DATA / "en_hello_world.flac").read_bytes())
+    fifo = _WatchedFifo(src / "pipe.wav")
+    (tmp_path / "list.txt").write_text(f"{fifo.path}\n")
+    out = tmp_path / "out"
+    try:
+        code, err = batch_here(str(src / "a.flac"), str(fifo.path), f"@{tmp_path / 'list.txt'}", "-o", str(out))
+        assert code == 1, err
+        rows = {Path(r["path"]).name: r for r in map(json.loads, (out / manifest.NAME).read_text().splitlines())}
+        assert set(rows) == {"a.flac", "pipe.wav"}
+        assert rows["a.flac"]["status"] == "ok" and (out / "a.txt").read_text().strip()
+        bad = rows["pipe.wav"]
+        assert bad["status"] == "failed" and bad["outputs"] == [] and bad["options"] == rows["a.flac"]["options"]
+        assert bad["error"]["code"] == "not_a_file"
+        assert bad["error"]["message"] == f"{fifo.path} is a named pipe (FIFO), not a file: it was never opened"
+        assert "1 of 2 file(s) failed" in err and "pipe.wav: " in err and "(not_a_file)" in err
+        assert "internal error" not in err
+        code, err = batch_here(str(src / "a.flac"), str(fifo.path), "-o", str(out))  # a rerun: settled, no Ray
+        assert code == 1 and batch_here.sent == [] and "1 failed for their content" in err  # type: ignore[attr-defined]
+    finally:
+        fifo.close()
+    assert fifo.opened == 0
+
+
+class _FullDisk:
+    """OUTDIR's disk as it fills: once ``room`` is set, every write of a file under OUTDIR spends it, and the
+    write that crosses the line writes what fits and fails with ENOSPC (or EDQUOT), as do all after it. Every
+    way Python writes a file is watched: ``open``, ``os.fdopen`` (the outputs' temporary files) and
+    ``os.write``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, outdir: Path, errno_: int = errno.ENOSPC) -> None:
+        import builtins
+
+        self.outdir, self.errno, self.room = str(outdir) + os.sep, errno_, -1  # -1: not filling yet
+        real_write, real_open, real_fdopen = os.write, builtins.open, os.fdopen
+
+        def ours(fd: int) -> bool:
+            return os.readlink(f"/proc/self/fd/{fd}").startswith(self.outdir)
+
+        def write(fd: int, data: bytes) -> int:
+            if self.room < 0 or not ours(fd):
+                return real_write(fd, data)
+            n = real_write(fd, bytes(data[:self.room])) if self.room else self._full()
+            self.room -= n
+            return n
+
+        def watched(f: Any, mode: str) -> Any:
+            return _Filling(f, self) if set(mode) & set("wax+") and ours(f.fileno()) else f
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(builtins, "open", lambda file, mode="r", *a, **kw: watched(
+            real_open(file, mode, *a, **kw), mode))
+        monkeypatch.setattr(os, "fdopen", lambda fd, mode="r", *a, **kw: watched(real_fdopen(fd, mode, *a, **kw),
+                                                                                  mode))
+
+    def _full(self) -> int:
+        raise OSError(self.errno, os.strerror(self.errno))
+
+
+class _Filling:
+    """A file object of OUTDIR on a _FullDisk."""
+
+    def __init__(self, f: Any, disk: _FullDisk) -> None:
+        self._f, self._disk = f, disk
+
+    def write(self, data: str | bytes) -> int:
+        disk = self._disk
+        size = len(data.encode() if isinstance(data, str) else data)
+        if disk.room < 0 or size <= disk.room:
+            disk.room -= size if disk.room >= 0 else 0
+            return int(self._f.write(data))
+        self._f.write(data[:disk.room])
+        self._f.flush()
+        disk.room = 0
+        return disk._full()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _Filling:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._f)
+
+
+def test_a_full_disk_loses_no_recorded_row_and_leaves_no_temporary_file(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31 #17, the manifest: a row whose journal line does not fit, and a rewrite that does not fit, are
+    DiskFull; the manifest on disk stays the last whole one, no ``manifest.jsonl.*.tmp`` is left, and the next
+    run (with room) has every row that was recorded, each once."""
+    out = tmp_path / "out"
+    disk = _FullDisk(monkeypatch, out)
+    book = manifest.Manifest(str(out), every_s=3600).open()
+    book.record({"path": "/a", "status": "ok"})
+    book.rewrite()
+    book.record({"path": "/b", "status": "ok", "text": "x" * 1000})
+    disk.room = 100  # half of /c's line fits
+    with pytest.raises(manifest.DiskFull) as e:
+        book.record({"path": "/c", "status": "ok", "text": "y" * 1000})
+    assert e.value.outdir == str(out) and e.value.recorded == 2
+    with pytest.raises(manifest.DiskFull):
+        book.close()  # the last rewrite does not fit either
+    assert sorted(p.name for p in out.iterdir()) == [manifest.JOURNAL, manifest.LOCK, manifest.NAME]
+    assert [json.loads(x)["path"] for x in (out / manifest.NAME).read_text().splitlines()] == ["/a"]
+    disk.room = -1  # room again
+    book = manifest.Manifest(str(out)).open()
+    assert sorted(book.rows) == ["/a", "/b"]
+    book.record({"path": "/d", "status": "ok"})  # after the half line /c left: a line of its own
+    book.close()
+    assert [json.loads(x)["path"] for x in (out / manifest.NAME).read_text().splitlines()] == ["/a", "/b", "/d"]
+
+
+@pytest.mark.parametrize("fills_at, done", [("output", 2), ("journal", 2), ("manifest", 4)])
+def test_a_full_output_disk_stops_the_run_says_so_and_a_rerun_goes_on(
+        tmp_path: Path, batch_here: Callable[..., tuple[int, str]], monkeypatch: pytest.MonkeyPatch,
+        fills_at: str, done: int) -> None:
+    """Issue 31 #17, the whole command: the disk fills after two files (at the third one's transcript, at its
+    manifest row, or only at the manifest's last rewrite): one line naming OUTDIR and how many files were done,
+    exit 1, no temporary file; a rerun with room skips the files done and does the others."""
+    src = tmp_path / "in"
+    src.mkdir()
+    names = ["a.flac", "b.flac", "c.flac", "d.flac"]
+    for name in names:
+        (src / name).write_bytes((DATA / "en_hello_world.flac").read_bytes())
+    out = tmp_path / "out"
+    disk = _FullDisk(monkeypatch, out, errno.EDQUOT if fills_at == "journal" else errno.ENOSPC)
+    from hasrctl.batch import command
+
+    finished = command._finished
+    count = [0]
+
+    def fill(b: command.Batch, bar: Progress, row: dict[str, object]) -> None:
+        count[0] += 1
+        if fills_at == "output" and count[0] == 3:
+            disk.room = 0
+        if fills_at == "journal" and count[0] == 3:
+            record = b.book.record
+
+            def full_then_record(row: dict[str, Any]) -> None:
+                disk.room = 40  # the transcript fitted, its row only in part
+                record(row)
+
+            monkeypatch.setattr(b.book, "record", full_then_record)
+        finished(b, bar, row)
+        if fills_at == "manifest" and count[0] == 4:
+            disk.room = 300
+
+    monkeypatch.setattr(command, "_finished", fill)
+    code, err = batch_here(str(src), "-o", str(out))
+    assert code == 1, err
+    assert "internal error" not in err
+    assert f"{out} is full" in err and f"{done} of 4 file(s) done" in err and "run the same command" in err, err
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    if (out / manifest.NAME).exists():
+        [json.loads(x) for x in (out / manifest.NAME).read_text().splitlines()]  # whole
+    disk.room = -1
+    code, err = batch_here(str(src), "-o", str(out))
+    assert code == 0, err
+    assert [Path(p).name for p in batch_here.sent] == names[done:]  # type: ignore[attr-defined]
+    rows = [json.loads(x) for x in (out / manifest.NAME).read_text().splitlines()]
+    assert [Path(r["path"]).name for r in rows] == names and all(r["status"] == "ok" for r in rows)
+    assert sorted(p.name for p in out.iterdir()) == [manifest.LOCK, *[n.replace(".flac", ".txt") for n in names],
+                                                     manifest.NAME]

@@ -80,6 +80,7 @@ class Transcriber:
 
     def transcribe(self, path: str) -> dict[str, Any]:
         """One file to its manifest row (without ``outputs``) and ``rendered``: format -> text."""
+        from hasrctl.batch.inputs import NotAFile, kind_of, refusal
         from hasrctl.batch.manifest import file_hash
 
         t0 = time.monotonic()
@@ -88,7 +89,14 @@ class Transcriber:
                                "hasr_version": __version__}
         try:
             st = os.stat(path)
-            out.update(size=st.st_size, mtime_ns=st.st_mtime_ns, hash=file_hash(path))
+            out.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
+            kind = kind_of(st)  # a FIFO would block the open for ever: never opened
+            if kind:
+                raise NotAFile(path, kind)
+            out["hash"] = file_hash(path)
+        except NotAFile as e:
+            out["error"] = {"code": "not_a_file", "message": refusal(path, e.kind)}
+            return out
         except OSError as e:
             out["error"] = {"code": "read_error", "message": f"cannot read it on {self.host}: {e.strerror or e}"}
             return out

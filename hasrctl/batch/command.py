@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -73,6 +74,23 @@ def _rules(max_line_width: str | None, max_line_count: str | None, max_cue_sec: 
 def _failed_row(path: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
     return {"path": path, "status": "failed", "error": {"code": code, "message": message}, "model": model,
             "engine": engine}
+
+
+def _not_a_file_row(path: str, kind: str, model: str, engine: str) -> dict[str, Any]:
+    """The row of an input that is not a regular file (a FIFO, a device, a socket), as the actor would make it
+    (inputs.refusal): made here, so that nothing opens it and no actor is sent it. Its size and mtime let a
+    rerun skip it while it stays what it is."""
+    from hasrctl.batch.inputs import refusal
+    from hasrd import __version__
+
+    row = _failed_row(path, "not_a_file", refusal(path, kind), model, engine)
+    row.update(host=socket.gethostname(), pid=os.getpid(), hasr_version=__version__)
+    try:
+        st = os.stat(path)
+        row.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
+    except OSError:
+        pass
+    return row
 
 
 def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None,
@@ -145,6 +163,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     from hasrctl.batch import inputs as inp
     from hasrctl.batch import manifest as mf
     from hasrctl.batch import run as rn
+    from hasrctl.batch.progress import Progress
 
     formats = parse_formats(fmts)
     lang = _language(language)
@@ -160,38 +179,64 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     names = inp.output_names(found.files, root)
     if os.path.exists(out_root) and not os.path.isdir(out_root):
         raise UsageError(f"-o {outdir}: not a directory")
-    book = mf.Manifest(out_root).open()
+    book = mf.Manifest(out_root)
+    todo: list[str] | None = None
     try:
-        todo = [f for f in found.files
-                if not mf.up_to_date(book.rows.get(f), signature, f, out_root, retry_failed=retry_failed)]
-        shown = {f: os.path.relpath(f, root) for f in found.files}
-        still = [(shown[f], _detail(book.rows[f])) for f in found.files
-                 if f not in todo and book.rows[f].get("status") == "failed"]
-        done_before = len(found.files) - len(todo)
-        if found.skipped and not quiet:
-            say(f"{found.skipped} file(s) in the input directories are not audio or video: left out")
-        if done_before and not quiet:
-            say(f"{done_before} of {len(found.files)} input(s) are up to date"
-                + (f" ({len(still)} failed for their content; --retry-failed retries them)" if still else "")
-                + (f": transcribing the other {len(todo)}" if todo else ""))
-        if not todo:
-            return _report(still, len(found.files))
-        estimates = {f: inp.declared_seconds(f) for f in todo}
-        todo.sort(key=lambda f: -estimates[f])  # the longest first: the last file to finish is a short one
-        job = rn.Job(engine=engine_name, env={**rn.driver_env(), **model_env}, language=lang, options=options,
-                     formats=formats, rules=rules, model=spec.name, workers=0, gpus_per_worker=0.0)
-        tty = sys.stderr.isatty() if progress is None else progress
-        b = Batch(book, todo, names, shown, estimates, formats, signature, out_root, job, workers, gpus_per_worker,
-                  address, tty, quiet)
-        code = _run(rn, b)
-        if code != EXIT_OK:
-            return code
-        if not quiet and not b.failures:
-            say(f"{len(todo)} file(s) done in {time.monotonic() - b.t0:.1f} s; manifest: "
-                f"{os.path.join(out_root, mf.NAME)}")
-        return _report(b.failures + still, len(found.files))
-    finally:
-        book.close()
+        try:
+            book.open()
+            todo = [f for f in found.files
+                    if not mf.up_to_date(book.rows.get(f), signature, f, out_root, retry_failed=retry_failed)]
+            shown = {f: os.path.relpath(f, root) for f in found.files}
+            still = [(shown[f], _detail(book.rows[f])) for f in found.files
+                     if f not in todo and book.rows[f].get("status") == "failed"]
+            done_before = len(found.files) - len(todo)
+            if found.skipped and not quiet:
+                say(f"{found.skipped} file(s) in the input directories are not audio or video: left out")
+            if done_before and not quiet:
+                say(f"{done_before} of {len(found.files)} input(s) are up to date"
+                    + (f" ({len(still)} failed for their content; --retry-failed retries them)" if still else "")
+                    + (f": transcribing the other {len(todo)}" if todo else ""))
+            if not todo:
+                return _report(still, len(found.files))
+            # what is not a regular file (a FIFO, a device) is never opened, not even for its length: its row is
+            # made here (not_a_file) and it goes to no actor
+            not_files = {f: kind for f in todo if (kind := inp.not_a_file(f))}
+            estimates = {f: inp.declared_seconds(f) for f in todo if f not in not_files}
+            todo.sort(key=lambda f: -estimates.get(f, 0.0))  # the longest first: the last to finish is a short one
+            job = rn.Job(engine=engine_name, env={**rn.driver_env(), **model_env}, language=lang, options=options,
+                         formats=formats, rules=rules, model=spec.name, workers=0, gpus_per_worker=0.0)
+            tty = sys.stderr.isatty() if progress is None else progress
+            b = Batch(book, todo, names, shown, estimates, formats, signature, out_root, job, workers,
+                      gpus_per_worker, address, tty, quiet, not_files)
+            if len(not_files) < len(todo):
+                code = _run(rn, b)
+            else:  # nothing to transcribe: no Ray
+                bar = Progress(sys.stderr, len(todo), estimates, tty, quiet)
+                _not_files(b, bar)
+                bar.finish()
+                code = EXIT_OK
+            if code != EXIT_OK:
+                return code
+            if not quiet and not b.failures:
+                say(f"{len(todo)} file(s) done in {time.monotonic() - b.t0:.1f} s; manifest: "
+                    f"{os.path.join(out_root, mf.NAME)}")
+            return _report(b.failures + still, len(found.files))
+        finally:
+            book.close()
+    except mf.DiskFull as e:
+        raise CliError(_full_message(e, todo, os.path.join(out_root, mf.JOURNAL)), EXIT_FAILED) from None
+
+
+def _full_message(e: Any, todo: list[str] | None, journal: str) -> str:
+    """OUTDIR full (manifest.DiskFull): where, why, how much was done, and what to do."""
+    text = f"{e.outdir} is full ({e.reason})"
+    if todo is None:
+        return f"{text}: nothing was transcribed; run the same command again once there is room"
+    text += f": {e.recorded} of {len(todo)} file(s) done and recorded"
+    if os.path.exists(journal) and os.path.getsize(journal):
+        text += " (their rows wait in .hasr-batch.journal until the manifest can be rewritten)"
+    left = len(todo) - e.recorded
+    return text + "; run the same command again once there is room" + (f" to do the other {left}" if left else "")
 
 
 @dataclass
@@ -212,6 +257,7 @@ class Batch:
     address: str | None
     tty: bool
     quiet: bool
+    not_files: dict[str, str] = field(default_factory=dict)  # input -> what it is: a FIFO, a device (never opened)
     failures: list[tuple[str, str]] = field(default_factory=list)
     t0: float = field(default_factory=time.monotonic)
 
@@ -252,6 +298,7 @@ def _run(rn: Any, b: Batch) -> int:
 
 
 def _on_ray(rn: Any, ray: Any, b: Batch) -> int:
+    from hasrctl.batch import manifest as mf
     from hasrctl.batch.progress import Progress
 
     cpus, gpus = rn.cluster(ray)
@@ -260,19 +307,29 @@ def _on_ray(rn: Any, ray: Any, b: Batch) -> int:
     if job.gpus_per_worker == 0:
         job.env.update(HASR_FW_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
     bar = Progress(sys.stderr, len(b.todo), b.estimates, b.tty, b.quiet)
+    files = [f for f in b.todo if f not in b.not_files]  # to Ray; the others are failed here, never opened
     if not b.quiet:
         where = f"the Ray cluster at {b.address}" if b.address else "a local Ray"
         kind = f"{job.gpus_per_worker:g} GPU each" if job.gpus_per_worker else f"{job.cpus_per_worker:g} CPU each"
-        say(f"{len(b.todo)} file(s) on {where}: {job.workers} actor(s) of {job.model} ({job.engine}), {kind}")
+        say(f"{len(files)} file(s) on {where}: {job.workers} actor(s) of {job.model} ({job.engine}), {kind}")
     bar.draw(force=True)  # "0/N files" while the actors load
+    rows = rn.results(ray, job, files)
     try:
-        seen = rn.each(rn.results(ray, job, b.todo), lambda row: _finished(b, bar, row))
+        _not_files(b, bar)
+        seen = rn.each(rows, lambda row: _finished(b, bar, row))
     except KeyboardInterrupt:
         bar.finish()
         say(f"interrupted: {bar.done} of {len(b.todo)} file(s) finished and are in the manifest; run the same "
             f"command to go on")
         return 130
-    for path in b.todo:
+    except mf.DiskFull:
+        bar.finish()  # the line of where it stopped; batch() says why
+        raise
+    finally:
+        # Ray Data's iterator ends while Ray is up: left to the garbage collector (the exception's traceback
+        # holds it), it ran after the shutdown, printed a traceback and started a new local Ray to do so
+        rows.close()
+    for path in files:
         if path not in seen:
             _finished(b, bar, {"path": path, "status": "failed", "model": job.model, "engine": job.engine,
                                "error": {"code": "worker_died", "message": f"the worker process died on this file "
@@ -282,9 +339,17 @@ def _on_ray(rn: Any, ray: Any, b: Batch) -> int:
     return EXIT_OK
 
 
+def _not_files(b: Batch, bar: Any) -> None:
+    """The inputs that are not regular files, failed (not_a_file) without being opened."""
+    for path, kind in b.not_files.items():
+        _finished(b, bar, _not_a_file_row(path, kind, b.job.model, b.job.engine))
+
+
 def _finished(b: Batch, bar: Any, row: dict[str, Any]) -> None:
-    """One input's row back from Ray: its outputs written (atomically), its row recorded, progress told."""
+    """One input's row back from Ray: its outputs written (atomically), its row recorded, progress told.
+    manifest.DiskFull when OUTDIR has no room for them: the run stops, this input is not recorded."""
     from hasrctl import output
+    from hasrctl.batch.manifest import DiskFull, is_full
     from hasrd.formats import extension
 
     rendered = row.pop("rendered", None) or {}
@@ -300,6 +365,8 @@ def _finished(b: Batch, bar: Any, row: dict[str, Any]) -> None:
                 output.write(target, rendered[fmt], True)
                 outs.append(rel)
     except (CliError, OSError) as e:
+        if isinstance(e, OSError) and is_full(e):
+            raise DiskFull(b.out_root, e, b.book.recorded) from None
         message = e.message if isinstance(e, CliError) else f"{e.strerror or e}"
         row.update(status="failed", error={"code": "write_failed", "message": f"cannot write the output: {message}"})
     row["outputs"] = outs

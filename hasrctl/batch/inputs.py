@@ -6,6 +6,10 @@ pattern works the same on every shell), ``@list.txt`` (one INPUT a line; blank l
 skipped) or ``-`` (that list on standard input). A file named directly or by a glob is always taken: if it is
 not audio, the run records it as failed with the decoder's reason, so nothing named is silently left out.
 
+Nothing that is not a regular file is ever opened: opening a FIFO for reading waits for a writer for ever, and
+a device (/dev/zero) never ends. A walk leaves them out; one named (directly, by a glob or in a list) is taken
+and recorded as failed, ``not_a_file`` (:func:`not_a_file` before any open, :func:`open_regular` to open).
+
 Outputs mirror the inputs' tree under OUTDIR, relative to the deepest directory holding every input (a single
 directory input is that directory itself). Two inputs of one directory with the same stem (``a.wav``,
 ``a.mp3``) keep their whole names (``a.wav.txt``, ``a.mp3.txt``), so names never collide.
@@ -19,7 +23,7 @@ import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from hasrctl.client import UsageError
 
@@ -48,10 +52,61 @@ def looks_like_media(head: bytes) -> bool:
             and (head[1] & 0x06 != 0 or head[1] & 0xF6 == 0xF0))
 
 
+def kind_of(st: os.stat_result) -> str | None:
+    """What a file that is not a regular file is ("a named pipe (FIFO)", "a directory", ...); None for one that is."""
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return None
+    return ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+class NotAFile(OSError):
+    """An input that is not a regular file: never opened (a FIFO would block the open, a device never ends)."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(refusal(path, kind))
+        self.path, self.kind = path, kind
+
+
+def refusal(path: str, kind: str) -> str:
+    """The message of a ``not_a_file`` row."""
+    return f"{path} is {kind}, not a file: it was never opened"
+
+
+def not_a_file(path: str) -> str | None:
+    """What ``path`` is when it is not a regular file, by ``os.stat`` alone (no open); None for a regular file and
+    for one that cannot be stat'ed (reading it says why)."""
+    try:
+        return kind_of(os.stat(path))
+    except OSError:
+        return None
+
+
+def open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading, only if it is a regular file (NotAFile otherwise): checked before the open,
+    and again on what was opened (without blocking: O_NONBLOCK), should it have been swapped for a FIFO meanwhile."""
+    kind = kind_of(os.stat(path))
+    if kind:
+        raise NotAFile(path, kind)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        kind = kind_of(os.fstat(fd))
+        if kind:
+            raise NotAFile(path, kind)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _is_media(path: str) -> bool:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(377)
+    except NotAFile:
+        return False  # became a FIFO or a device since the walk looked: left out, as the walk leaves them
     except OSError:
         return True  # unreadable: taken, so that the run records why it failed instead of hiding it
     if len(head) == 377 and head[0] == head[188] == head[376] == 0x47:
@@ -118,6 +173,21 @@ def read_list(stream: TextIO, name: str) -> list[str]:
     return out
 
 
+def _list_file(arg: str) -> list[str]:
+    """The INPUTs of ``@FILE``: a regular file, or a pipe (``@<(find ...)``, a FIFO something writes the list
+    into: reading it waits for the writer, as ``-`` waits for standard input); a device, a socket or a directory
+    is bad usage, never read."""
+    path = os.path.expanduser(arg[1:])
+    try:
+        kind = kind_of(os.stat(path))
+        if kind and kind != "a named pipe (FIFO)":
+            raise UsageError(f"{arg}: {path} is {kind}, not a list of inputs")
+        with open(path, encoding="utf-8") as f:
+            return read_list(f, arg)
+    except OSError as e:
+        raise UsageError(f"{arg}: cannot read the list: {e.strerror or e}") from None
+
+
 def expand(args: Iterable[str], stdin: TextIO | None = None, exclude: str = "") -> Found:
     """Every INPUT expanded; UsageError (exit 2, before anything runs) naming each input that is missing.
     ``exclude``: a directory not walked (OUTDIR inside an input directory holds our own outputs)."""
@@ -128,11 +198,7 @@ def expand(args: Iterable[str], stdin: TextIO | None = None, exclude: str = "") 
         if arg == "-":
             items += read_list(stdin or sys.stdin, "standard input")
         elif arg.startswith("@"):
-            try:
-                with open(os.path.expanduser(arg[1:]), encoding="utf-8") as f:
-                    items += read_list(f, arg)
-            except OSError as e:
-                raise UsageError(f"{arg}: cannot read the list: {e.strerror or e}") from None
+            items += _list_file(arg)
         else:
             items.append(arg)
     for item in items:
@@ -175,7 +241,9 @@ def output_names(files: list[str], root: str) -> dict[str, str]:
 
 def declared_seconds(path: str) -> float:
     """The audio's length as its container declares it (headers only; 0 when it says nothing or fails to
-    open): for the ETA and for sending the longest files first."""
+    open): for the ETA and for sending the longest files first. What is not a regular file is not opened."""
+    if not_a_file(path):
+        return 0.0
     try:
         import av
 

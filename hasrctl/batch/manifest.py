@@ -6,6 +6,10 @@ path order. Loading merges the two, the journal's rows last, so a driver killed 
 kill -9, a power cut) leaves every finished file on record, and the manifest a reader sees is always a
 complete file with one row per input. A lock file keeps two runs from writing one OUTDIR.
 
+A full disk (ENOSPC, or the user's quota: EDQUOT) is :class:`DiskFull`, raised where it is met: a journal line
+that did not fit is cut off again (the row is not recorded), a rewrite that did not fit leaves no temporary file
+and the manifest as it was, and the journal keeps every row recorded since, for the next run to fold in.
+
 A row: path, hash (``sha256:...`` of the file's bytes), size, mtime_ns, status (``ok`` | ``failed``), error
 (``{code, message}`` or null), language, duration_s, text, model, engine, options (what changes the output),
 outputs (paths under OUTDIR), timings (decode_s, transcribe_s, total_s), host, pid, finished_at, hasr_version.
@@ -14,6 +18,7 @@ outputs (paths under OUTDIR), timings (decode_s, transcribe_s, total_s), host, p
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -22,17 +27,37 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hasrctl.batch.inputs import open_regular
 from hasrctl.client import UsageError
 
 NAME = "manifest.jsonl"
 JOURNAL = ".hasr-batch.journal"
 LOCK = ".hasr-batch.lock"
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # no room: the disk, or the user's quota
+
+
+class DiskFull(Exception):
+    """OUTDIR has no room left: the run stops there, and what it recorded stays recorded."""
+
+    def __init__(self, outdir: str, error: OSError, recorded: int) -> None:
+        self.outdir, self.reason, self.recorded = outdir, error.strerror or str(error), recorded
+        super().__init__(f"{outdir}: {self.reason}")
+
+
+def is_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in FULL
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def file_hash(path: str) -> str:
-    """``sha256:<hex>`` of a file's bytes."""
+    """``sha256:<hex>`` of a file's bytes; inputs.NotAFile (an OSError) for a FIFO, a device, ...: never opened."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return "sha256:" + h.hexdigest()
@@ -96,15 +121,24 @@ class Manifest:
         self.rows: dict[str, dict[str, Any]] = {}
         self.clock = clock
         self.every_s = every_s
+        self.recorded = 0  # rows this run recorded (on disk)
         self._lock_fd: int | None = None
-        self._journal: Any = None
+        self._journal: int | None = None  # the journal's fd, O_APPEND
         self._last_write = clock()
         self._dirty = False  # rows recorded since the last rewrite
 
+    def _full(self, e: OSError) -> DiskFull:
+        return DiskFull(self.outdir, e, self.recorded)
+
     def open(self) -> Manifest:
         """Take the lock, read what earlier runs left and fold their journal into the manifest."""
-        os.makedirs(self.outdir, exist_ok=True)
-        fd = os.open(os.path.join(self.outdir, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.makedirs(self.outdir, exist_ok=True)
+            fd = os.open(os.path.join(self.outdir, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if is_full(e):
+                raise self._full(e) from None
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -117,31 +151,63 @@ class Manifest:
                 self.rows[row["path"]] = row
         if os.path.exists(self.journal_path):
             self.rewrite()
-        self._journal = open(self.journal_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open, closed in close()
+        try:
+            self._journal = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as e:
+            if is_full(e):
+                raise self._full(e) from None
+            raise
         return self
 
     def record(self, row: dict[str, Any]) -> None:
-        """A finished input: on disk now (journal), in the manifest at the next rewrite."""
+        """A finished input: on disk now (journal), in the manifest at the next rewrite. DiskFull when its line
+        does not fit: then it is not recorded (what did fit is cut off, so the next line starts a line)."""
+        assert self._journal is not None
+        line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        end = os.fstat(self._journal).st_size
+        try:
+            _write_all(self._journal, line)
+            os.fsync(self._journal)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._journal, end)  # shrinking needs no room
+            if is_full(e):
+                raise self._full(e) from None
+            raise
         self.rows[row["path"]] = row
+        self.recorded += 1
         self._dirty = True
-        self._journal.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self._journal.flush()
-        os.fsync(self._journal.fileno())
         if self.clock() - self._last_write >= self.every_s:
             self.rewrite()
 
     def rewrite(self) -> None:
-        """The whole manifest, atomically; then the journal it now holds is emptied."""
+        """The whole manifest, atomically; then the journal it now holds is emptied. DiskFull when it does not
+        fit: the temporary file goes, the manifest and the journal stay as they were."""
         tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            for path in sorted(self.rows):
-                f.write(json.dumps(self.rows[path], ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                chunk: list[bytes] = []
+                size = 0
+                for path in sorted(self.rows):
+                    chunk.append((json.dumps(self.rows[path], ensure_ascii=False) + "\n").encode("utf-8"))
+                    size += len(chunk[-1])
+                    if size >= 1 << 20:
+                        _write_all(fd, b"".join(chunk))
+                        chunk, size = [], 0
+                _write_all(fd, b"".join(chunk))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except BaseException as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(e, OSError) and is_full(e):
+                raise self._full(e) from None
+            raise
         if self._journal is not None:
-            self._journal.truncate(0)
-            self._journal.seek(0)
+            os.ftruncate(self._journal, 0)  # O_APPEND: the next row is its first line
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.journal_path)
@@ -150,15 +216,18 @@ class Manifest:
 
     def close(self) -> None:
         """The final rewrite (when anything changed: a rerun with nothing to do leaves the file alone); the
-        journal and the lock go."""
+        journal and the lock go. DiskFull when the rewrite does not fit: the journal stays, holding the rows."""
         try:
             if self._journal is not None:
                 if self._dirty:
                     self.rewrite()
-                self._journal.close()
+                os.close(self._journal)
                 self._journal = None
                 os.unlink(self.journal_path)
         finally:
+            if self._journal is not None:
+                os.close(self._journal)
+                self._journal = None
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
