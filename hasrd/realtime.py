@@ -82,6 +82,7 @@ class Live:
         self.out_room = asyncio.Event()  # clear while a client that does not read has OUT_HIGH events waiting
         self.out_room.set()
         self.last_input = time.monotonic()
+        self.last_worker = 0.0  # the last event of the worker for this session (results still coming)
         self.pending = 0  # bytes of audio (16 kHz float32) received and not yet handed to the worker
         self.dropped_s = 0.0
         self.refused_at = 0.0
@@ -196,6 +197,9 @@ class Live:
 
     def on_event(self, ev: JobEvent) -> None:
         """The worker's events (on the loop's thread) -> Realtime events."""
+        # the worker still owes this session results (drafts, finals, a completed utterance): not idle. A client
+        # that commits and waits for `completed`, as OpenAI's do, was closed for idleness while they came
+        self.last_worker = time.monotonic()
         out: list[dict[str, Any]] = []
         match ev:
             case Turn(segment=seg, kind="started", start_s=start):
@@ -241,11 +245,12 @@ class Live:
 
     async def next_input(self) -> tuple[str, Any]:
         """The next audio/commit/finish/gone; ("stop", None) once the daemon stops; ("idle", None) after
-        HASR_LIVE_IDLE_SEC without any client event."""
+        HASR_LIVE_IDLE_SEC without any client event or any result of the worker's."""
         while True:
             if self.stopping:
                 return "stop", None
-            left = self.d.settings.live_idle_sec - (time.monotonic() - self.last_input)
+            quiet_since = max(self.last_input, self.last_worker)  # the client's input or the worker's results
+            left = self.d.settings.live_idle_sec - (time.monotonic() - quiet_since)
             if left <= 0:
                 return "idle", None
             try:

@@ -149,6 +149,26 @@ def test_a_client_that_sends_nothing_is_told_and_closed(fake: Hasrd) -> None:
         c.close()
 
 
+def test_a_session_is_not_closed_for_idleness_while_the_worker_still_owes_it_results(tmp_path: Path) -> None:
+    """Issue 31 #7: a client that sent its audio, committed and waited for `completed` (as OpenAI's clients do)
+    was closed with idle_timeout while drafts were still arriving; its finals were lost. Idle time counts from
+    the client's last event or the worker's last result, whichever is later."""
+    h = Hasrd(sock_in(tmp_path), env={"HASR_LIVE_IDLE_SEC": "1.5", "HASR_FAKE_RTF": "2.5"})  # 2.5x slower
+    c = LiveClient(h.sock)
+    try:
+        c.update(language="zh")
+        c.feed(pcm16_24k(speech("en_quick_brown_fox")), realtime=False)  # all at once, then nothing
+        c.send({"type": "input_audio_buffer.commit"})
+        done = c.wait_for("conversation.item.input_audio_transcription.completed", timeout=120)
+        assert done["transcript"], c.events
+        err = c.wait_for("error", timeout=60)["error"]  # and then, with nothing owed, the idle timeout
+        assert err["code"] == "idle_timeout"
+        assert c.events.index(done) < c.events.index(c.of("error")[0])
+    finally:
+        c.close()
+        h.stop()
+
+
 def test_a_client_that_vanishes_mid_utterance_leaves_the_worker_loaded_and_the_daemon_healthy(fake: Hasrd,
                                                                                               tmp_path: Path) -> None:
     c = LiveClient(fake.sock)
