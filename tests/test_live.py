@@ -76,6 +76,28 @@ def test_drafts_arrive_while_audio_is_still_coming_and_each_utterance_completes(
     assert c.close_code == 1000
 
 
+def test_the_live_result_has_every_field_of_the_file_result_and_sentences_inside_their_turns(fake: Hasrd,
+                                                                                               tmp_path: Path) -> None:
+    """Issue 31 #8: hasr.done lacked first_text_s, segments, bar_signal and language_detected although the API
+    says it is the file result plus turns."""
+    c = LiveClient(fake.sock)
+    try:
+        c.update(language="zh")
+        c.feed(pcm16_24k(speech("en_quick_brown_fox", "en_hello_world")), realtime=False)
+        live = c.finish()
+    finally:
+        c.close()
+    wav = write_wav(str(tmp_path / "same.wav"), 7.4)
+    with fake.client() as h:
+        file = h.post("/transcribe", json={"audio_path": wav, "language": "zh"}).json()
+    assert set(file) - set(live) <= {"audio_path", "options", "worker"}, set(file) - set(live)  # the daemon's
+    assert 0 < live["first_text_s"] <= live["duration_s"] and live["segments"] == len(live["turns"]) == 2
+    assert live["language_detected"] is False and live["bar_signal"] in ("generation", "state_text")
+    for s in live["per_sentence"]:
+        turn = live["turns"][s["segment"]]
+        assert turn["start_s"] <= s["start_s"] <= s["end_s"] <= turn["end_s"], (s, turn)
+
+
 def test_the_openai_sdk_realtime_client_works_over_the_unix_socket(fake: Hasrd) -> None:
     """openai's own Realtime client (GA session.update), connected through websockets' Unix-socket option: every
     event it receives parses as its own type (hasr's events are off unless asked for)."""

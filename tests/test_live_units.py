@@ -202,3 +202,46 @@ def test_final_beam_decodes_every_final_at_the_utterance_end_with_that_beam() ->
                           final_beam=final_beam)
         assert model.calls[-1][1] == final_beam
         assert ev.sentences == (["greedy words"] if final_beam == 1 else [f"beam {final_beam}"])
+
+
+class _Heard:
+    def __init__(self) -> None:
+        self.sentences: list[tuple[float, float]] = []
+
+    def progress(self, done_s: float, total_s: float) -> None:
+        pass
+
+    def draft(self, text: str, segment: int = 0) -> None:
+        pass
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
+        self.sentences.append((start_s, end_s))
+
+    def turn(self, segment: int, kind: str, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None:
+        pass
+
+
+def test_a_final_decoded_past_its_utterances_end_still_ends_within_its_turn() -> None:
+    """Issue 31 #8: utterances are decoded a few chunks past the end the VAD found, and a sentence ended after
+    its turn (whose end_s says where the utterance stopped)."""
+    from hasrd.worker.live import LiveBase
+
+    class Bare(LiveBase):
+        def _opened(self, seg: int, start: int) -> None:
+            pass
+
+        def _advance(self, upto: int) -> None:
+            pass
+
+        def _closed(self, seg: int, end: int) -> None:
+            self._say(seg, "Hello there.", "fw", 0.95, 2.47)  # decoded up to 2.47 s; the VAD ended it at 2.0 s
+
+    heard = _Heard()
+    live = Bare(heard, lambda: False, {"vad": "energy"})  # type: ignore[arg-type]
+    live.audio.append(np.zeros(3 * 16000, np.float32))
+    live._open(16000)
+    live._close(32000)
+    assert heard.sentences == [(1.0, 2.0)] and live.sentences[0]["end_s"] == live.turns[0]["end_s"] == 2.0
+    r = live.result()
+    assert r["first_text_s"] == 3.0 and r["segments"] == 1 and r["language_detected"] is False
+    assert {"draft", "sent_windows", "fw_calls", "first_text_s", "segments", "per_sentence", "final"} <= set(r)

@@ -182,6 +182,7 @@ class LiveBase(abc.ABC):
         self.turns: list[dict[str, Any]] = []  # per utterance, indexed by its number
         self.turn_starts: list[float] = []  # their start times (ascending): which utterance a time is in
         self.said: dict[int, list[str]] = {}  # final texts of utterances not yet completed
+        self.first_text_s: float | None = None  # audio fed when the first text (draft or final) went out
         self.t0 = time.monotonic()
 
     # ---- the session's API (main.py) --------------------------------------------------------------------
@@ -229,9 +230,11 @@ class LiveBase(abc.ABC):
     def result(self) -> dict[str, Any]:
         from hasrd.languages import join_sentences
 
+        # the file result's fields (docs/API.md), each engine adding its own, plus turns and live
         return {"final": join_sentences([s["text"] for s in self.sentences], self.language_code()),
-                "per_sentence": list(self.sentences), "turns": list(self.turns),
-                "duration_s": round(self.audio.end / SR, 3), "live": True,
+                "draft": "", "per_sentence": list(self.sentences), "sent_windows": [], "fw_calls": 0,
+                "first_text_s": self.first_text_s, "segments": self.segments, "language_detected": False,
+                "turns": list(self.turns), "duration_s": round(self.audio.end / SR, 3), "live": True,
                 "timings": {"session_s": round(time.monotonic() - self.t0, 3)}}
 
     def language_code(self) -> str:
@@ -263,8 +266,25 @@ class LiveBase(abc.ABC):
         self._advance(end)
         self._closed(seg, end)
 
+    def _draft(self, text: str, seg: int) -> None:
+        """Emit the open utterance's draft."""
+        self._noted(text)
+        self.emit.draft(text, seg)
+
+    def _noted(self, text: str) -> None:
+        if self.first_text_s is None and text.strip():
+            self.first_text_s = round(min(self._decoded_to(), self.audio.end) / SR, 3)  # audio decoded by then
+
     def _say(self, seg: int, text: str, engine: str, start: float, end: float, **extra: Any) -> None:
-        """Emit one final sentence (times in seconds)."""
+        """Emit one final sentence (times in seconds), within its utterance's turn: an utterance is decoded a
+        few chunks past the end the VAD found, and a sentence must not end after its turn (issue 31 #8)."""
+        turn = self.turns[seg] if 0 <= seg < len(self.turns) else None
+        if turn is not None:
+            start = max(start, turn["start_s"])
+            if turn["end_s"] is not None:
+                end = min(end, turn["end_s"])
+            end = max(end, start)
+        self._noted(text)
         entry = {"text": text, "engine": engine, "start_s": round(start, 3), "end_s": round(end, 3),
                  "segment": seg, **extra}
         self.sentences.append(entry)
@@ -292,6 +312,10 @@ class LiveBase(abc.ABC):
         return max(0, self.audio.end - self.PRE_ROLL)
 
     def _done_to(self) -> int:
+        return self.audio.end
+
+    def _decoded_to(self) -> int:
+        """How far the engine has decoded (absolute samples): first_text_s is that when the first text came."""
         return self.audio.end
 
     # ---- the engine's part ------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class DraftLive(LiveBase):
     def _show(self, text: str) -> None:
         if text != self.shown:
             self.shown = text
-            self.emit.draft(self.ws.open_text(text), self.turns[-1]["segment"])
+            self._draft(self.ws.open_text(text), self.turns[-1]["segment"])
 
     def _language(self) -> None:
         name = str(getattr(self.state, "language", "") or "")
@@ -151,7 +151,7 @@ class DraftLive(LiveBase):
         self.last_window[seg] = len(self.stage.windows) - 1
         self.unannounced.append(seg)
         self.state = None
-        self.emit.draft("", seg)
+        self._draft("", seg)
         self._poll()
 
     def _poll(self) -> None:
@@ -178,6 +178,9 @@ class DraftLive(LiveBase):
     def _done_to(self) -> int:
         return self.fed if self.open is not None else self.audio.end
 
+    def _decoded_to(self) -> int:
+        return self.fed
+
     def result(self) -> dict[str, Any]:
         """The file result's fields (docs/API.md) for the session: ``sent_windows`` on the session's chunk grid,
         ``truncated_by`` in each sentence, ``language`` (the name asked for, else the one R2T2 named, else "")."""
@@ -186,5 +189,7 @@ class DraftLive(LiveBase):
             windows = [{"text": w.text, "start_chunk": w.start_chunk, "end_chunk": w.end_chunk,
                         "truncated_by": w.truncated_by} for w in self.stage.windows]
         out.update(engine=self.engine, language=self.language or self.detected, language_code=self.code,
-                   draft=" ".join(self.drafts), fw_calls=self.stage.fw_calls, sent_windows=windows)
+                   draft=" ".join(self.drafts), fw_calls=self.stage.fw_calls, sent_windows=windows,
+                   language_detected=self.language is None and bool(self.detected and self.code),
+                   bar_signal="generation" if self.take is not None else "state_text")
         return out

@@ -152,6 +152,7 @@ class WhisperLive(LiveBase):
         super().__init__(emit, cancelled, options)
         self.model = model
         self.code = code  # None: detected by the first decode, then kept for the session
+        self.asked = code is not None
         self.task = task
         self.prompt = prompt
         try:
@@ -237,7 +238,7 @@ class WhisperLive(LiveBase):
             self._say_sentences(self.open, done)
             self.buf_start = done[-1].end
         self.prev = words
-        self.emit.draft(collapse_loops(join(words)), self.open)
+        self._draft(collapse_loops(join(words)), self.open)
 
     def _say_sentences(self, seg: int, words: list[Word]) -> None:
         """One sentence per end mark; what follows the last mark is a sentence too. The file path's loop rules
@@ -270,13 +271,20 @@ class WhisperLive(LiveBase):
         self._say_sentences(seg, words)
         self._say_held(seg)
         self.prev = []
-        self.emit.draft("", seg)
+        self._draft("", seg)
         self._completed(seg)
 
     def _done_to(self) -> int:
         return self.decoded_to if self.open is not None else self.audio.end
 
+    def _decoded_to(self) -> int:
+        return self.decoded_to
+
     def result(self) -> dict[str, Any]:
         out = super().result()
-        out.update(engine="whisper", language_code=self.code or "", decodes=self.decodes)
+        from hasrd.languages import NAMES
+
+        code = self.code or ""
+        out.update(engine="whisper", language=NAMES.get(code, code), language_code=code, decodes=self.decodes,
+                   language_detected=not self.asked and bool(code))
         return out
