@@ -61,6 +61,7 @@ from hasrd.workerproc import LiveSession
 log = logging.getLogger("hasrd.realtime")
 
 _sessions = itertools.count(1)
+WIND_DOWN_CAP = 4  # a stopping daemon's live session finishes its speech within this many HASR_STOP_GRACE_SEC
 OUT_HIGH, OUT_LOW = 256, 64  # events waiting for a client that does not read: past HIGH it is not read either
 
 
@@ -83,6 +84,7 @@ class Live:
         self.out_room.set()
         self.last_input = time.monotonic()
         self.last_worker = 0.0  # the last event of the worker for this session (results still coming)
+        self.ended = False  # the session's last event (an error that closes it) was sent
         self.pending = 0  # bytes of audio (16 kHz float32) received and not yet handed to the worker
         self.dropped_s = 0.0
         self.refused_at = 0.0
@@ -199,6 +201,8 @@ class Live:
         """The worker's events (on the loop's thread) -> Realtime events."""
         # the worker still owes this session results (drafts, finals, a completed utterance): not idle. A client
         # that commits and waits for `completed`, as OpenAI's do, was closed for idleness while they came
+        if self.ended:
+            return
         self.last_worker = time.monotonic()
         out: list[dict[str, Any]] = []
         match ev:
@@ -332,7 +336,7 @@ class Live:
             self.inbox.put_nowait(("stop", None))  # wakes next_input, which then says "stop"
             if self.session is None and self.runner is not None:
                 self.runner.cancel()
-        return self.d.settings.stop_grace_sec
+        return WIND_DOWN_CAP * self.d.settings.stop_grace_sec
 
     async def wind_down(self, session: LiveSession) -> None:
         """The audio already received goes to the worker, the utterance in flight is closed and its finals are
@@ -345,13 +349,29 @@ class Live:
             return await session.end()
 
         finished = False
+        grace = self.d.settings.stop_grace_sec
+        task = asyncio.ensure_future(finish())
+        started = time.monotonic()
         try:
-            result = await asyncio.wait_for(finish(), self.d.settings.stop_grace_sec)
-            if self.hasr_events:
-                self.send(event("hasr.done", result=result))
-            finished = True
-        except (asyncio.TimeoutError, errors.HasrError) as e:
+            # HASR_STOP_GRACE_SEC of silence from the worker, not of work: the grace runs on while the worker
+            # still sends results for this session, up to WIND_DOWN_CAP times the grace (issue 31 #6)
+            while not task.done():
+                now = time.monotonic()
+                left = min(max(self.last_worker, started) + grace, started + WIND_DOWN_CAP * grace) - now
+                if left <= 0:
+                    break
+                await asyncio.wait([task], timeout=left)
+            if task.done():
+                result = task.result()
+                if self.hasr_events:
+                    self.send(event("hasr.done", result=result))
+                finished = True
+        except errors.HasrError as e:
             log.info("live session %s: not finished as the daemon stops: %r", self.sid, e)
+        finally:
+            if not task.done():
+                log.info("live session %s: the speech in flight was not finished as the daemon stops", self.sid)
+                task.cancel()
         self.stopped(finished)
 
     def stopped(self, finished: bool) -> None:
@@ -360,12 +380,14 @@ class Live:
                f"the speech in flight could not be finished within {grace:g} s (HASR_STOP_GRACE_SEC)")
         self.send(error_event("shutting_down", f"the daemon is stopping: {how}; the session is closed "
                               f"(reconnect to go on once it is back)", kind="server_error"))
+        self.ended = True  # the error is the last event: what the worker still sends is not this session's now
         self.close_code = 1012  # service restart: the client may reconnect
 
     def idle(self) -> None:
         secs = self.d.settings.live_idle_sec
         self.send(error_event("idle_timeout", f"nothing arrived for {secs:g} s (HASR_LIVE_IDLE_SEC): the "
                               f"session is closed; send audio (silence included) to keep one open"))
+        self.ended = True
 
 
 async def realtime(ws: WebSocket) -> None:

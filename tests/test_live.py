@@ -363,3 +363,24 @@ def test_stopping_the_daemon_ends_an_open_live_session_at_once(tmp_path: Path) -
     c.wait_for("hasr.progress", timeout=30)
     assert h.stop() == 0  # Hasrd.stop kills what is still running after 20 s: 0 means it ended by itself
     assert c.closed.wait(30) and c.close_code == 1012  # "service restart": the client may reconnect
+
+
+def test_sigterm_mid_utterance_finishes_it_while_the_worker_progresses_and_the_error_comes_last(
+        tmp_path: Path) -> None:
+    """Issue 31 #6: SIGTERM mid-utterance lost the utterance in flight (4 of 5 runs), and drafts, sentences,
+    deltas and even `completed` came after the `shutting_down` error that said it could not be finished. The
+    grace (HASR_STOP_GRACE_SEC) runs on while the worker still sends results, and the error is the last event."""
+    h = Hasrd(sock_in(tmp_path), env={"HASR_STOP_GRACE_SEC": "1", "HASR_FAKE_RTF": "1.5"})  # 1.5x real time
+    c = LiveClient(h.sock)
+    try:
+        c.update(language="zh")
+        c.feed(pcm16_24k(speech("en_hello_world")), realtime=False)  # in flight: more work than the grace
+        c.wait_for("hasr.draft", timeout=60)
+        assert h.stop() == 0
+        assert c.closed.wait(30) and c.close_code == 1012
+        kinds = [e["type"] for e in c.events]
+        assert kinds[-1] == "error" and c.events[-1]["error"]["code"] == "shutting_down", kinds[-5:]
+        assert "conversation.item.input_audio_transcription.completed" in kinds  # finished, not lost
+        assert "was transcribed and sent" in c.events[-1]["error"]["message"]
+    finally:
+        c.close()
