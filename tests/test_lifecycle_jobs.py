@@ -220,7 +220,7 @@ def test_a_client_leaving_a_plain_request_cancels_its_job_and_keeps_the_model(
         d.stop()
 
 
-# ---- the supervisor's state machine, keep-alive and TTL ---------------------------------------------------------
+# ---- a runner's state machine under the pool, keep-alive and TTL -----------------------------------------------------
 
 
 def settings(**kw: Any) -> config.Settings:

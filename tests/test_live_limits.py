@@ -3,7 +3,7 @@ goes on, what a session may hold is bounded, a client that leaves writes no trac
 the speech it received, a session behind a long job is told instead of left in silence.
 
 A real daemon (the fake engine) and a plain Realtime-protocol WebSocket client; the unit tests at the end drive
-``realtime.Live`` and the supervisor with plain values.
+``realtime.Live`` and the pool with plain values.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from hasrd.scheduler import Pool
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess
 from tests.conftest import pid_alive, run
-from tests.test_supervisor import settings
+from tests.test_runner import settings
 
 A = ModelSpec("a", "fake", "a", 300)
 B = ModelSpec("b", "fake", "b", 300)
