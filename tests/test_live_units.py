@@ -245,3 +245,39 @@ def test_a_final_decoded_past_its_utterances_end_still_ends_within_its_turn() ->
     r = live.result()
     assert r["first_text_s"] == 3.0 and r["segments"] == 1 and r["language_detected"] is False
     assert {"draft", "sent_windows", "fw_calls", "first_text_s", "segments", "per_sentence", "final"} <= set(r)
+
+
+def test_a_language_detected_on_too_little_speech_is_checked_again_once_there_is_enough() -> None:
+    """Issue 31 #5: a live session's language was fixed by its first decode (0.3 s past the onset): the same
+    English file sent all at once came back in Japanese in 1 run of 6. It is detected again as the audio grows
+    (each time on at least twice the audio), until a detection had LANGUAGE_RECHECK_S of it."""
+    from hasrd.worker.live_whisper import LANGUAGE_RECHECK_S
+
+    class Unsure(FakeModel):
+        """Hears Japanese in under a second of audio, English in more; records the language each call got."""
+
+        languages: list[str | None] = []
+        heard: list[str] = []
+
+        def transcribe(self, audio: np.ndarray, **kw: Any) -> tuple[Any, Any]:
+            self.languages.append(kw.get("language"))
+            segments, _ = super().transcribe(audio, **kw)
+            heard = kw.get("language") or ("ja" if len(audio) < SR else "en")
+            self.heard.append(heard)
+            return segments, SimpleNamespace(language=heard, language_probability=0.6)
+
+    model = Unsure(lambda seconds, beam: ["word"] * max(1, int(seconds)))
+    ev = Events()
+    live = WhisperLive(model, None, "transcribe", None, ev, lambda: False, {"vad": "energy"})
+    pcm = np.concatenate([quiet(0.5), tone(LANGUAGE_RECHECK_S + 3), quiet(1.0)])
+    for i in range(0, len(pcm), 2560):  # 160 ms appends, as the daemon hands them on
+        live.feed(pcm[i:i + 2560])
+    r = live.finish()
+    assert model.languages[0] is None  # the first decode detected ...
+    assert r["language_code"] == "en" and r["language_detected"] is True  # ... and a later one corrected it
+    assert "ja" in model.heard and "ja" not in model.languages[model.heard.index("en"):]  # corrected for good
+    asked = WhisperLive(Unsure(lambda s, b: ["w"]), "zh", "transcribe", None, Events(), lambda: False,
+                        {"vad": "energy"})
+    for i in range(0, len(pcm), 2560):
+        asked.feed(pcm[i:i + 2560])
+    assert asked.finish()["language_code"] == "zh"  # a language asked for is never detected

@@ -59,6 +59,7 @@ FINAL_PAD = int(0.2 * SR)
 PAUSE_WINDOWS = 5  # 160 ms of quiet: a pause (see _advance)
 PAUSE_BEAM = 5
 FIRST_S = 0.3  # an utterance's first decode: once this much audio has come past the VAD's onset
+LANGUAGE_RECHECK_S = 4.0  # no language asked: detected again (on twice the audio each time) until one had this
 
 
 @dataclass
@@ -153,6 +154,7 @@ class WhisperLive(LiveBase):
         self.model = model
         self.code = code  # None: detected by the first decode, then kept for the session
         self.asked = code is not None
+        self.detected_on = 0  # samples of audio the language was last detected on
         self.task = task
         self.prompt = prompt
         try:
@@ -184,10 +186,15 @@ class WhisperLive(LiveBase):
         if len(audio) < SR // 10:
             return []
         words: list[Word] = []
-        # without a language this decode detects it: one encoding of the audio for both (OneEncoding)
-        with OneEncoding.on(self.model) if self.code is None else contextlib.nullcontext():
+        # No language asked: the first decode detects it, on as little as FIRST_S of speech, which is not enough
+        # (an English file came back in Japanese once in six). It is detected again on twice the audio, until a
+        # detection had LANGUAGE_RECHECK_S of it (issue 31 #5); each such decode encodes its audio once for both
+        # (OneEncoding), so a detection costs little more than the decode.
+        detect = not self.asked and (self.code is None or (
+            self.detected_on < LANGUAGE_RECHECK_S * SR and len(audio) >= 2 * self.detected_on))
+        with OneEncoding.on(self.model) if detect else contextlib.nullcontext():
             segments, info = self.model.transcribe(
-                audio, language=self.code, task=self.task, beam_size=max(1, beam), temperature=0.0,
+                audio, language=None if detect else self.code, task=self.task, beam_size=max(1, beam), temperature=0.0,
                 vad_filter=False, max_new_tokens=token_cap(len(audio) / SR),
                 word_timestamps=True, condition_on_previous_text=False, initial_prompt=self._context(),
                 without_timestamps=False)
@@ -199,8 +206,9 @@ class WhisperLive(LiveBase):
                     if text.strip():
                         words.append(Word(text, a + int(float(w.start) * SR), a + int(float(w.end) * SR)))
         self.decodes += 1
-        if self.code is None and getattr(info, "language", None):
+        if detect and getattr(info, "language", None):
             self.code = str(info.language)
+            self.detected_on = len(audio)
         return words
 
     def _opened(self, seg: int, start: int) -> None:
