@@ -71,9 +71,9 @@ class Settings:
     live_idle_sec: float = _s(120.0, "a live session that sends nothing (not even silence) this long is closed")
     live_queue_sec: float = _s(60.0, "a live session that waits this long behind a running job is refused "
                                      "(queue_full; 0 = wait for it however long)", since="0.2.0")
-    live_max_pending_sec: float = _s(120.0, "audio a live session may have waiting in front of the worker "
-                                           "(queued, loading, or a worker behind); appends past it are refused "
-                                           "with an error event", since="0.2.0")
+    live_max_pending_sec: float = _s(120.0, "audio a live session may have received and not yet decoded "
+                                           "(queued, loading, or a worker behind, wherever it waits); appends "
+                                           "past it are refused with an error event", since="0.2.0")
     max_queue: int = _s(16, "requests waiting behind the running one before '503 queue full'")
     max_concurrent: int = _s(1, "transcriptions one worker runs at once (the seed's single lock)")
     max_workers: int = _s(0, "workers (each one model on one device) that may run at once; 0 = one per GPU, or 2 on "

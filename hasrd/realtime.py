@@ -86,6 +86,8 @@ class Live:
         self.last_worker = 0.0  # the last event of the worker for this session (results still coming)
         self.ended = False  # the session's last event (an error that closes it) was sent
         self.pending = 0  # bytes of audio (16 kHz float32) received and not yet handed to the worker
+        self.sent = 0  # bytes of it handed to the worker
+        self.decoded_s = 0.0  # how far the worker has decoded (its progress)
         self.dropped_s = 0.0
         self.refused_at = 0.0
         self.joiners: dict[int, formats.DeltaJoiner] = {}
@@ -180,16 +182,22 @@ class Live:
         else:
             raise BadEvent("unknown_event", f"unknown client event type {kind!r}", "type")
 
+    def backlog_s(self) -> float:
+        """Audio received and not yet decoded, wherever it waits: here, in the socket, in the worker's inbox or
+        in its session. Counting only what waited here, a session sending at 10x real time grew its worker from
+        328 MB to 1.4 GB and was never told (issue 31 #3); the worker's progress says how far it decoded."""
+        return max(0.0, (self.sent + self.pending) / OUT_BYTES_PER_S - self.decoded_s)
+
     def take_audio(self, pcm: bytes) -> None:
-        """Queue audio for the worker, up to HASR_LIVE_MAX_PENDING_SEC waiting in front of it; past that it is
-        dropped, and the client hears so at most once a second (how much so far)."""
-        limit = self.d.settings.live_max_pending_sec * OUT_BYTES_PER_S
-        if limit > 0 and self.pending + len(pcm) > limit:
+        """Queue audio for the worker, up to HASR_LIVE_MAX_PENDING_SEC received and not yet decoded; past that it
+        is dropped, and the client hears so at most once a second (how much so far)."""
+        limit = self.d.settings.live_max_pending_sec
+        if limit > 0 and self.backlog_s() + len(pcm) / OUT_BYTES_PER_S > limit:
             self.dropped_s += len(pcm) / OUT_BYTES_PER_S
             now = time.monotonic()
             if now - self.refused_at >= 1.0:
                 self.refused_at = now
-                raise BadEvent("input_audio_buffer_full", f"{self.pending / OUT_BYTES_PER_S:.0f} s of audio already "
+                raise BadEvent("input_audio_buffer_full", f"{self.backlog_s():.0f} s of audio already "
                                f"wait for the worker (HASR_LIVE_MAX_PENDING_SEC="
                                f"{self.d.settings.live_max_pending_sec:g}): audio is dropped until it catches up "
                                f"({self.dropped_s:.1f} s so far)", "audio")
@@ -235,8 +243,9 @@ class Live:
                                      content_index=0, delta=delta))
             case Draft(segment=seg, text=text):
                 out.append(event("hasr.draft", item_id=self.item(seg), text=text))
-            case Progress(done_s=done, total_s=total):  # received: what the worker has plus what waits here
-                received = total + self.pending / OUT_BYTES_PER_S
+            case Progress(done_s=done, total_s=total):  # received: all the audio the session took
+                self.decoded_s = done
+                received = max(total, self.sent / OUT_BYTES_PER_S) + self.pending / OUT_BYTES_PER_S
                 out.append(event("hasr.progress", done_s=done, received_s=round(received, 3),
                                  lag_s=round(max(0.0, received - done), 3)))
             case Queued(position=position):
@@ -265,6 +274,7 @@ class Live:
     async def to_worker(self, session: LiveSession, pcm: bytes) -> None:
         try:
             await session.audio(pcm)
+            self.sent += len(pcm)
         finally:
             self.pending -= len(pcm)
 

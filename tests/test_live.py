@@ -7,6 +7,7 @@ library-like R2T2 stand-in and real faster-whisper.
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 import wave
@@ -384,3 +385,28 @@ def test_sigterm_mid_utterance_finishes_it_while_the_worker_progresses_and_the_e
         assert "was transcribed and sent" in c.events[-1]["error"]["message"]
     finally:
         c.close()
+
+
+def test_audio_sent_faster_than_the_worker_decodes_is_bounded_wherever_it_waits(tmp_path: Path) -> None:
+    """Issue 31 #3: HASR_LIVE_MAX_PENDING_SEC counted audio only until it was written to the worker's socket,
+    and the worker drained that into an unbounded queue: a session sending at 10x real time grew its worker
+    from 328 MB to 1.4 GB, input_audio_buffer_full never came and lag_s read 0. Now what was received and not
+    yet decoded is bounded, and lag_s says how much it is."""
+    h = Hasrd(sock_in(tmp_path), env={"HASR_LIVE_MAX_PENDING_SEC": "3", "HASR_FAKE_RTF": "1.0"})
+    c = LiveClient(h.sock)
+    try:
+        c.update(language="zh")
+        c.feed(pcm16_24k(speech("en_hello_world")))  # at the pace of speech, until the worker runs
+        c.wait_for("hasr.progress", timeout=60)
+        pcm = pcm16_24k(np.tile(speech("en_hello_world"), 8))  # then ~12 s at 4x the pace of speech
+        for i in range(0, len(pcm), 7680):  # 160 ms appends every 40 ms: the daemon forwards each at once
+            c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[i:i + 7680]).decode()})
+            time.sleep(0.04)
+        err = c.wait_for("error", timeout=60)["error"]
+        assert err["code"] == "input_audio_buffer_full" and "HASR_LIVE_MAX_PENDING_SEC=3" in err["message"]
+        c.finish()
+        lags = [e["lag_s"] for e in c.of("hasr.progress")]
+        assert max(lags) > 1.0 and max(lags) <= 3.0 + 0.5, lags  # it shows, and stays within the bound
+    finally:
+        c.close()
+        h.stop()
