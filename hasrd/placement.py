@@ -6,9 +6,9 @@ The rules (docs/ARCHITECTURE.md "The worker pool"; Ollama's scheduler is the mod
 1. A request goes to an idle worker of its model (ready before loading, then the most recently used).
 2. Otherwise a new worker starts, if fewer than ``max_workers`` run and a device can hold the model: the GPU with
    the most free memory that fits it (a pinned GPU only), else the CPU when the model may run there.
-3. Otherwise the least recently used IDLE worker (of another model, or of this one on a device that cannot
-   hold a second) is stopped to make room, if stopping it makes room; a busy worker is never stopped for
-   another request.
+3. Otherwise, when the model has no worker yet, the least recently used IDLE worker of another model is
+   stopped to make room, if stopping it makes room; a busy worker is never stopped for another request, and
+   none is stopped to start a second worker of a model whose worker is busy (that request waits for it).
 4. Otherwise the request waits (its queue position is reported) until a worker frees or stops; when none of
    ours is busy (nothing will free), it starts where the most memory is free instead of waiting for ever.
 5. A model that no device could hold even empty is refused at once, with the numbers: waiting cannot help.
@@ -88,6 +88,10 @@ def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[De
         d = best_device(devices, need_mb, gpu_only)
         if d is not None:
             return Decision("start", device=d.name)
+    if any(s.model == model for s in seats):
+        # its own worker is busy and will be free soon: stopping another model's idle worker to start a second
+        # one of this model thrashed (two models, two workers: 89 evictions in 200 requests, issue 31 #19)
+        return Decision("wait", reason="its worker is busy")
     # make room: the least recently used idle worker whose stop lets the new one start (at the cap: any)
     by_name = {d.name: d for d in candidates}
     idle = sorted((s for s in seats if not s.busy and s.device in by_name), key=lambda s: s.last_used)

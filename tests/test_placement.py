@@ -109,3 +109,16 @@ def test_a_sized_fake_model_is_gpu_only_and_its_worker_holds_that_much() -> None
     runner = make_runner_factory(SimpleNamespace(gpu="", worker_python="", need_vram_mb=0, vram_wait_sec=1.0),
                                  lambda: True)(spec, "GPU-a")
     assert isinstance(runner, Runner) and runner.state.value == "stopped" and callable(runner.spawn)
+
+
+def test_no_idle_worker_is_stopped_to_start_a_second_worker_of_a_model_whose_worker_is_busy() -> None:
+    """Issue 31 #19: two models on two workers, a request for the one whose worker was busy stopped the other's
+    idle worker to start a second one of its own, and the next request for the other did the same: 89
+    evictions in 200 requests. It waits for its own worker instead; a model without any worker still evicts."""
+    seats = [Seat(1, "a", CPU, busy=True, ready=True, last_used=1.0, mb=700),
+             Seat(2, "b", CPU, busy=False, ready=True, last_used=0.0, mb=700)]
+    full = [Device(CPU, 100, 24000)]  # no room for a third worker's memory
+    assert choose(seats, "a", 700, full, max_workers=2).kind == "wait"
+    assert choose(seats, "a", 700, [Device(CPU, 16000, 24000)], max_workers=2).kind == "wait"  # at the cap too
+    d = choose(seats, "c", 700, full, max_workers=2)
+    assert d.kind == "evict" and d.victim == 2  # a model with no worker at all makes room, as before
