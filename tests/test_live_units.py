@@ -234,7 +234,7 @@ def test_a_final_decoded_past_its_utterances_end_still_ends_within_its_turn() ->
             pass
 
         def _closed(self, seg: int, end: int) -> None:
-            self._say(seg, "Hello there.", "fw", 0.95, 2.47)  # decoded up to 2.47 s; the VAD ended it at 2.0 s
+            self.say(seg, "Hello there.", "fw", 0.95, 2.47)  # decoded up to 2.47 s; the VAD ended it at 2.0 s
 
     heard = _Heard()
     live = Bare(heard, lambda: False, {"vad": "energy"})  # type: ignore[arg-type]

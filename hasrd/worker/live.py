@@ -188,7 +188,7 @@ class LiveBase(abc.ABC):
     # ---- the session's API (main.py) --------------------------------------------------------------------
 
     def feed(self, pcm: np.ndarray) -> None:
-        self._check()
+        self.check()
         self.audio.append(pcm)
         for kind, at in self.vad.feed(pcm):
             if kind == "start" and self.open is None:
@@ -207,7 +207,7 @@ class LiveBase(abc.ABC):
 
     def commit(self) -> None:
         """End the open utterance now (the client said so)."""
-        self._check()
+        self.check()
         if self.open is not None:
             self._close(self.audio.end)
         self._poll()
@@ -242,7 +242,7 @@ class LiveBase(abc.ABC):
 
     # ---- shared steps -----------------------------------------------------------------------------------
 
-    def _check(self) -> None:
+    def check(self) -> None:
         if self.cancelled():
             raise EngineError("cancelled", "the live session was cancelled")
 
@@ -275,7 +275,7 @@ class LiveBase(abc.ABC):
         if self.first_text_s is None and text.strip():
             self.first_text_s = round(min(self._decoded_to(), self.audio.end) / SR, 3)  # audio decoded by then
 
-    def _say(self, seg: int, text: str, engine: str, start: float, end: float, **extra: Any) -> None:
+    def say(self, seg: int, text: str, engine: str, start: float, end: float, **extra: Any) -> None:
         """Emit one final sentence (times in seconds), within its utterance's turn: an utterance is decoded a
         few chunks past the end the VAD found, and a sentence must not end after its turn (issue 31 #8)."""
         turn = self.turns[seg] if 0 <= seg < len(self.turns) else None

@@ -41,7 +41,7 @@ class _Sentences:
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
         entry = self.live.stage.current or {}
-        self.live._say(self.live.segment_at(start_s), text, engine, start_s, end_s,
+        self.live.say(self.live.segment_at(start_s), text, engine, start_s, end_s,
                        truncated_by=entry.get("truncated_by"))
 
 
@@ -126,7 +126,7 @@ class DraftLive(LiveBase):
         if self.state is None:
             return
         while self.fed + CHUNK <= upto:
-            self._check()
+            self.check()
             self._step(self.audio[self.fed:self.fed + CHUNK])
 
     def _closed(self, seg: int, end: int) -> None:

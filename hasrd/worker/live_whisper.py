@@ -231,7 +231,7 @@ class WhisperLive(LiveBase):
             upto = self.vad.quiet_from + FINAL_PAD
         elif upto < self.due:
             return
-        self._check()
+        self.check()
         words = self._decode(self.buf_start, min(upto, self.audio.end), PAUSE_BEAM if pause else 1)
         self.decoded_to = self.audio.end if pause else upto
         self.due = self.decoded_to + self.step
@@ -262,11 +262,11 @@ class WhisperLive(LiveBase):
                     continue
                 piece = resegment.Piece([resegment.Word(text, done[0].start / SR, done[-1].end / SR)])
                 for kept, p in self.loops.add(text, piece):
-                    self._say(seg, kept, "fw", p.start, p.end)
+                    self.say(seg, kept, "fw", p.start, p.end)
 
     def _say_held(self, seg: int) -> None:
         for kept, p in self.loops.flush():
-            self._say(seg, kept, "fw", p.start, p.end)
+            self.say(seg, kept, "fw", p.start, p.end)
 
     def _closed(self, seg: int, end: int) -> None:
         words = self.prev

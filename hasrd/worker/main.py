@@ -247,12 +247,12 @@ def serve_live(ch: Channel, engine: Any, req: p.LiveStart, later: list[Any], set
                 msg = held.pop(0) if held else ch.inbox.get(timeout=0.1)
             except queue.Empty:
                 if cancelled():
-                    session._check()
+                    session.check()
                 session.poll()
                 continue
             if isinstance(msg, p.Shutdown):
                 later.append(msg)
-                session._check()  # shutdown is set: the session ends cancelled
+                session.check()  # shutdown is set: the session ends cancelled
                 continue
             if getattr(msg, "id", None) != req.id:
                 later.append(msg)
