@@ -143,13 +143,13 @@ def resolve_model(d: Daemon, conn: HTTPConnection, name: str) -> ModelSpec:
 
 
 def check_path_access(d: Daemon, request: Request) -> None:
-    uid = caller_uid(request)
-    if uid is None:
+    if names_files(d, request):
+        return
+    if caller_uid(request) is None:
         raise errors.Forbidden("a caller over TCP cannot be identified, so the daemon will not open files for it: "
                                "upload the audio instead of naming a path (the `file` field)")
-    if uid not in (d.uid, 0):
-        raise errors.Forbidden("this daemon runs as another user and would read the file with its rights: "
-                               "upload the audio instead of naming a path (the `file` field)")
+    raise errors.Forbidden("this daemon runs as another user and would read the file with its rights: "
+                           "upload the audio instead of naming a path (the `file` field)")
 
 
 def dumps(obj: Any) -> bytes:

@@ -21,17 +21,10 @@ from hasrd.context import (Daemon, JSONResponse, check_access, check_language, c
 from hasrd.intake import check_path, check_path_text, check_text
 from hasrd.jobevents import Done, Failed, Loading, Queued, StreamEvent, to_json
 from hasrd.jobs import Job, admitted
-from hasrd.modelspec import ModelSpec
 from hasrd.options import Options
 from hasrd.protocol import Draft, Progress, Sentence
 
 STARTED = int(time.time())
-
-
-def check_model(d: Daemon, request: Request, model: str) -> ModelSpec:
-    """What ``model`` names (hasrd.modelspec): the default for hasr's and OpenAI's ids, else an installed model;
-    anything else is OpenAI's 404 ``model_not_found``, before any work."""
-    return resolve_model(d, request, model)
 
 
 def form_options(form: Any, task: Literal["transcribe", "translate"]) -> Options:
@@ -79,7 +72,7 @@ async def openai_audio(request: Request, task: Literal["transcribe", "translate"
             (check_path_text if key == "path" else check_text)(value, key)
         elif value.filename:
             check_path_text(value.filename, key)
-    spec = check_model(d, request, str(form.get("model") or ""))
+    spec = resolve_model(d, request, str(form.get("model") or ""))
     fmt = str(form.get("response_format") or "json")
     try:
         formats.check(fmt)
@@ -202,6 +195,6 @@ async def model(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)
     name = str(request.path_params["model_id"])
-    check_model(d, request, name)
+    resolve_model(d, request, name)  # 404 model_not_found for a name hasr does not serve
     found = {m["id"]: m for m in await asyncio.to_thread(modelspec.installed)}
     return JSONResponse(_model(found.get(name) or {"id": name, "kind": "model", "path": None, "size_mb": None}))

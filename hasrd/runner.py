@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,16 +161,10 @@ class Runner:
     async def ready(self, on_event: EventSink | None = None) -> WorkerProcess:
         """A ready worker, starting one if needed; concurrent callers share one load. ``on_event`` hears every
         loading phase while it waits."""
-        if on_event is None or self.state == State.READY:
+        if self.state == State.READY:
             return await self._ensure_ready()
-        # the phase of the load under way; an old one (a worker that died since) is not this request's
-        phase = self.phase if self.state == State.STARTING and self.phase else "starting worker"
-        on_event(Loading(phase))
-        self._load_listeners.add(on_event)
-        try:
+        with self._hearing(on_event):
             return await self._ensure_ready()
-        finally:
-            self._load_listeners.discard(on_event)
 
     async def loaded(self, on_event: EventSink | None = None) -> None:
         """Wait for the load under way, if any, without starting one; its failure is raised here too. (Every
@@ -178,14 +172,22 @@ class Runner:
         task = self._load_task
         if self.state != State.STARTING or task is None or task.done():
             return
-        if on_event is not None:
-            on_event(Loading(self.phase or "starting worker"))
-            self._load_listeners.add(on_event)
-        try:
+        with self._hearing(on_event):
             await asyncio.shield(task)
+
+    @contextlib.contextmanager
+    def _hearing(self, on_event: EventSink | None) -> Iterator[None]:
+        """``on_event`` hears the load's phase now and every phase after, until the block ends."""
+        if on_event is None:
+            yield
+            return
+        # the phase of the load under way; an old one (a worker that died since) is not this request's
+        on_event(Loading(self.phase if self.state == State.STARTING and self.phase else "starting worker"))
+        self._load_listeners.add(on_event)
+        try:
+            yield
         finally:
-            if on_event is not None:
-                self._load_listeners.discard(on_event)
+            self._load_listeners.discard(on_event)
 
     async def _ensure_ready(self) -> WorkerProcess:
         while True:
