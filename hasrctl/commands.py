@@ -17,6 +17,7 @@ from hasrctl.common import FORMAT_NAMES, Daemon, daemon_options, engine_options,
 from hasrd import subtitles
 from hasrd.errors import InvalidOption
 from hasrd.formats import lines, render
+from hasrd.transcript import from_json
 
 
 def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
@@ -148,7 +149,8 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
             view, shown = _view(name, stream, progress, quiet, language)
             t0 = time.monotonic()
             result = _transcribe(client, item, language, view, options)
-            text = lines(result) if fmt == "text" else render(result, fmt, rules=rules)
+            doc = from_json(result)
+            text = lines(doc) if fmt == "text" else render(doc, fmt, rules=rules)
             if item.target is not None:
                 output.write(item.target, text, force)
             elif not (shown and fmt == "text"):

@@ -130,9 +130,10 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
         view.finish(None)
     if output:
         from hasrd import formats
+        from hasrd.transcript import from_json
 
-        text = formats.render(result, fmt) if fmt != "text" else "\n".join(
-            s["text"] for s in result.get("per_sentence") or []) + "\n"
+        doc = from_json(result)
+        text = formats.render(doc, fmt) if fmt != "text" else "\n".join(doc.texts()) + "\n"
         Path(output).write_text(text, encoding="utf-8")
     return EXIT_OK
 

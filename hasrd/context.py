@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse as _StarletteJSON
 
@@ -23,6 +24,7 @@ from hasrd.config import Settings
 from hasrd.events import Broadcaster
 from hasrd.modelspec import ModelSpec
 from hasrd.scheduler import Pool
+from hasrd.transcript import numbers
 
 DECODES_AT_ONCE = 2
 
@@ -153,9 +155,17 @@ def check_path_access(d: Daemon, request: Request) -> None:
 
 
 def dumps(obj: Any) -> bytes:
-    """JSON as UTF-8 for every response and stream. A file name that is not UTF-8 arrives as surrogate
-    escapes (in a path, or in an error message naming it): it must never turn an answer into a 500."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "backslashreplace")
+    """JSON as UTF-8 for every response and stream (a result Struct as its JSON). A file name that is not UTF-8
+    arrives as surrogate escapes (in a path, or in an error message naming it): it must never turn an answer
+    into a 500."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"),
+                      default=_struct).encode("utf-8", "backslashreplace")
+
+
+def _struct(obj: Any) -> Any:
+    if isinstance(obj, msgspec.Struct):
+        return msgspec.to_builtins(obj, enc_hook=numbers)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
 class JSONResponse(_StarletteJSON):

@@ -1,7 +1,8 @@
 """Output formats shared by the daemon (``response_format``) and ``hasrctl`` (``--format``).
 
-Pure functions over the result object of docs/API.md, importing only the standard library so that the CLI
-stays fast to start. Every rendering ends with a newline, so that it pipes and concatenates cleanly.
+Pure functions over the result object of docs/API.md (``hasrd.transcript.Transcript``), importing only the
+standard library and msgspec so that the CLI stays fast to start. Every rendering ends with a newline, so that
+it pipes and concatenates cleanly.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from hasrd import subtitles
 from hasrd.errors import UnknownFormat
+from hasrd.transcript import Transcript, UnsetType, to_json
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 
@@ -52,7 +54,11 @@ def _seconds(value: Any) -> float:
     return x if math.isfinite(x) and x > 0 else 0.0
 
 
-def segments(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _score(value: float | UnsetType) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def segments(result: Transcript) -> list[dict[str, Any]]:
     """Timed segments from ``per_sentence``, with OpenAI's verbose_json fields: ``id, seek, start, end, text,
     tokens, temperature, avg_logprob, compression_ratio, no_speech_prob``.
 
@@ -62,55 +68,49 @@ def segments(result: dict[str, Any]) -> list[dict[str, Any]]:
     are null (docs/API.md).
     """
     out: list[dict[str, Any]] = []
-    for item in result.get("per_sentence") or []:
-        text = str(item.get("text") or "").strip()
+    for item in result.per_sentence:
+        text = item.text.strip()
         if not text:
             continue
-        start = _seconds(item.get("start_s"))
-        end = max(start, _seconds(item.get("end_s")))
-        seg: dict[str, Any] = {"id": len(out), "seek": int(item.get("seek") or round(start * 100)),
-                               "start": start, "end": end, "text": text,
-                               "tokens": list(item.get("tokens") or [])}
-        for key in ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob"):
-            value = item.get(key)
-            seg[key] = float(value) if isinstance(value, (int, float)) else None
-        out.append(seg)
+        start = _seconds(item.start_s)
+        end = max(start, _seconds(item.end_s))
+        seek = item.seek if isinstance(item.seek, int) and item.seek else round(start * 100)
+        out.append({"id": len(out), "seek": seek, "start": start, "end": end, "text": text,
+                    "tokens": list(item.tokens) if isinstance(item.tokens, list) else [],
+                    "temperature": _score(item.temperature), "avg_logprob": _score(item.avg_logprob),
+                    "compression_ratio": _score(item.compression_ratio),
+                    "no_speech_prob": _score(item.no_speech_prob)})
     if not out:
-        text = str(result.get("final") or "").strip()
+        text = result.final.strip()
         if text:
-            out.append({"id": 0, "seek": 0, "start": 0.0, "end": _seconds(result.get("duration_s")), "text": text,
+            out.append({"id": 0, "seek": 0, "start": 0.0, "end": _seconds(result.duration_s), "text": text,
                         "tokens": [], "temperature": None, "avg_logprob": None, "compression_ratio": None,
                         "no_speech_prob": None})
     return out
 
 
-def usage(result: dict[str, Any]) -> dict[str, Any]:
+def usage(result: Transcript) -> dict[str, Any]:
     """OpenAI's usage object of audio models: the seconds of audio billed (here: transcribed)."""
-    return {"type": "duration", "seconds": int(math.ceil(_seconds(result.get("duration_s"))))}
+    return {"type": "duration", "seconds": int(math.ceil(_seconds(result.duration_s)))}
 
 
-def logprobs(result: dict[str, Any]) -> list[dict[str, Any]] | None:
+def logprobs(result: Transcript) -> list[dict[str, Any]] | None:
     """``include[]=logprobs``: one entry per word ``{token, logprob, bytes}`` from faster-whisper's word
     probabilities; None where the engine has none (draft sentences, no word timestamps)."""
     out: list[dict[str, Any]] = []
-    for item in result.get("per_sentence") or []:
-        for w in item.get("words") or [] if isinstance(item, dict) else []:
-            p = w.get("probability") if isinstance(w, dict) else None
-            if not isinstance(p, (int, float)):
-                continue
-            token = str(w.get("word") or "")
-            out.append({"token": token, "logprob": math.log(max(float(p), 1e-12)),
-                        "bytes": list(token.encode("utf-8"))})
+    for item in result.per_sentence:
+        for w in item.words if isinstance(item.words, list) else []:
+            out.append({"token": w.word, "logprob": math.log(max(float(w.probability), 1e-12)),
+                        "bytes": list(w.word.encode("utf-8"))})
     return out or None
 
 
-def openai_language(result: dict[str, Any]) -> str | None:
+def openai_language(result: Transcript) -> str | None:
     """The language as OpenAI names it in verbose_json: lower-case English name ("english"); translations are
     always "english"."""
-    if result.get("task") == "translate":
+    if result.task == "translate":
         return "english"
-    name = result.get("language")
-    return str(name).lower() if name else None
+    return result.language.lower() if result.language else None
 
 
 class DeltaJoiner:
@@ -166,12 +166,12 @@ def _cue_text(text: str) -> str:
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def _audio_end(result: dict[str, Any]) -> float | None:
+def _audio_end(result: Transcript) -> float | None:
     """Where the audio ends (no cue may end later), when the result says."""
-    return _seconds(result.get("duration_s")) or None
+    return _seconds(result.duration_s) or None
 
 
-def _srt(result: dict[str, Any], rules: subtitles.CueRules | None) -> str:
+def _srt(result: Transcript, rules: subtitles.CueRules | None) -> str:
     blocks = []
     for k, cue in enumerate(subtitles.cues(segments(result), rules, _audio_end(result)), 1):
         span = f"{timestamp(cue.start)} --> {timestamp(cue.end)}"
@@ -184,7 +184,7 @@ def _vtt_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _vtt(result: dict[str, Any], rules: subtitles.CueRules | None) -> str:
+def _vtt(result: Transcript, rules: subtitles.CueRules | None) -> str:
     blocks = ["WEBVTT\n"]
     for cue in subtitles.cues(segments(result), rules, _audio_end(result)):
         span = f"{timestamp(cue.start, '.')} --> {timestamp(cue.end, '.')}"
@@ -196,7 +196,7 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False) + "\n"
 
 
-def words(result: dict[str, Any]) -> list[dict[str, Any]] | None:
+def words(result: Transcript) -> list[dict[str, Any]] | None:
     """OpenAI's top-level ``words`` ``[{word, start, end}]`` from the sentences' ``words``; None when no sentence
     carries any (word timestamps were not asked for, or the engine has none).
 
@@ -204,63 +204,62 @@ def words(result: dict[str, Any]) -> list[dict[str, Any]] | None:
     """
     out: list[dict[str, Any]] = []
     found = False
-    for item in result.get("per_sentence") or []:
-        items = item.get("words") if isinstance(item, dict) else None
-        if not isinstance(items, list):
+    for item in result.per_sentence:
+        if not isinstance(item.words, list):
             continue
         found = True
-        for w in items:
-            if not isinstance(w, dict):
-                continue
-            text = str(w.get("word") or "").strip()
+        for w in item.words:
+            text = w.word.strip()
             if not text:
                 continue
-            start = _seconds(w.get("start"))
-            out.append({"word": text, "start": start, "end": max(start, _seconds(w.get("end")))})
+            start = _seconds(w.start)
+            out.append({"word": text, "start": start, "end": max(start, _seconds(w.end))})
     return out if found else None
 
 
-def verbose(result: dict[str, Any]) -> dict[str, Any]:
+def verbose(result: Transcript) -> dict[str, Any]:
     """OpenAI's verbose_json shape (``words`` too when the sentences carry them), with hasr's whole result
     under ``hasr``."""
     doc: dict[str, Any] = {
-        "task": "translate" if result.get("task") == "translate" else "transcribe",
+        "task": "translate" if result.task == "translate" else "transcribe",
         "language": openai_language(result),
-        "duration": result.get("duration_s"),
-        "text": result.get("final") or "",
+        "duration": result.duration_s,
+        "text": result.final,
         "segments": segments(result),
         "usage": usage(result),
     }
     ws = words(result)
     if ws is not None:
         doc["words"] = ws
-    doc["hasr"] = result
+    doc["hasr"] = to_json(result)
     return doc
 
 
-def annotate(result: dict[str, Any], *, audio_path: str | None, language: str, info: dict[str, Any]) -> dict[str, Any]:
+def annotate(result: Transcript, *, audio_path: str | None, language: str, info: dict[str, Any]) -> Transcript:
     """The fields the daemon adds to a worker's result (the file shown, the language asked, the decoded
     duration), in one place for the daemon's jobs and ``hasrctl batch``'s actors."""
-    result["audio_path"] = audio_path
-    result.setdefault("language", language)
-    result.setdefault("duration_s", info.get("duration_s"))
+    result.audio_path = audio_path
+    if not result.language:
+        result.language = language
+    if result.duration_s is None:
+        result.duration_s = info.get("duration_s")
     return result
 
 
-def lines(result: dict[str, Any]) -> str:
+def lines(result: Transcript) -> str:
     """The transcript as people read it in a terminal or a .txt file: one sentence a line (the OpenAI ``text``
     format stays one string: :func:`render`)."""
     texts = [seg["text"] for seg in segments(result)]
     return "\n".join(texts) + "\n"
 
 
-def render(result: dict[str, Any], fmt: str, include_logprobs: bool = False,
+def render(result: Transcript, fmt: str, include_logprobs: bool = False,
            rules: subtitles.CueRules | None = None) -> str:
     """The result object rendered as ``fmt`` (one of FORMATS); UnknownFormat otherwise. ``include_logprobs``
     (OpenAI's ``include[]=logprobs``) adds ``logprobs`` to json; ``rules`` are the subtitle cue limits of srt
     and vtt (subtitles.py; default: 2 lines of 42 Latin / 16 CJK characters, 0.83-7 s)."""
     name = check(fmt)
-    final = str(result.get("final") or "")
+    final = result.final
     if name == "text":
         return final + "\n"
     if name == "json":

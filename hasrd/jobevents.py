@@ -14,6 +14,8 @@ from typing import Any
 import msgspec
 
 from hasrd.protocol import Draft, Progress, Sentence, Turn
+from hasrd import transcript
+from hasrd.transcript import Transcript
 
 
 class Loading(msgspec.Struct, frozen=True):
@@ -33,7 +35,7 @@ class Queued(msgspec.Struct, frozen=True):
 class Done(msgspec.Struct, frozen=True):
     """A stream's last event: the job's result."""
 
-    result: dict[str, Any]
+    result: Transcript
 
 
 class Failed(msgspec.Struct, frozen=True):
@@ -68,7 +70,7 @@ def to_json(ev: StreamEvent) -> dict[str, Any]:
         case Queued(position=position):
             return {"event": "queued", "position": position}
         case Done(result=result):
-            return {"event": "done", "result": result}
+            return {"event": "done", "result": transcript.to_json(result)}
         case Failed(body=body):
             return {"event": "error", **body}
     raise TypeError(f"not a job event: {ev!r}")

@@ -27,6 +27,7 @@ from hasrd.modelspec import ModelSpec
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.scheduler import Lease
+from hasrd.transcript import Transcript
 
 log = logging.getLogger("hasrd.api")
 
@@ -46,7 +47,7 @@ class Job:
 
 
 async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, lease: Lease,
-                  on_event: EventSink | None) -> dict[str, Any]:
+                  on_event: EventSink | None) -> Transcript:
     t0 = time.monotonic()
     try:
         result = await d.pool.transcribe(pcm, name=job.name, language=job.language, options=job.options,
@@ -55,10 +56,9 @@ async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, 
         pcm.close()
     annotate(result, audio_path=shown(job.audio_path) if job.audio_path is not None else None,
              language=job.language, info=info)
-    timings = dict(result.get("timings") or {})
-    timings["decode_s"] = round(float(info.get("decode_s") or 0), 4)
-    timings["total_s"] = round(time.monotonic() - t0 + timings["decode_s"], 4)
-    result["timings"] = timings
+    decode_s = round(float(info.get("decode_s") or 0), 4)
+    result.timings.decode_s = decode_s
+    result.timings.total_s = round(time.monotonic() - t0 + decode_s, 4)
     return result
 
 
@@ -109,7 +109,7 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Render, 
 
 async def admitted(d: Daemon, request: Request, source: Any, job: Job,
                    render: Render | None, media_type: str,
-                   respond: Callable[[dict[str, Any]], Response]) -> Response:
+                   respond: Callable[[Transcript], Response]) -> Response:
     """Admit, decode and run one job; ``render`` streams its events (None: one response at the end)."""
     lease = d.pool.admit(job.model)
     handed_on = False

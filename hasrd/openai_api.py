@@ -15,7 +15,7 @@ from typing import Any, Literal
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hasrd import errors, formats, modelspec, subtitles
+from hasrd import errors, formats, modelspec, subtitles, transcript
 from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, dumps,
                            resolve_model, shown)
 from hasrd.intake import check_path, check_path_text, check_text
@@ -163,9 +163,10 @@ class SseRenderer:
                 delta = self.joiner.add(text)
                 return _sse({"type": "transcript.text.delta", "delta": delta, "hasr": to_json(ev)}) if delta else None
             case Done(result=result):
-                rest, text = self.joiner.done(str(result.get("final") or ""))
+                rest, text = self.joiner.done(result.final)
                 head = _sse({"type": "transcript.text.delta", "delta": rest}) if rest else b""
-                done = {"type": "transcript.text.done", "text": text, "usage": formats.usage(result), "hasr": result}
+                done = {"type": "transcript.text.done", "text": text, "usage": formats.usage(result),
+                        "hasr": transcript.to_json(result)}
                 return head + _sse(done) + b"data: [DONE]\n\n"
             case Failed(body=body):
                 return _sse({"type": "error", "error": body["error"]}) + b"data: [DONE]\n\n"

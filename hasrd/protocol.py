@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 
+from hasrd.transcript import Transcript, numbers
+
 PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 _LEN = struct.Struct(">I")
@@ -93,7 +95,7 @@ class Turn(Msg):
 
 class Result(Msg):
     id: int
-    result: dict[str, Any]
+    result: Transcript
 
 
 class Failed(Msg):
@@ -152,7 +154,7 @@ WorkerMsg = Hello | Loading | Ready | LoadFailed | Progress | Draft | Sentence |
 DaemonMsg = Transcribe | LiveStart | LiveAudio | LiveCommit | LiveEnd | Cancel | Ping | Shutdown
 EVENT_TYPES = (Progress, Draft, Sentence, Turn)
 
-_encoder = msgspec.msgpack.Encoder()
+_encoder = msgspec.msgpack.Encoder(enc_hook=numbers)  # numpy numbers in events and results
 worker_decoder: msgspec.msgpack.Decoder[WorkerMsg] = msgspec.msgpack.Decoder(WorkerMsg)  # type: ignore[arg-type]
 daemon_decoder: msgspec.msgpack.Decoder[DaemonMsg] = msgspec.msgpack.Decoder(DaemonMsg)  # type: ignore[arg-type]
 

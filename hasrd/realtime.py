@@ -49,7 +49,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from hasrd import errors, formats
+from hasrd import errors, formats, transcript
 from hasrd.context import Daemon, check_access, resolve_model
 from hasrd.connections import SHUTDOWN_HOOK
 from hasrd.jobevents import JobEvent, Loading, Queued
@@ -57,6 +57,7 @@ from hasrd.options import Options
 from hasrd.protocol import Draft, Progress, Sentence, Turn
 from hasrd.realtime_events import (OUT_BYTES_PER_S, BadEvent, Config, Pcm16To16k, error_event, event, usage)
 from hasrd.workerproc import LiveSession
+from hasrd.transcript import Transcript
 
 log = logging.getLogger("hasrd.realtime")
 
@@ -294,7 +295,7 @@ class Live:
                     break
                 if kind in ("gone", "finish", "stop"):
                     if kind == "finish":
-                        self.send(event("hasr.done", result={"final": "", "per_sentence": []}))
+                        self.send(event("hasr.done", result=transcript.to_json(Transcript(live=True))))
                     if kind == "stop":
                         self.stopped(True)
                     return
@@ -322,7 +323,7 @@ class Live:
                         await session.commit()
                     elif kind == "finish":
                         result = await session.end()
-                        self.send(event("hasr.done", result=result))
+                        self.send(event("hasr.done", result=transcript.to_json(result)))
                         return
                     elif kind == "stop":
                         await self.wind_down(session)
@@ -351,7 +352,7 @@ class Live:
     async def wind_down(self, session: LiveSession) -> None:
         """The audio already received goes to the worker, the utterance in flight is closed and its finals are
         sent, all within HASR_STOP_GRACE_SEC; then the client hears why the session ends."""
-        async def finish() -> dict[str, Any]:
+        async def finish() -> Transcript:
             while not self.inbox.empty():
                 kind, value = self.inbox.get_nowait()
                 if kind == "audio":
@@ -374,7 +375,7 @@ class Live:
             if task.done():
                 result = task.result()
                 if self.hasr_events:
-                    self.send(event("hasr.done", result=result))
+                    self.send(event("hasr.done", result=transcript.to_json(result)))
                 finished = True
         except errors.HasrError as e:
             log.info("live session %s: not finished as the daemon stops: %r", self.sid, e)

@@ -43,6 +43,7 @@ from hasrd.lifecycle import Partial, State, check_transition
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.workerproc import LiveSession, WorkerProcess, run_to_end
+from hasrd.transcript import Transcript
 
 log = logging.getLogger("hasrd.runner")
 
@@ -325,7 +326,7 @@ class Runner:
 
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
                          options: Options | None = None, on_event: EventSink | None = None
-                         ) -> dict[str, Any]:
+                         ) -> Transcript:
         """Run one transcription on the worker (loading it if needed) and return the worker's result. A
         failure after some sentences were final carries them in ``error.partial``."""
         worker = await self.ready(on_event)

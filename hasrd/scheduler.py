@@ -44,6 +44,7 @@ from hasrd.poolstatus import WorkerView, pool_json, pool_state, rss_mb, worker_r
 from hasrd.runner import Runner
 from hasrd.waitqueue import WaitQueue
 from hasrd.workerproc import LiveSession
+from hasrd.transcript import Transcript, WorkerInfo
 
 log = logging.getLogger("hasrd.scheduler")
 
@@ -439,7 +440,7 @@ class Pool:
 
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
                          options: Options | None = None, on_event: EventSink | None = None,
-                         lease: Lease | None = None, model: ModelSpec | None = None) -> dict[str, Any]:
+                         lease: Lease | None = None, model: ModelSpec | None = None) -> Transcript:
         """Wait for a worker of ``model``, load it if needed, run one transcription and return its result,
         with the time spent queued, loading and working (``timings``). ``lease``: the request's admission,
         taken before its audio was decoded; without one, it is admitted here."""
@@ -463,12 +464,10 @@ class Pool:
             worker = ref.runner.worker
         finally:
             self._release(ref)
-        timings = dict(result.get("timings") or {})
-        timings.update(queue_s=round(t1 - t0 - shared, 4), load_s=round(t2 - t1 + shared, 4),
-                       work_s=round(t3 - t2, 4))
-        result["timings"] = timings
-        result.setdefault("worker", {"model": spec.name, "device": ref.device,
-                                     "pid": worker.pid if worker else None})
+        result.timings.queue_s = round(t1 - t0 - shared, 4)
+        result.timings.load_s = round(t2 - t1 + shared, 4)
+        result.timings.work_s = round(t3 - t2, 4)
+        result.worker = WorkerInfo(spec.name, ref.device, worker.pid if worker else None)
         return result
 
     @contextlib.asynccontextmanager

@@ -27,6 +27,7 @@ from hasrd import protocol as p
 from hasrd.jobevents import EventSink
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
+from hasrd.transcript import Transcript
 from hasrd.workerenv import MAX_LOG_LINE, LineSplitter, oom_kills, sigkill_cause, worker_env
 
 log = logging.getLogger("hasrd.worker")
@@ -34,7 +35,7 @@ log = logging.getLogger("hasrd.worker")
 
 @dataclass
 class Pending:
-    future: asyncio.Future[dict[str, Any]]
+    future: asyncio.Future[Transcript]
     on_event: EventSink | None
     last_seen: float = 0.0  # when the worker last reported on this job (the stall watchdog's clock)
 
@@ -274,12 +275,12 @@ class WorkerProcess:
 
     async def transcribe(self, pcm: PcmBuffer, *, language: str = "", options: Options | None = None,
                          on_event: EventSink | None = None, stall_sec: float = 0.0,
-                         max_sec: float = 0.0) -> dict[str, Any]:
+                         max_sec: float = 0.0) -> Transcript:
         """Run one request under the progress watchdog: a worker that reports nothing (progress, draft or
         sentence) for ``stall_sec`` seconds (0: never) is stuck in a call that cannot be interrupted, so it is
         killed; ``max_sec`` (0: none) caps the job however it progresses."""
         req_id = next(self.ids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Transcript] = asyncio.get_running_loop().create_future()
         pend = Pending(fut, on_event)
         self.pending[req_id] = pend
         msg = p.Transcribe(id=req_id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
@@ -318,7 +319,7 @@ class WorkerProcess:
         return errors.Stalled(f"the worker reported no progress for {stall_sec:g} s (HASR_STALL_SEC) and was "
                               f"killed; raise HASR_STALL_SEC if this machine is that slow")
 
-    async def _cancel_and_wait(self, req_id: int, fut: asyncio.Future[dict[str, Any]]) -> None:
+    async def _cancel_and_wait(self, req_id: int, fut: asyncio.Future[Transcript]) -> None:
         """Cancel a job and wait for the worker to stop it, for the grace that holds at each moment (someone
         may start waiting meanwhile); past it the worker is killed."""
         t0 = time.monotonic()
@@ -348,7 +349,7 @@ class WorkerProcess:
         """Start a live session on this worker (it serves nothing else until the session ends), under the
         live stall watchdog (:class:`LiveSession`)."""
         req_id = next(self.ids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Transcript] = asyncio.get_running_loop().create_future()
         pend = Pending(fut, on_event, last_seen=time.monotonic())
         self.pending[req_id] = pend
         try:
@@ -461,7 +462,7 @@ class LiveSession:
                     f"the worker reported nothing on the live audio for {self.stall_sec:g} s (HASR_STALL_SEC) "
                     f"and was killed; raise HASR_STALL_SEC if this machine is that slow"))
 
-    async def end(self) -> dict[str, Any]:
+    async def end(self) -> Transcript:
         """Finish: the last utterance is closed and every final sentence comes out; then the result."""
         if not self.ended and not self.done.done():
             self.ended = True

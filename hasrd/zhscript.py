@@ -18,8 +18,9 @@ worker sends (draft, sentence and turn events, the result's final, per_sentence,
 keeping per-sentence texts joined equal to ``final``, and records ``script`` / ``script_conversion`` in the
 result. :func:`script_of` tells ``hasrctl eval`` which script a text is in.
 
-Pure: the standard library and hasrd.languages at import; OpenCC (the official ``opencc`` wheels, or the
-pure-Python ``opencc-python-reimplemented``: same import name, same API) only inside functions, once per table.
+Pure: the standard library, hasrd.languages and the result Struct at import; OpenCC (the official ``opencc``
+wheels, or the pure-Python ``opencc-python-reimplemented``: same import name, same API) only inside functions,
+once per table.
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from hasrd.languages import CANTONESE_REGIONS, UnknownLanguage, parse
+
+if TYPE_CHECKING:  # the CLI reads tags through this module: no msgspec at import
+    from msgspec import UnsetType
+
+    from hasrd.transcript import Transcript, Word
 
 SETTINGS = ("simplified", "traditional", "as-is")  # HASR_ZH_SCRIPT
 SIMPLIFIED_REGIONS = frozenset({"CN", "SG", "MY"})
@@ -312,9 +318,6 @@ def split_like(pieces: list[str], converted: str) -> list[str]:
 
 # ---- one request -------------------------------------------------------------------------------------------
 
-_TEXT_LISTS = ("per_sentence", "sent_windows", "segments")
-
-
 class Scripter:
     """One request's script: decided by its language tag, or (nothing asked) by the detected language once an
     engine names it (``detected``), else per text by :func:`looks_chinese`. Converting the same text twice gives
@@ -372,57 +375,49 @@ class Scripter:
         return _rejoin([a for a, _ in said], [b for _, b in said], text) or self.text(text)
 
     # the result -----------------------------------------------------------------------------------------------
-    def result(self, res: dict[str, Any]) -> dict[str, Any]:
+    def result(self, res: Transcript) -> Transcript:
         """Convert every text of ``res`` in place and record the script (None: not Chinese)."""
         target = self._result_target(res)
         if target is None:
-            res.setdefault("script", None)
-            res.setdefault("script_conversion", None)
+            res.script = res.script_conversion = None
             return res
 
-        def conv(s: Any) -> Any:
-            return self.text(s, target, decided=True) if isinstance(s, str) else s
+        def conv(s: str) -> str:
+            return self.text(s, target, decided=True)
 
-        final = res.get("final")
-        sentences = [s for s in res.get("per_sentence") or [] if isinstance(s, dict)]
-        before = [str(s.get("text") or "") for s in sentences]
-        for key in _TEXT_LISTS:
-            items = res.get(key)
-            if isinstance(items, list):
-                for item in items:
-                    if isinstance(item, dict) and isinstance(item.get("text"), str):
-                        _convert_item(item, conv)
-        after = [str(s.get("text") or "") for s in sentences]
-        if isinstance(final, str):
-            res["final"] = _rejoin(before, after, final) if sentences else None
-            if res["final"] is None:
-                res["final"] = conv(final)
-        if isinstance(res.get("draft"), str):
-            res["draft"] = conv(res["draft"])
-        for t in res.get("turns") or []:
-            if isinstance(t, dict) and isinstance(t.get("text"), str):
-                mine = [s for s in sentences if s.get("segment") == t.get("segment")]
-                t["text"] = _rejoin([before[sentences.index(s)] for s in mine],
-                                    [str(s.get("text") or "") for s in mine], t["text"]) or conv(t["text"])
+        sentences = res.per_sentence
+        before = [s.text for s in sentences]
+        for s in sentences:
+            s.text = _convert_sentence(s.text, s.words, conv)
+        for w in res.sent_windows:
+            w.text = conv(w.text)
+        after = [s.text for s in sentences]
+        joined = _rejoin(before, after, res.final) if sentences else None
+        res.final = conv(res.final) if joined is None else joined
+        res.draft = conv(res.draft)
+        for t in res.turns or []:
+            if t.text is not None:
+                mine = [k for k, s in enumerate(sentences) if s.segment == t.segment]
+                t.text = _rejoin([before[k] for k in mine], [after[k] for k in mine], t.text) or conv(t.text)
         if self.failed:
-            res["script"], res["script_conversion"] = "as-is", None
-            res["script_note"] = f"{self.failed}; the characters are as the model wrote them"
+            res.script, res.script_conversion = "as-is", None
+            res.script_note = f"{self.failed}; the characters are as the model wrote them"
         else:
-            res["script"], res["script_conversion"] = target.script, target.conversion or None
+            res.script, res.script_conversion = target.script, target.conversion or None
         return res
 
-    def _result_target(self, res: dict[str, Any]) -> Target | None:
+    def _result_target(self, res: Transcript) -> Target | None:
         if self.asked:
             return self.target
-        for key in ("language_code", "language"):
-            value = res.get(key)
-            if isinstance(value, str) and value:
-                t = target_for("", self.setting, value)
-                if t is not None or key == "language_code":
-                    return t
+        if isinstance(res.language_code, str) and res.language_code:
+            return target_for("", self.setting, res.language_code)
+        if res.language:
+            t = target_for("", self.setting, res.language)
+            if t is not None:
+                return t
         if self.detected_code:
             return self.target
-        return for_setting(self.setting) if looks_chinese(str(res.get("final") or "")) else None
+        return for_setting(self.setting) if looks_chinese(res.final) else None
 
 
 def _rejoin(before: list[str], after: list[str], joined: str) -> str | None:
@@ -436,14 +431,11 @@ def _rejoin(before: list[str], after: list[str], joined: str) -> str | None:
     return None
 
 
-def _convert_item(item: dict[str, Any], conv: Callable[[Any], Any]) -> None:
-    """One sentence (or window, or segment): its text, and its words cut from the converted text."""
-    text = item["text"]
+def _convert_sentence(text: str, words: list[Word] | UnsetType, conv: Callable[[str], str]) -> str:
+    """One sentence's converted text; its words (in place) cut from the converted text."""
     new = conv(text)
-    words = item.get("words")
-    if isinstance(words, list) and words and all(isinstance(w, dict) and isinstance(w.get("word"), str)
-                                                 for w in words):
-        pieces = [w["word"] for w in words]
+    if isinstance(words, list) and words:
+        pieces = [w.word for w in words]
         joined = "".join(pieces)
         lead = len(joined) - len(joined.lstrip())
         if joined.strip() == text.strip() and joined.strip():
@@ -451,5 +443,5 @@ def _convert_item(item: dict[str, Any], conv: Callable[[Any], Any]) -> None:
         else:
             body = [conv(p) for p in pieces]
         for w, p in zip(words, body, strict=True):
-            w["word"] = p
-    item["text"] = new
+            w.word = p
+    return new

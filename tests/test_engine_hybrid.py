@@ -22,6 +22,7 @@ from speech import CLIPS, SR, STAND_IN, error_rate, load, model_dir, with_path
 from workerclient import WorkerClient
 
 from hasrd import config
+from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker.engine import NullEmitter
 from hasrd.worker.engines.hybrid import HybridEngine
@@ -70,7 +71,7 @@ def test_scripted_draft_with_real_faster_whisper_replaces_exactly_the_truncated_
     pcm, bounds = audio
     drafts = script_for(bounds)
     e = scripted()
-    r = e.transcribe(pcm, "Chinese", {"fake": {"script": "".join(drafts)}}, NullEmitter(), lambda: False)
+    r = to_json(e.transcribe(pcm, "Chinese", {"fake": {"script": "".join(drafts)}}, NullEmitter(), lambda: False))
     assert r["engine"] == "hybrid-asr-v2c" and r["language"] == "Chinese"
     check(r, drafts)
     for s, b in zip(r["per_sentence"], bounds, strict=True):  # windows end at the chunk where the pause was reached
@@ -80,7 +81,7 @@ def test_scripted_draft_with_real_faster_whisper_replaces_exactly_the_truncated_
 def test_the_final_stage_in_a_thread_gives_the_sequential_result(audio: Any) -> None:
     pcm, bounds = audio
     opts = {"fake": {"script": "".join(script_for(bounds))}}
-    results = [scripted(mode).transcribe(pcm, "Chinese", opts, NullEmitter(), lambda: False)
+    results = [to_json(scripted(mode).transcribe(pcm, "Chinese", opts, NullEmitter(), lambda: False))
                for mode in ("thread", "after")]
     for key in ("per_sentence", "sent_windows", "final", "fw_calls", "draft"):
         assert results[0][key] == results[1][key]
@@ -106,7 +107,7 @@ def test_the_hybrid_engine_drives_a_stand_in_r2t2_with_real_faster_whisper(
     e = HybridEngine(s, model_dir(), "cpu", "int8", cuda=lambda: (True, "stand-in"), env={})
     ident = e.load(lambda s: None)
     assert ident["models"]["draft"]["path"] == str(weights) and ident["models"]["final"]["path"] == model_dir()
-    r = e.transcribe(pcm, "zh", {}, NullEmitter(), lambda: False)
+    r = to_json(e.transcribe(pcm, "zh", {}, NullEmitter(), lambda: False))
     check(r, ["你好世界。", "一二三四五。", "天地玄黄宇宙"])
     assert [s["truncated_by"] for s in r["per_sentence"]] == [None, "bar", "no_end_mark"]
 
@@ -123,7 +124,7 @@ def test_through_the_worker_subprocess_fw_calls_match_the_truncated_windows(audi
         assert ready.identity["models"]["draft"]["name"] == "scripted"
         events, res = w.transcribe(1, pcm, language="Chinese")
         assert isinstance(res, p.Result), res
-        check(res.result, drafts)
+        check(to_json(res.result), drafts)
         sent = [e for e in events if isinstance(e, p.Sentence)]
         assert [(e.index, e.engine) for e in sent] == [(0, "draft"), (1, "fw"), (2, "fw")]
         assert any(isinstance(e, p.Draft) for e in events)
@@ -146,7 +147,7 @@ def test_a_language_r2t2_does_not_know_runs_faster_whisper_alone_with_a_note(
                      cuda=lambda: (True, "stand-in"), env={})
     e.load(lambda s: None)
     calls = e.draft.generate_calls
-    r = e.transcribe(pcm[: 3 * SR], "Swahili", {}, NullEmitter(), lambda: False)  # Whisper knows it, R2T2 not
+    r = to_json(e.transcribe(pcm[: 3 * SR], "Swahili", {}, NullEmitter(), lambda: False))  # Whisper knows it, R2T2 not
     assert e.draft.generate_calls == calls  # the draft was never asked
     assert r["engine"] == "whisper" and r["language"] == "Swahili" and "R2T2 does not know Swahili" in r["note"]
     assert r["fw_calls"] >= 1

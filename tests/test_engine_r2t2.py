@@ -14,6 +14,7 @@ from speech import STAND_IN, with_path
 from workerclient import WorkerClient
 
 from hasrd import config
+from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker.engine import EngineError, NullEmitter
 from hasrd.worker.engines.r2t2 import R2T2Engine, import_r2t2
@@ -108,7 +109,7 @@ def test_the_draft_alone_cuts_truncated_sentences_at_the_pipe_and_keeps_stdout_c
     eng = engine(weights)
     eng.load(lambda s: None)
     pcm = np.zeros(int(2.6 * 16000), np.float32)
-    r = eng.transcribe(pcm, "zh", {}, NullEmitter(), lambda: False)  # "zh" must reach R2T2 as "Chinese"
+    r = to_json(eng.transcribe(pcm, "zh", {}, NullEmitter(), lambda: False))  # "zh" must reach R2T2 as "Chinese"
     assert r["engine"] == "r2t2" and r["language"] == "Chinese" and r["fw_calls"] == 0
     assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [("你好世界。", None), ("今天", "bar")]
     assert [(s["text"], s["engine"]) for s in r["per_sentence"]] == [("你好世界。", "draft"), ("今天", "draft")]
@@ -131,7 +132,7 @@ def test_no_language_lets_r2t2_detect_it(stand_in: None, weights: Path) -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(r2t2.R2T2ASRModel, "init_streaming_state", spy)
-        r = eng.transcribe(np.zeros(int(2.6 * 16000), np.float32), "", {}, NullEmitter(), lambda: False)
+        r = to_json(eng.transcribe(np.zeros(int(2.6 * 16000), np.float32), "", {}, NullEmitter(), lambda: False))
     assert seen == [None]  # auto-detection, not the seed's fixed "Chinese"
     assert r["language"] == "Chinese" and r["language_detected"] is True  # what R2T2 said it heard
     assert r["final"] == "你好世界。今天"
@@ -173,7 +174,7 @@ def test_the_worker_serves_the_r2t2_engine_with_the_stand_in(weights: Path) -> N
         ready = w.handshake()[-1]
         assert isinstance(ready, p.Ready) and ready.identity["engine"] == "r2t2"
         events, res = w.transcribe(1, np.zeros(int(2.6 * 16000), np.float32), language="Chinese")
-        assert isinstance(res, p.Result) and res.result["final"] == "你好世界。今天"
+        assert isinstance(res, p.Result) and to_json(res.result)["final"] == "你好世界。今天"
         assert [e.text for e in events if isinstance(e, p.Sentence)] == ["你好世界。", "今天"]
         assert any(isinstance(e, p.Draft) for e in events)
     finally:
@@ -235,7 +236,7 @@ def test_the_streamed_sentences_are_in_the_results_script_when_r2t2_names_the_la
         assert isinstance(w.handshake()[-1], p.Ready)
         events, res = w.transcribe(1, np.zeros(int(2.6 * 16000), np.float32), language="")
         assert isinstance(res, p.Result), res
-        r = res.result
+        r = to_json(res.result)
         sent = [e.text for e in events if isinstance(e, p.Sentence)]
         assert r["language_detected"] is True and r["script"] == script
         assert sent and sent == [s["text"] for s in r["per_sentence"]], (sent, r["per_sentence"])

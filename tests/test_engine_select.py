@@ -10,6 +10,7 @@ from speech import cache_home, error_rate, load, model_dir
 from workerclient import WorkerClient
 
 from hasrd import config
+from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd import embedded, models
 from hasrd.worker.engine import EngineError
@@ -192,6 +193,6 @@ def test_auto_in_a_worker_serves_whisper_on_the_cpu_with_the_embedded_model(tmp_
         assert ident["models"]["final"]["source"] == "embedded" and ident["models"]["final"]["path"] == model_dir()
         assert "hybrid unavailable" in ident["auto_reason"]
         _events, res = w.transcribe(1, load("en_hello_world"), language="en")
-        assert isinstance(res, p.Result) and error_rate("en", "Hello world.", res.result["final"]) == 0
+        assert isinstance(res, p.Result) and error_rate("en", "Hello world.", to_json(res.result)["final"]) == 0
     finally:
         w.close()

@@ -13,7 +13,7 @@ import pytest
 
 from hasrd import config
 from hasrd import protocol as p
-from hasrd.worker.engine import plain, plain_result
+from hasrd.transcript import TimedSentence, Transcript, Word, to_json
 from hasrd.worker.engines.fake import FakeEngine
 from hasrd.worker.engines.hybrid import HybridEngine
 from hasrd.worker.engines.whisper import WhisperEngine
@@ -71,6 +71,14 @@ def whisper_engine(stub: StubWhisper, monkeypatch: pytest.MonkeyPatch) -> Whispe
     return e
 
 
+def crossed(r: Transcript) -> dict[str, Any]:
+    """The result as the daemon reads it: encoded into a worker frame (a TypeError here was runtime_failure
+    through the daemon), decoded, as JSON builtins."""
+    msg = p.decode_worker(p.encode(p.Result(id=1, result=r))[4:])
+    assert isinstance(msg, p.Result)
+    return to_json(msg.result)
+
+
 def all_plain(obj: Any) -> bool:
     if isinstance(obj, dict):
         return all(all_plain(k) and all_plain(v) for k, v in obj.items())
@@ -97,7 +105,7 @@ def test_word_timestamps_from_numpy_values_cross_the_worker_channel(monkeypatch:
     r = whisper_engine(stub, monkeypatch).transcribe(np.zeros(2 * SR, np.float32), "en", {"word_timestamps": True},
                                                      wire, lambda: False)
     assert stub.calls[0]["word_timestamps"] is True
-    p.encode(p.Result(id=1, result=r))  # TypeError here was runtime_failure through the daemon
+    r = crossed(r)
     assert all_plain(r)
     (s,) = r["per_sentence"]
     assert s["words"] == [{"word": " hello", "start": 0.1, "end": 0.4, "probability": 0.9123},
@@ -109,11 +117,16 @@ def test_word_timestamps_from_numpy_values_cross_the_worker_channel(monkeypatch:
     assert [(m.text, m.start_s, m.end_s) for m in sentence] == [("hello world", 0.1, 2.0)]
 
 
-def test_plain_turns_numpy_values_into_python_ones() -> None:
-    got = plain({"a": np.float64(1.5), "b": (np.int64(2), np.bool_(True)), np.str_("c"): np.arange(3),
-                 "d": [{"e": np.float32(0.25)}], "f": None})
-    assert got == {"a": 1.5, "b": [2, True], "c": [0, 1, 2], "d": [{"e": 0.25}], "f": None} and all_plain(got)
-    assert plain_result({"x": np.float64(0.5)}) == {"x": 0.5}
+def test_numpy_values_in_a_result_cross_the_channel_as_python_numbers() -> None:
+    r = Transcript(duration_s=np.float64(1.5), fw_calls=np.int64(2), options={"a": np.arange(3)},  # type: ignore[arg-type]
+                   per_sentence=[TimedSentence(text="a", engine="fw", start_s=np.float32(0.25),  # type: ignore[arg-type]
+                                               end_s=round(np.float64(1.23456), 3),
+                                               words=[Word("a", np.float64(0.25), 1.0, np.float32(0.5))])])  # type: ignore[arg-type]
+    got = crossed(r)
+    assert all_plain(got) and got["duration_s"] == 1.5 and got["fw_calls"] == 2 and got["options"] == {"a": [0, 1, 2]}
+    assert got["per_sentence"] == [{"text": "a", "engine": "fw", "start_s": 0.25, "end_s": 1.235,
+                                    "words": [{"word": "a", "start": 0.25, "end": 1.0, "probability": 0.5}]}]
+    assert all_plain(to_json(r))  # the batch actor renders without the channel
 
 
 def test_hybrid_windows_get_the_seed_call_and_never_the_prompt() -> None:
@@ -122,20 +135,18 @@ def test_hybrid_windows_get_the_seed_call_and_never_the_prompt() -> None:
                      env={})
     e.script, e.fw = "今天天气很好。我们去公园散步|吧。最后一句", stub  # no load(): scripted draft + stub fw
     wire = Wire()
-    r = e.transcribe(np.zeros(3 * SR, np.float32), "Chinese", {"prompt": "会议纪要", "word_timestamps": True}, wire,
-                     lambda: False)
+    r = crossed(e.transcribe(np.zeros(3 * SR, np.float32), "Chinese", {"prompt": "会议纪要", "word_timestamps": True},
+                             wire, lambda: False))
     assert r["fw_calls"] == 2 and [s["engine"] for s in r["per_sentence"]] == ["draft", "fw", "fw"]
     assert [{k: v for k, v in c.items() if k != "max_new_tokens"} for c in stub.calls] == [
         {"language": "zh", "beam_size": 5, "vad_filter": False}] * 2
     assert all(0 < c["max_new_tokens"] <= 16 * 3 + 16 for c in stub.calls)  # whisper's cap for a short window
-    p.encode(p.Result(id=1, result=r))
     assert all_plain(r)
 
 
 def test_the_fake_engine_result_is_plain() -> None:
-    r = FakeEngine(env={}).transcribe(np.zeros(SR, np.float32), "zh", {}, Wire(), lambda: False)
-    p.encode(p.Result(id=1, result=r))
-    assert all_plain(r)
+    r = crossed(FakeEngine(env={}).transcribe(np.zeros(SR, np.float32), "zh", {}, Wire(), lambda: False))
+    assert all_plain(r) and r["engine"] == "fake" and r["per_sentence"]
 
 
 def test_the_daemon_can_check_a_language_without_importing_anything_heavy() -> None:

@@ -18,6 +18,7 @@ from speech import CLIPS, SR, direct_text, error_rate, errors, load, model_dir
 from workerclient import WorkerClient
 
 from hasrd import config
+from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker.engine import NullEmitter
 from hasrd.worker.engines.whisper import WhisperEngine, token_cap, whisper_code
@@ -54,7 +55,7 @@ def whisper() -> WhisperEngine:
 
 def run(e: WhisperEngine, pcm: np.ndarray, language: str = "", **options: Any) -> tuple[dict[str, Any], Rec]:
     rec = Rec()
-    return e.transcribe(pcm, language, options, rec, lambda: False), rec
+    return to_json(e.transcribe(pcm, language, options, rec, lambda: False)), rec
 
 
 def _aggregate(whisper: WhisperEngine, names: list[str], lang: str) -> tuple[float, float]:
@@ -207,17 +208,17 @@ def test_the_worker_subprocess_transcribes_real_speech_with_the_whisper_engine(w
         assert isinstance(res, p.Result), res
         # deterministic decoding: exactly what the same engine gives in this process (portable across CPUs,
         # unlike a limit on this one clip's CER)
-        assert res.result["final"] and res.result["final"] == run(whisper, load("zh_nihao_shijie"), "zh")[0]["final"]
-        assert [e.text for e in events if isinstance(e, p.Sentence)] == [s["text"] for s in res.result["per_sentence"]]
+        assert res.result.final and res.result.final == run(whisper, load("zh_nihao_shijie"), "zh")[0]["final"]
+        assert [e.text for e in events if isinstance(e, p.Sentence)] == res.result.texts()
         events, res = w.transcribe(2, np.zeros(0, np.float32), language="Chinese")
-        assert isinstance(res, p.Result) and res.result["final"] == ""
+        assert isinstance(res, p.Result) and res.result.final == ""
         _events, bad = w.transcribe(3, load("en_hello_world"), language="Klingon")
         assert isinstance(bad, p.Failed) and "Klingon" in bad.message
         # word timestamps: numpy.float64 from faster-whisper used to fail the encoding of events and result
         events, res = w.transcribe(4, load("en_quick_brown_fox"), {"word_timestamps": True}, language="en")
         assert isinstance(res, p.Result), res
-        words = [x for s in res.result["per_sentence"] for x in s["words"]]
+        words = [x for s in to_json(res.result)["per_sentence"] for x in s["words"]]
         assert [x["word"].strip(" .").lower() for x in words][:3] == ["the", "quick", "brown"]
-        assert [e.text for e in events if isinstance(e, p.Sentence)] == [s["text"] for s in res.result["per_sentence"]]
+        assert [e.text for e in events if isinstance(e, p.Sentence)] == res.result.texts()
     finally:
         w.close()

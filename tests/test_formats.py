@@ -14,8 +14,9 @@ import webvtt
 
 from hasrd import formats
 from hasrd.errors import BadRequest, UnknownFormat
+from hasrd.transcript import from_json, to_json
 
-RESULT: dict[str, Any] = {
+RESULT = from_json({
     "engine": "fake",
     "audio_path": "/abs/会议.wav",
     "language": "Chinese",
@@ -26,7 +27,7 @@ RESULT: dict[str, Any] = {
         {"text": "我们去公园散步吧。", "engine": "fw", "start_s": 3720.0, "end_s": 3723.0456},
     ],
     "duration_s": 3724.0,
-}
+})
 
 
 def test_formats_are_the_openai_response_formats() -> None:
@@ -39,7 +40,7 @@ def test_text_is_the_final_transcript_and_a_newline() -> None:
 
 def test_json_is_the_openai_text_object_with_unescaped_chinese() -> None:
     out = formats.render(RESULT, "json")
-    assert json.loads(out) == {"text": RESULT["final"], "usage": {"type": "duration", "seconds": 3724}}
+    assert json.loads(out) == {"text": RESULT.final, "usage": {"type": "duration", "seconds": 3724}}
     assert "今天" in out
 
 
@@ -48,30 +49,31 @@ def test_verbose_json_carries_segments_and_the_whole_result() -> None:
     assert doc["task"] == "transcribe"
     assert doc["language"] == "chinese"  # OpenAI's spelling: the lower-case English name
     assert doc["duration"] == 3724.0
-    assert doc["text"] == RESULT["final"]
+    assert doc["text"] == RESULT.final
     assert [{k: seg[k] for k in ("id", "start", "end", "text")} for seg in doc["segments"]] == [
         {"id": 0, "start": 0.0, "end": 1.5, "text": "今天天气很好。"},
         {"id": 1, "start": 3720.0, "end": 3723.0456, "text": "我们去公园散步吧。"},
     ]
-    assert doc["hasr"] == RESULT
+    assert doc["hasr"] == to_json(RESULT)
     assert "words" not in doc  # no sentence carries words: OpenAI omits the field
 
 
 def test_verbose_json_has_top_level_words_when_sentences_carry_them() -> None:
-    result = {"final": "The quick brown. Fox", "per_sentence": [
+    result = from_json({"final": "The quick brown. Fox", "per_sentence": [
         {"text": "The quick brown.", "start_s": 0.0, "end_s": 1.0,
          "words": [{"word": " The", "start": 0.0, "end": 0.2, "probability": 0.9},
                    {"word": " quick", "start": 0.2, "end": 0.5, "probability": 0.8},
                    {"word": " ", "start": 0.5, "end": 0.5, "probability": 0.1},
                    {"word": " brown.", "start": 0.5, "end": 0.4, "probability": 0.7}]},
-        {"text": "Fox", "start_s": 1.0, "end_s": 2.0, "words": [{"word": " Fox", "start": -1, "end": 1.9}]},
-    ]}
+        {"text": "Fox", "start_s": 1.0, "end_s": 2.0,
+         "words": [{"word": " Fox", "start": -1, "end": 1.9, "probability": 0.9}]},
+    ]})
     doc = json.loads(formats.render(result, "verbose_json"))
     assert doc["words"] == [{"word": "The", "start": 0.0, "end": 0.2}, {"word": "quick", "start": 0.2, "end": 0.5},
                             {"word": "brown.", "start": 0.5, "end": 0.5}, {"word": "Fox", "start": 0.0, "end": 1.9}]
     assert [s["text"] for s in doc["segments"]] == ["The quick brown.", "Fox"] and "words" not in doc["segments"][0]
     # asked for but nothing said: an empty list, not a missing field
-    silent = {"final": "", "per_sentence": [{"text": "", "start_s": 0, "end_s": 1, "words": []}]}
+    silent = from_json({"final": "", "per_sentence": [{"text": "", "start_s": 0, "end_s": 1, "words": []}]})
     assert formats.verbose(silent)["words"] == []
 
 
@@ -104,7 +106,7 @@ def test_vtt_parses_back_with_webvtt_py() -> None:
 
 
 def test_vtt_escapes_markup_and_arrows_in_cue_text() -> None:
-    result = {"final": "a", "per_sentence": [{"text": "x --> y & <b>", "start_s": 0, "end_s": 1}]}
+    result = from_json({"final": "a", "per_sentence": [{"text": "x --> y & <b>", "start_s": 0, "end_s": 1}]})
     out = formats.render(result, "vtt")
     assert "x --&gt; y &amp; &lt;b&gt;" in out
     captions = webvtt.from_buffer(io.StringIO(out)).captions
@@ -112,13 +114,14 @@ def test_vtt_escapes_markup_and_arrows_in_cue_text() -> None:
 
 
 def test_blank_lines_inside_a_sentence_do_not_split_the_cue() -> None:
-    result = {"final": "a", "per_sentence": [{"text": "one\n\ntwo", "start_s": 0, "end_s": 1}]}
+    result = from_json({"final": "a", "per_sentence": [{"text": "one\n\ntwo", "start_s": 0, "end_s": 1}]})
     subs = list(srt.parse(formats.render(result, "srt")))
     assert [s.content for s in subs] == ["one two"]
 
 
 def test_times_never_go_backwards_or_negative() -> None:
-    result = {"per_sentence": [{"text": "x", "start_s": -2, "end_s": None}, {"text": "y", "start_s": 3, "end_s": 1}]}
+    result = from_json({"per_sentence": [{"text": "x", "start_s": -2, "end_s": -1},
+                                         {"text": "y", "start_s": 3, "end_s": 1}]})
     segs = formats.segments(result)
     assert [(s["start"], s["end"]) for s in segs] == [(0.0, 0.0), (3.0, 3.0)]
 
@@ -129,13 +132,13 @@ def test_timestamps_round_to_the_millisecond_and_carry() -> None:
 
 
 def test_result_without_sentences_becomes_one_segment_over_the_audio() -> None:
-    result = {"final": "hello world", "duration_s": 2.25}
+    result = from_json({"final": "hello world", "duration_s": 2.25})
     subs = list(srt.parse(formats.render(result, "srt")))
     assert [(s.content, s.end) for s in subs] == [("hello world", timedelta(seconds=2.25))]
 
 
 def test_silence_gives_empty_subtitles_that_still_parse() -> None:
-    result = {"final": "", "per_sentence": [], "duration_s": 1.0}
+    result = from_json({"final": "", "per_sentence": [], "duration_s": 1.0})
     assert list(srt.parse(formats.render(result, "srt"))) == []
     assert formats.render(result, "vtt") == "WEBVTT\n"
     assert webvtt.from_buffer(io.StringIO(formats.render(result, "vtt"))).captions == []
@@ -143,7 +146,8 @@ def test_silence_gives_empty_subtitles_that_still_parse() -> None:
 
 
 def test_empty_sentences_are_dropped_and_ids_stay_dense() -> None:
-    result = {"per_sentence": [{"text": " ", "start_s": 0, "end_s": 1}, {"text": "b", "start_s": 1, "end_s": 2}]}
+    result = from_json({"per_sentence": [{"text": " ", "start_s": 0, "end_s": 1},
+                                         {"text": "b", "start_s": 1, "end_s": 2}]})
     assert [{k: seg[k] for k in ("id", "start", "end", "text")} for seg in formats.segments(result)] == [
         {"id": 0, "start": 1.0, "end": 2.0, "text": "b"}]
 

@@ -12,6 +12,7 @@ from speech import SR, load
 from test_v2c_r2t2 import stand_in
 
 from hasrd.worker.engines.r2t2 import observing
+from hasrd.transcript import to_json
 from hasrd.worker.live_draft import DraftLive
 
 
@@ -48,7 +49,7 @@ def test_the_live_result_has_sent_windows_truncated_by_and_the_language(language
     live = DraftLive(model, language, fw, "inline", rec, lambda: False, {}, code="zh" if language else "")
     for i in range(0, len(pcm), 2560):
         live.feed(pcm[i:i + 2560])
-    r = live.finish()
+    r = to_json(live.finish())
     assert r["language"] == "Chinese"  # asked for, or what R2T2 named
     ws = r["sent_windows"]
     assert len(ws) == 2 and [w["truncated_by"] for w in ws] == ["bar", "bar"]
@@ -72,6 +73,6 @@ def test_replacement_characters_of_the_drafts_finish_reach_no_live_sentence() ->
     live = DraftLive(model, "Chinese", lambda audio: "<fw>", "inline", rec, lambda: False, {}, code="zh")
     for i in range(0, len(pcm), 2560):
         live.feed(pcm[i:i + 2560])
-    r = live.finish()
+    r = to_json(live.finish())
     texts = [s["text"] for s in rec.sentences] + [s["text"] for s in r["per_sentence"]] + [r["final"]]
     assert "世界。" in r["final"] and not [t for t in texts if "\ufffd" in t or "\u200b" in t], texts

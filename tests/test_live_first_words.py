@@ -21,6 +21,7 @@ from speech import SR, load, model_dir
 from test_live_units import Events
 
 from hasrd.worker.live_whisper import FIRST_S, OneEncoding, WhisperLive
+from hasrd.transcript import to_json
 
 
 class Word:
@@ -137,7 +138,7 @@ def test_the_first_utterance_of_a_session_without_a_language_shows_words_from_it
         live.feed(pcm[i:i + 2560])
         if live.decodes == 1:
             assert ev.drafts[-1]  # the first decode already heard words
-    result = live.finish()
+    result = to_json(live.finish())
     assert result["language_code"] == "en"
     assert ev.sentences == ["The quick brown fox jumps over the lazy dog."]
     assert len(encodes) == live.decodes  # detecting the language cost no encoding of its own

@@ -11,6 +11,7 @@ import numpy as np
 from speech import load
 
 from hasrd.worker.live import FRAME, Audio, StreamingVad
+from hasrd.transcript import to_json
 from hasrd.worker.live_whisper import PAUSE_BEAM, WhisperLive, Word, agreed, sentence_cut
 
 SR = 16000
@@ -241,8 +242,8 @@ def test_a_final_decoded_past_its_utterances_end_still_ends_within_its_turn() ->
     live.audio.append(np.zeros(3 * 16000, np.float32))
     live._open(16000)
     live._close(32000)
-    assert heard.sentences == [(1.0, 2.0)] and live.sentences[0]["end_s"] == live.turns[0]["end_s"] == 2.0
-    r = live.result()
+    assert heard.sentences == [(1.0, 2.0)] and live.sentences[0].end_s == live.turns[0].end_s == 2.0
+    r = to_json(live.result())
     assert r["first_text_s"] == 3.0 and r["segments"] == 1 and r["language_detected"] is False
     assert {"draft", "sent_windows", "fw_calls", "first_text_s", "segments", "per_sentence", "final"} <= set(r)
 
@@ -272,7 +273,7 @@ def test_a_language_detected_on_too_little_speech_is_checked_again_once_there_is
     pcm = np.concatenate([quiet(0.5), tone(LANGUAGE_RECHECK_S + 3), quiet(1.0)])
     for i in range(0, len(pcm), 2560):  # 160 ms appends, as the daemon hands them on
         live.feed(pcm[i:i + 2560])
-    r = live.finish()
+    r = to_json(live.finish())
     assert model.languages[0] is None  # the first decode detected ...
     assert r["language_code"] == "en" and r["language_detected"] is True  # ... and a later one corrected it
     assert "ja" in model.heard and "ja" not in model.languages[model.heard.index("en"):]  # corrected for good
@@ -280,4 +281,4 @@ def test_a_language_detected_on_too_little_speech_is_checked_again_once_there_is
                         {"vad": "energy"})
     for i in range(0, len(pcm), 2560):
         asked.feed(pcm[i:i + 2560])
-    assert asked.finish()["language_code"] == "zh"  # a language asked for is never detected
+    assert asked.finish().language_code == "zh"  # a language asked for is never detected

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from hasrd import errors
+from hasrd.transcript import Transcript
 from hasrd.jobevents import JobEvent, Queued
 from hasrd.lifecycle import State
 from hasrd.modelspec import ModelSpec
@@ -65,10 +66,10 @@ def test_two_requests_run_at_once_on_two_workers() -> None:
         await until(lambda: busy(pool) == 2)  # both running at the same moment
         pids = {e.runner.worker.pid for e in pool.refs.values() if e.runner.worker}
         results = await asyncio.gather(*jobs)
-        assert len(pids) == 2 and {r["worker"]["pid"] for r in results} == pids
-        assert all(r["final"] is not None for r in results)
+        assert len(pids) == 2 and {r.worker.pid for r in results} == pids
+        assert all(r.final is not None for r in results)
         third = await transcribe(pool, 0.2)  # an idle worker is reused, none started
-        assert third["worker"]["pid"] in pids and len(pool.refs) == 2
+        assert third.worker.pid in pids and len(pool.refs) == 2
         await pool.close()
     run(main())
 
@@ -85,9 +86,9 @@ def test_a_live_session_opened_during_a_file_job_gets_its_own_worker_at_once() -
             await session.audio(np.zeros(16000, np.float32).tobytes())
             result = await session.end()
         lease.release()
-        assert result["live"] is True
+        assert result.live is True
         assert not [e for e in heard if isinstance(e, Queued)]  # it never waited behind the file
-        assert (await file_job)["final"] is not None
+        assert (await file_job).final is not None
         await pool.close()
     run(main())
 
@@ -103,7 +104,7 @@ def test_with_one_worker_allowed_a_second_request_waits_its_turn_and_hears_its_p
         assert pool.snapshot()["queue"] == 1
         r1, r2 = await asyncio.gather(first, second)
         assert [e.position for e in heard if isinstance(e, Queued)] == [1]
-        assert r1["worker"]["pid"] == r2["worker"]["pid"] and len(pool.refs) == 1
+        assert r1.worker.pid == r2.worker.pid and len(pool.refs) == 1
         await pool.close()
     run(main())
 
@@ -113,17 +114,17 @@ def test_another_model_loads_beside_the_first_or_in_its_place_lru_with_one_worke
         pool = make(2)
         ra = await transcribe(pool, 0.2, model=A)
         rb = await transcribe(pool, 0.2, model=B)
-        assert ra["worker"]["pid"] != rb["worker"]["pid"] and len(pool.refs) == 2
+        assert ra.worker.pid != rb.worker.pid and len(pool.refs) == 2
         assert sorted(w["model"] for w in pool.snapshot()["workers"]) == ["a", "b"]
         await pool.close()
 
         pool = make(1)
         ra = await transcribe(pool, 0.2, model=A)
         rb = await transcribe(pool, 0.2, model=B)  # the idle worker of a is stopped to make room
-        assert not pid_alive(ra["worker"]["pid"])
+        assert not pid_alive(ra.worker.pid)
         assert [w["model"] for w in pool.snapshot()["workers"]] == ["b"]
         rb2 = await transcribe(pool, 0.2, model=B)
-        assert rb2["worker"]["pid"] == rb["worker"]["pid"]
+        assert rb2.worker.pid == rb.worker.pid
         await pool.close()
     run(main())
 
@@ -136,7 +137,7 @@ def test_a_busy_worker_is_never_stopped_for_another_model_the_request_waits() ->
         jb = asyncio.create_task(transcribe(pool, 0.2, model=B))
         await until(lambda: len(pool.waiting) == 1)
         ra, rb = await asyncio.gather(ja, jb)
-        assert ra["final"] is not None and rb["worker"]["pid"] != ra["worker"]["pid"]
+        assert ra.final is not None and rb.worker.pid != ra.worker.pid
         await pool.close()
     run(main())
 
@@ -153,8 +154,8 @@ def test_a_worker_crash_fails_only_its_job_and_no_queued_request_is_lost() -> No
         os.kill(victim.runner.worker.pid, signal.SIGKILL)
         outcomes = await asyncio.gather(*jobs, return_exceptions=True)
         assert sum(isinstance(o, errors.WorkerCrashed) for o in outcomes) == 1
-        assert sum(isinstance(o, dict) and o["final"] is not None for o in outcomes) == 1
-        assert (await queued)["final"] is not None
+        assert sum(isinstance(o, Transcript) and o.final is not None for o in outcomes) == 1
+        assert (await queued).final is not None
         assert pool.in_flight == 0
         await pool.close()
     run(main(), timeout=120)
@@ -168,8 +169,8 @@ def test_a_model_that_fails_to_load_fails_only_its_own_requests() -> None:
         with pytest.raises(errors.HasrError) as e:
             await transcribe(pool, 0.2, model=B)
         assert "no such weights" in e.value.message
-        assert (await ok)["final"] is not None
-        assert (await transcribe(pool, 0.2, model=A))["final"] is not None
+        assert (await ok).final is not None
+        assert (await transcribe(pool, 0.2, model=A)).final is not None
         await pool.close()
     run(main())
 
@@ -181,7 +182,7 @@ def test_a_model_bigger_than_any_device_is_refused_at_once_without_evicting_anyt
         with pytest.raises(errors.ModelUnavailable) as e:
             await transcribe(pool, 0.2, model=ModelSpec("huge", "fake", "huge", 30000))
         assert "30000 MB" in e.value.message and "8000 MB" in e.value.message
-        assert pid_alive(ra["worker"]["pid"]) and len(pool.refs) == 1
+        assert pid_alive(ra.worker.pid) and len(pool.refs) == 1
         await pool.close()
     run(main())
 
@@ -192,7 +193,7 @@ def test_each_worker_keeps_its_own_ttl_and_the_pool_forgets_a_worker_the_ttl_sto
         jobs = [asyncio.create_task(transcribe(pool, 0.5, options=SLOW)) for _ in range(2)]
         results = await asyncio.gather(*jobs)
         await until(lambda: not pool.refs, timeout=30)
-        assert all(not pid_alive(r["worker"]["pid"]) for r in results)
+        assert all(not pid_alive(r.worker.pid) for r in results)
         assert pool.state == State.STOPPED and pool.unload_in() is None
         await pool.close()
     run(main())
@@ -237,8 +238,8 @@ def test_a_loaded_gpu_workers_memory_is_counted_once_so_the_lru_one_makes_room()
         await transcribe(pool, 0.2, model=specs["m40a"])  # m40b is now the least recently used
         rc = await transcribe(pool, 0.2, model=specs["m100"])
         assert sorted(w["model"] for w in pool.snapshot()["workers"]) == ["m100", "m40a"]
-        assert not pid_alive(rb["worker"]["pid"]) and pid_alive(ra["worker"]["pid"])
-        assert rc["worker"]["pid"] not in (ra["worker"]["pid"], rb["worker"]["pid"])
+        assert not pid_alive(rb.worker.pid) and pid_alive(ra.worker.pid)
+        assert rc.worker.pid not in (ra.worker.pid, rb.worker.pid)
         with pytest.raises(errors.ModelUnavailable) as e:
             await transcribe(pool, 0.2, model=ModelSpec("huge", "fake", "huge", 200600, gpu_only=True))
         assert e.value.message.startswith("huge needs about 200600 MB")  # the model's name, not an internal key

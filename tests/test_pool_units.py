@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hasrd import config, errors
+from hasrd.transcript import Transcript
 from hasrd.lifecycle import FOREVER, State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
@@ -87,7 +88,7 @@ class FakeRunner:
             await asyncio.shield(self._load)
 
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
-                         options: Any = None, on_event: Any = None) -> dict[str, Any]:
+                         options: Any = None, on_event: Any = None) -> Transcript:
         await self.ready(on_event)
         self.job = JobStatus(name)
         self._set(self.state)
@@ -96,7 +97,7 @@ class FakeRunner:
                 await self.gate.wait()
             await asyncio.sleep(self.job_s)
             self.ran.append(name)
-            return {"text": name, "final": True}
+            return Transcript(final=name)
         finally:
             self.job = None
             self._set(self.state)
@@ -165,9 +166,9 @@ def test_requests_for_one_model_share_idle_workers_and_start_new_ones_up_to_the_
         pool, made = make(max_workers=2, job_s=0.1)
         with pcm() as buf:
             results = await asyncio.gather(*(pool.transcribe(buf, name=f"{i}") for i in range(4)))
-        assert [r["text"] for r in results] == ["0", "1", "2", "3"]
+        assert [r.final for r in results] == ["0", "1", "2", "3"]
         assert len(made) == 2 and sum(len(r.ran) for r in made) == 4  # two workers, each served two
-        assert all(r["timings"]["queue_s"] >= 0 for r in results) and pool.in_flight == 0
+        assert all(r.timings.queue_s >= 0 for r in results) and pool.in_flight == 0
         await pool.close()
     run(main())
 
@@ -223,7 +224,7 @@ def test_a_fatal_model_fails_its_own_requests_at_once_and_an_explicit_load_clear
             assert len(made) == 1 and made[0].spawns == 1
             assert pool.snapshot()["health"] == "error"
             await pool.load()
-            assert (await pool.transcribe(buf))["final"] and made[0].spawns == 2
+            assert (await pool.transcribe(buf, name="again")).final == "again" and made[0].spawns == 2
         await pool.close()
     run(main())
 
@@ -243,7 +244,7 @@ def test_unload_waits_for_the_running_job_and_the_queue_goes_on_with_a_new_worke
             gate.set()
             await unload
             assert first.done() and made[0].stops == 1
-            assert (await queued)["text"] == "queued" and len(made) == 2
+            assert (await queued).final == "queued" and len(made) == 2
         await pool.close()
     run(main())
 
@@ -259,7 +260,7 @@ def test_a_full_queue_refuses_at_admission_and_loses_nothing_admitted() -> None:
             with pytest.raises(errors.QueueFull):
                 pool.admit()
             gate.set()
-            assert [r["text"] for r in await asyncio.gather(*tasks)] == ["0", "1"]
+            assert [r.final for r in await asyncio.gather(*tasks)] == ["0", "1"]
         await pool.close()
     run(main())
 
@@ -344,12 +345,12 @@ def test_while_a_model_is_withdrawn_its_requests_get_model_busy_and_its_worker_l
             early.release()
             assert not entered.is_set()  # the running job goes on to its end first
             gate.set()
-            assert (await running)["text"] == "running"
+            assert (await running).final == "running"
             await entered.wait()
             assert made[0].stops == 1 and not pool.refs  # its worker left the pool
-            assert (await pool.transcribe(buf, name="other", model=B))["text"] == "other"
+            assert (await pool.transcribe(buf, name="other", model=B)).final == "other"
             leave.set()
             await deleting
-            assert (await pool.transcribe(buf, name="again", model=A))["text"] == "again"
+            assert (await pool.transcribe(buf, name="again", model=A)).final == "again"
         await pool.close()
     run(main())

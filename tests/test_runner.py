@@ -86,7 +86,7 @@ def test_concurrent_first_requests_cause_exactly_one_load() -> None:
     async def main() -> None:
         sup, knobs = make({"HASR_FAKE_LOAD_SEC": "0.5"})
         results = await asyncio.gather(*(transcribe(sup) for _ in range(5)))
-        assert all(r["final"] for r in results)
+        assert all(r.final for r in results)
         assert spawns(knobs) == 1 and sum(r.loads for r in knobs.runners) == 1
         await sup.close()
     run(main())
@@ -105,7 +105,7 @@ def test_a_failed_load_reaches_every_waiter_with_the_reason_and_the_next_request
         assert "the next request retries" in snap["status_text"]
         knobs.pop("HASR_FAKE_FAIL_LOAD")
         result = await transcribe(sup)
-        assert result["final"] and spawns(knobs) == 2 and sup.state == State.READY
+        assert result.final and spawns(knobs) == 2 and sup.state == State.READY
         await sup.close()
     run(main())
 
@@ -129,7 +129,7 @@ def test_consecutive_load_failures_reach_fatal_and_an_explicit_load_clears_it() 
         knobs.pop("HASR_FAKE_FAIL_LOAD")
         snap = await sup.load()
         assert snap["state"] == "ready" and knobs.runners[-1].failures == 0
-        assert (await transcribe(sup))["final"]
+        assert (await transcribe(sup)).final
         await sup.close()
     run(main())
 
@@ -182,7 +182,7 @@ def test_kill_9_of_the_worker_mid_request_gives_worker_crashed_and_the_next_requ
                 await task
             assert exc.value.code == "worker_crashed" and str(pid) in exc.value.message
             result = await transcribe(sup, 0.2)
-            assert result["final"] and process_of(sup) and process_of(sup).pid != pid
+            assert result.final and process_of(sup) and process_of(sup).pid != pid
         assert len(pids) == 20
         await sup.close()
     run(main(), timeout=240)
@@ -195,7 +195,7 @@ def test_a_worker_crashing_at_the_start_of_a_request_is_replaced() -> None:
         with pytest.raises(errors.WorkerCrashed):
             await transcribe(sup)
         knobs.pop("HASR_FAKE_CRASH_AFTER")
-        assert (await transcribe(sup))["final"] and spawns(knobs) == 2
+        assert (await transcribe(sup)).final and spawns(knobs) == 2
         await sup.close()
     run(main())
 
@@ -212,7 +212,7 @@ def test_a_worker_that_stops_reporting_progress_is_killed_after_the_stall_time()
         assert time.monotonic() - t0 >= 0.6 and exc.value.status == 504  # not before the stall time
         assert exc.value.code == "stalled" and "HASR_STALL_SEC" in exc.value.message
         assert not pid_alive(pid)
-        assert (await transcribe(sup, 0.1))["final"] and process_of(sup) and process_of(sup).pid != pid
+        assert (await transcribe(sup, 0.1)).final and process_of(sup) and process_of(sup).pid != pid
         await sup.close()
     run(main())
 
@@ -222,7 +222,7 @@ def test_queue_time_is_not_charged_to_the_stall_watchdog() -> None:
         sup, _ = make(stall_sec=0.8)
         # Each takes ~0.6 s of work; the third waits ~1.2 s in the queue, more than the stall time.
         results = await asyncio.gather(*(transcribe(sup, 0.6, options={"fake": {"rtf": 1.0}}) for _ in range(3)))
-        assert max(r["timings"]["queue_s"] for r in results) > 0.8
+        assert max(r.timings.queue_s for r in results) > 0.8
         await sup.close()
     run(main())
 
@@ -287,7 +287,7 @@ def test_a_cancelled_request_frees_its_slot_and_the_worker_survives() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert sup.running == 0 and sup.in_flight == 0
-        assert (await transcribe(sup, 0.2))["final"] and process_of(sup) and process_of(sup).pid == pid
+        assert (await transcribe(sup, 0.2)).final and process_of(sup) and process_of(sup).pid == pid
         await sup.close()
     run(main())
 
@@ -299,7 +299,7 @@ def test_unload_waits_for_the_running_job() -> None:
         while not sup.running:
             await asyncio.sleep(0.01)
         await sup.unload()
-        assert task.done() and (await task)["final"]
+        assert task.done() and (await task).final
         assert sup.state == State.STOPPED
     run(main())
 
@@ -385,7 +385,7 @@ def test_a_client_leaving_mid_request_does_not_kill_a_healthy_worker_even_if_can
         with pytest.raises(asyncio.CancelledError):
             await task
         assert process_of(sup) is not None and process_of(sup).pid == pid and pid_alive(pid)
-        assert (await transcribe(sup, 0.2))["final"] and process_of(sup).pid == pid
+        assert (await transcribe(sup, 0.2)).final and process_of(sup).pid == pid
         await sup.close()
     run(main())
 
@@ -398,7 +398,7 @@ def test_unload_during_a_load_lets_the_request_that_started_it_finish() -> None:
             await asyncio.sleep(0.01)
         await sup.unload()
         result = await task  # not "cancelled": unload waits for the running job, including this one
-        assert result["final"] and sup.state == State.STOPPED
+        assert result.final and sup.state == State.STOPPED
     run(main())
 
 
@@ -446,7 +446,7 @@ def test_a_job_ignoring_cancel_is_killed_and_the_queued_job_gets_a_new_worker() 
         with pytest.raises(asyncio.CancelledError):
             await hung
         result = await queued  # not worker_crashed: it was not handed the dying worker
-        assert result["final"] and process_of(sup) is not None and process_of(sup).pid != pid and not pid_alive(pid)
+        assert result.final and process_of(sup) is not None and process_of(sup).pid != pid and not pid_alive(pid)
         await sup.close()
     run(main())
 
@@ -466,7 +466,7 @@ def test_unload_waits_for_the_running_job_only_and_the_queue_goes_on_with_a_new_
         # the running job ended, the queue did not run: unload waited for that job only
         assert first.done() and not any(q.done() for q in queued)
         results = await asyncio.gather(*queued)
-        assert all(r["final"] for r in results) and process_of(sup) and process_of(sup).pid != pid
+        assert all(r.final for r in results) and process_of(sup) and process_of(sup).pid != pid
         await sup.close()
     run(main())
 
@@ -479,7 +479,7 @@ def test_a_one_megabyte_stderr_line_neither_hangs_the_load_nor_the_shutdown(capl
         ready = await asyncio.wait_for(w.handshake(30, 30), 60)  # a hang detector, not a speed limit
         assert ready.identity["engine"] == "fake"
         with pcm(0.5) as buf:
-            assert (await asyncio.wait_for(w.transcribe(buf), 60))["engine"] == "fake"
+            assert (await asyncio.wait_for(w.transcribe(buf), 60)).engine == "fake"
         assert await asyncio.wait_for(w.stop(grace=10), 60) == 0  # it prints another 1 MB on its way out
     with caplog.at_level(logging.INFO, logger="hasrd.worker"):
         run(main())
@@ -521,7 +521,7 @@ def test_a_live_session_goes_ahead_of_waiting_files_and_they_hear_their_new_plac
         assert order == ["a", "live", "b", "c"]
         assert [e.position for e in live_heard if isinstance(e, Queued)] == [1]
         assert heard["b"][:2] == [1, 2] and heard["c"][:2] == [2, 3]  # then they move up as the queue goes
-        assert result["live"] is True and sup.in_flight == 0
+        assert result.live is True and sup.in_flight == 0
         await sup.close()
     run(main())
 
@@ -540,7 +540,7 @@ def test_a_live_session_waiting_past_its_max_wait_gets_queue_full_and_leaves_the
         lease.release()
         assert "long.wav" in e.value.message and "HASR_LIVE_QUEUE_SEC" in e.value.message
         assert not sup.waiting and sup.running == 1  # it left the queue; the job runs on
-        assert (await running)["final"] is not None
+        assert (await running).final is not None
         assert sup.running == 0 and sup.in_flight == 0
         await sup.close()
     run(main())

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hasrd import formats, subtitles
+from hasrd.transcript import from_json
 from hasrd.errors import InvalidOption
 from hasrd.subtitles import CueRules, cues, rules_from
 
@@ -73,7 +74,7 @@ def test_limits_from_options_and_their_errors_name_the_allowed_values() -> None:
 
 
 def test_srt_and_vtt_render_the_cues_with_their_limits() -> None:
-    result = {"final": FIVE, "per_sentence": [{"text": FIVE, "start_s": 0.0, "end_s": 23.1}]}
+    result = from_json({"final": FIVE, "per_sentence": [{"text": FIVE, "start_s": 0.0, "end_s": 23.1}]})
     srt = formats.render(result, "srt", rules=CueRules(max_line_width=30, max_line_count=1, max_cue_sec=4))
     blocks = [b.splitlines() for b in srt.strip().split("\n\n")]
     assert all(len(b) == 3 and len(b[2]) <= 30 for b in blocks)
@@ -82,11 +83,11 @@ def test_srt_and_vtt_render_the_cues_with_their_limits() -> None:
 
 
 def test_text_lines_are_one_sentence_a_line() -> None:
-    result = {"final": "One. Two.", "per_sentence": [{"text": "One.", "start_s": 0, "end_s": 1},
-                                                     {"text": "Two.", "start_s": 1, "end_s": 2}]}
+    result = from_json({"final": "One. Two.", "per_sentence": [{"text": "One.", "start_s": 0, "end_s": 1},
+                                                               {"text": "Two.", "start_s": 1, "end_s": 2}]})
     assert formats.lines(result) == "One.\nTwo.\n"
     assert formats.render(result, "text") == "One. Two.\n"  # OpenAI's text format stays one string
-    assert formats.lines({"final": ""}) == "\n"
+    assert formats.lines(from_json({"final": ""})) == "\n"
 
 
 WORDS = st.lists(st.sampled_from(["a", "word", "longer", "sentence.", "clause,", "甲乙丙", "丁。", "x" * 50]),
@@ -128,9 +129,9 @@ def test_configured_limits_come_from_the_settings() -> None:
 def test_no_cue_ends_after_the_audio() -> None:
     """Issue 31 #12: the last cue was stretched to the minimum length past the audio's end (7.017-7.847 s for a
     7.068 s file); it is stretched back into the silence before it instead."""
-    result = {"final": "Hi. Bye.", "duration_s": 7.068,
-              "per_sentence": [{"text": "Hi.", "start_s": 5.0, "end_s": 6.0},
-                               {"text": "Bye.", "start_s": 7.017, "end_s": 7.05}]}
+    result = from_json({"final": "Hi. Bye.", "duration_s": 7.068,
+                        "per_sentence": [{"text": "Hi.", "start_s": 5.0, "end_s": 6.0},
+                                         {"text": "Bye.", "start_s": 7.017, "end_s": 7.05}]})
     last = cues(formats.segments(result), until=7.068)[-1]
     assert last.end <= 7.068 and last.end - last.start >= 0.83 - 1e-9 and last.start >= 6.0
     assert formats.render(result, "srt").rstrip().splitlines()[-2].endswith("--> 00:00:07,068")

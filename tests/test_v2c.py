@@ -8,9 +8,11 @@ import time
 from typing import Any
 
 import numpy as np
+from msgspec import to_builtins
 import pytest
 
 from hasrd.worker import v2c
+from hasrd.transcript import to_json
 from hasrd.worker.engine import EngineError
 from hasrd.worker.engines.fake import FakeEngine
 from hasrd.worker.scripted import ScriptedDraft
@@ -93,7 +95,7 @@ def run(draft: Any, n_chunks: int, fw: Any = None, mode: str = "inline", tail: i
     pcm = np.zeros(max(0, n_chunks * CH - tail), dtype=np.float32)
     rec = Rec()
     out = v2c.run(draft, pcm, "Chinese", fw, emit=rec, mode=mode, **kw)
-    return v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm)), rec
+    return to_json(v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm))), rec
 
 
 def test_complete_sentences_keep_the_draft_and_never_call_faster_whisper() -> None:
@@ -216,7 +218,7 @@ def test_a_lagging_draft_still_gives_faster_whisper_the_sentence_from_its_true_s
     pcm = np.repeat(np.arange(1, 41, dtype=np.float32), CH)
     rec = Rec()
     out = v2c.run(ListDraft(snaps, final=a + b + c), pcm, "Chinese", fw, emit=rec, mode="inline")
-    r = v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm))
+    r = to_json(v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm)))
     assert [w["text"] for w in r["sent_windows"]] == [a, b, c]
     assert [p["engine"] for p in r["per_sentence"]] == ["draft", "fw", "fw"] and r["fw_calls"] == 2
     # the window rule: audio from LAG_CHUNKS before the chunk after the previous close
@@ -323,7 +325,7 @@ def test_thread_inline_and_after_modes_return_the_same_result(seed: int) -> None
         rec = Rec()
         out = v2c.run(SlowDraft(list(snaps), random.Random(seed + 2000), 0.002), pcm, "Chinese", fw, emit=rec,
                       mode=mode)
-        r = v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm))
+        r = to_json(v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm)))
         assert len(on_main) == r["fw_calls"] == sum(v2c.is_truncated(w["text"]) for w in r["sent_windows"])
         assert all(m == (mode != "thread") for m in on_main)  # thread mode really ran fw beside the draft
         assert [e[1] for e in rec.sentences()] == list(range(len(r["per_sentence"])))  # emitted in order
@@ -384,9 +386,9 @@ def test_segments_carry_their_offsets_into_windows_and_times() -> None:
     rec = Rec()
     out = v2c.run(PerSegment([None, "好。", None, None]), pcm, "Chinese", FW(), emit=rec,
                   segments=[(0, 4 * CH), (6 * CH, 10 * CH)])
-    assert out.sent_windows == [{"text": "好。", "start_chunk": 0, "end_chunk": 1, "truncated_by": None},
+    assert to_builtins(out.sent_windows) == [{"text": "好。", "start_chunk": 0, "end_chunk": 1, "truncated_by": None},
                                 {"text": "好。", "start_chunk": 6, "end_chunk": 7, "truncated_by": None}]
-    assert [(p["start_s"], p["end_s"]) for p in out.per_sentence] == [(0.0, 0.32), (0.96, 1.28)]
+    assert [(p.start_s, p.end_s) for p in out.per_sentence] == [(0.0, 0.32), (0.96, 1.28)]
     assert [e[1] for e in rec.sentences()] == [0, 1] and out.first_text_s == pytest.approx(0.32)
     assert rec.segments == [0, 1]  # each segment's draft says which segment it belongs to
     with pytest.raises(ValueError):
@@ -397,13 +399,13 @@ def test_the_scripted_draft_closes_one_window_per_script_sentence() -> None:
     script = "今天天气很好。我们去公园散步|吧。最后一句没有句号"
     pcm = np.zeros(16000 * 3, np.float32)
     out = v2c.run(ScriptedDraft(script, len(pcm)), pcm, "Chinese", FW([""] * 5), emit=Rec())
-    assert [w["text"] for w in out.sent_windows] == ["今天天气很好。", "我们去公园散步|吧。", "最后一句没有句号"]
-    assert [p["engine"] for p in out.per_sentence] == ["draft", "fw", "fw"] and out.fw_calls == 2
+    assert [w.text for w in out.sent_windows] == ["今天天气很好。", "我们去公园散步|吧。", "最后一句没有句号"]
+    assert [p.engine for p in out.per_sentence] == ["draft", "fw", "fw"] and out.fw_calls == 2
 
 
 def test_the_fake_engine_runs_through_v2c_with_its_default_script() -> None:
     rec = Rec()
-    r = FakeEngine(env={}).transcribe(np.zeros(32000, np.float32), "Chinese", {}, rec, lambda: False)
+    r = to_json(FakeEngine(env={}).transcribe(np.zeros(32000, np.float32), "Chinese", {}, rec, lambda: False))
     assert r["final"] == "今天天气很好。我们去公园散步" and r["fw_calls"] == 1
     assert r["draft"] == "今天天气很好。我们去公园散步|吧。"
     assert [(p["engine"], p["start_s"]) for p in r["per_sentence"]] == [("draft", 0.0),

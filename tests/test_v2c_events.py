@@ -15,6 +15,7 @@ import pytest
 from speech import STAND_IN
 
 from hasrd import config
+from hasrd.transcript import to_json
 from hasrd.worker import v2c
 from hasrd.worker.engines.r2t2 import R2T2Engine
 from test_v2c import ListDraft
@@ -94,7 +95,7 @@ def test_progress_goes_on_while_one_long_window_runs(mode: str) -> None:
     out = v2c.run(ListDraft(snaps), np.zeros(10 * CH, np.float32), "Chinese", slow_window, emit=rec, mode=mode,
                   heartbeat_s=0.05)
     assert out.fw_calls == 1 and calls and calls[0] >= 3
-    assert [p["text"] for p in out.per_sentence] == ["<fw>"]
+    assert [p.text for p in out.per_sentence] == ["<fw>"]
     progress = [e for e in rec.events if e[0] == "progress"]
     assert progress[-1] == ("progress", 1.6, 1.6)
     assert all(a[1] <= b[1] for a, b in zip(progress, progress[1:], strict=False))  # beats re-send, never go back
@@ -131,5 +132,5 @@ def test_language_detected_is_false_when_r2t2_named_no_language(silent_r2t2: Pat
 
     eng = R2T2Engine(config.load(env={"HASR_R2T2_MODEL": str(silent_r2t2)}), cuda=lambda: (True, "stand-in"))
     eng.load(lambda s: None)
-    r = eng.transcribe(np.zeros(int(1.0 * 16000), np.float32), "", {}, NullEmitter(), lambda: False)
+    r = to_json(eng.transcribe(np.zeros(int(1.0 * 16000), np.float32), "", {}, NullEmitter(), lambda: False))
     assert r["language"] == "" and r["language_detected"] is False and r["final"] == ""

@@ -18,6 +18,7 @@ from speech import SR, load, model_dir, with_path
 from workerclient import WorkerClient
 
 from hasrd import config
+from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker import language_id
 from hasrd.worker.engine import NullEmitter
@@ -46,7 +47,7 @@ def worker_texts(pcm: np.ndarray, times: int, **env: str) -> list[str]:
         for i in range(times):
             _events, res = w.transcribe(i + 1, pcm, language="zh")
             assert isinstance(res, p.Result), res
-            out.append(res.result["final"])
+            out.append(to_json(res.result)["final"])
         return out
     finally:
         w.close()
@@ -109,7 +110,7 @@ def test_english_after_a_long_silence_is_detected_from_its_speech_with_a_probabi
         def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
             pass
 
-    r = e.transcribe(pcm, "", {}, Rec(), lambda: False)
+    r = to_json(e.transcribe(pcm, "", {}, Rec(), lambda: False))
     assert r["language_code"] == "en" and r["language"] == "English" and r["language_detected"] is True
     assert 0.5 < r["language_probability"] <= 1.0
     assert "park" in r["final"].lower()
@@ -124,7 +125,7 @@ def test_a_clip_just_under_27_s_with_a_long_prompt_stays_inside_the_model_contex
     e = WhisperEngine(config.load(env={"HASR_WHISPER_BATCH": "0"}), model_dir(), "cpu", "int8")
     e.load(lambda s: None)
     prompt = "会议纪要：" + "，".join(corpus.ZH) * 3  # far past the 223 tokens whisper keeps of a prompt
-    r = e.transcribe(mandarin[: int(26.9 * SR)], "zh", {"prompt": prompt}, NullEmitter(), lambda: False)
+    r = to_json(e.transcribe(mandarin[: int(26.9 * SR)], "zh", {"prompt": prompt}, NullEmitter(), lambda: False))
     assert r["final"]
 
 
@@ -163,7 +164,7 @@ def test_a_cancel_stops_a_long_transcription_within_one_batch_and_the_worker_kee
         assert done < len(long) / SR * 0.6  # it stopped early, not at the end
         # the worker stopped the job itself (no kill): the same process serves the next request below
         _events, res = w.transcribe(2, load("zh_nihao_shijie"), language="zh")  # the same process, model loaded
-        assert isinstance(res, p.Result) and res.result["final"]
+        assert isinstance(res, p.Result) and to_json(res.result)["final"]
         assert w.proc.poll() is None
     finally:
         w.close()
@@ -197,7 +198,7 @@ def test_silero_hears_each_sample_of_a_long_file_once_not_three_times(mandarin: 
     engine = WhisperEngine(config.load({"HASR_WHISPER_SEGMENT_SEC": "50", "HASR_WHISPER_BATCH": "4"}), "", "cpu",
                            "int8")
     engine.load(lambda phase: None)
-    result = engine.transcribe(long, "", {}, NullEmitter(), lambda: False)  # no language: the vote runs too
+    result = to_json(engine.transcribe(long, "", {}, NullEmitter(), lambda: False))  # no language: the vote runs too
     assert result["language_detected"] and result["final"]  # (whisper base hears espeak Mandarin as Thai)
     # each cut's block is at most 50 s and starts at the last cut (past half the block): < 2x, where it was > 3x
     assert sum(heard) < 2 * len(long), (sum(heard) / len(long), heard)

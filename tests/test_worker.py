@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from hasrd import protocol as p
+from hasrd.transcript import to_json
 from tests.workerclient import WorkerClient
 
 SECOND = np.zeros(16000, dtype=np.float32)
@@ -35,8 +36,8 @@ def test_transcription_streams_progress_draft_and_sentences_before_the_result() 
         assert {p.Progress, p.Draft, p.Sentence} <= kinds
         sentences = [e for e in events if isinstance(e, p.Sentence)]
         assert [s.index for s in sentences] == list(range(len(sentences)))
-        assert res.result["final"] == "".join(s.text for s in sentences)
-        assert res.result["language"] == "Chinese"
+        assert to_json(res.result)["final"] == "".join(s.text for s in sentences)
+        assert to_json(res.result)["language"] == "Chinese"
         progress = [e for e in events if isinstance(e, p.Progress)]
         assert progress[-1].done_s == progress[-1].total_s == 3.0
     finally:
@@ -67,7 +68,7 @@ def test_pcm_can_come_as_a_file_path_instead_of_a_memfd(tmp_path) -> None:  # ty
         w.handshake()
         w.send(p.Transcribe(id=5, pcm=str(path), frames=32000))
         _, res = w.collect(5)
-        assert isinstance(res, p.Result) and res.result["duration_s"] == 2.0
+        assert isinstance(res, p.Result) and to_json(res.result)["duration_s"] == 2.0
     finally:
         w.close()
 

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hasrd import zhscript as z
+from hasrd.transcript import from_json, to_json
 from hasrd.languages import Language, UnknownLanguage, join_sentences, parse, resolve
 
 # ---- language tags -------------------------------------------------------------------------------------------
@@ -203,11 +204,16 @@ def test_split_like_keeps_a_phrase_conversion_across_words() -> None:
 # ---- one request's result --------------------------------------------------------------------------------------
 
 
+def result_of(scripter: z.Scripter, res: dict[str, Any]) -> dict[str, Any]:
+    """``scripter.result`` over a result given as JSON, back as JSON."""
+    return to_json(scripter.result(from_json(res)))
+
+
 def whisper_like(texts: list[str], code: str = "zh") -> dict[str, Any]:
     """A whisper result; "|" in a text marks where its words are cut."""
     sentences: list[dict[str, Any]] = [
         {"text": t.replace("|", ""), "engine": "fw", "start_s": float(i), "end_s": i + 1.0,
-         "words": [{"word": w, "start": float(i), "end": i + 0.5} for w in t.split("|")]}
+         "words": [{"word": w, "start": float(i), "end": i + 0.5, "probability": 0.9} for w in t.split("|")]}
         for i, t in enumerate(texts)]
     return {"engine": "whisper", "language": "Chinese", "language_code": code, "draft": "",
             "final": join_sentences([s["text"] for s in sentences], code), "per_sentence": sentences,
@@ -217,7 +223,7 @@ def whisper_like(texts: list[str], code: str = "zh") -> dict[str, Any]:
 @pytest.mark.parametrize("tag,first", [("zh", "这个软件很好，"), ("zh-TW", "這個軟體很好，"),
                                        ("zh-HK", "這個軟件很好，")])
 def test_a_result_is_converted_everywhere_and_its_sentences_still_join_to_final(tag: str, first: str) -> None:
-    res = z.Scripter(tag, "simplified").result(whisper_like(["這個|軟件|很好,", "我们|走吧."]))
+    res = result_of(z.Scripter(tag, "simplified"), whisper_like(["這個|軟件|很好,", "我们|走吧."]))
     texts = [s["text"] for s in res["per_sentence"]]
     assert texts[0] == first and res["final"] == "".join(texts)
     assert [w["text"] for w in res["sent_windows"]] == texts
@@ -230,19 +236,20 @@ def test_a_result_is_converted_everywhere_and_its_sentences_still_join_to_final(
 def test_a_result_in_another_language_is_left_alone() -> None:
     res = whisper_like(["Hello,|world.", "Fine,|thanks."], "en")
     res["final"] = "Hello,world. Fine,thanks."
-    before = repr(res)
-    out = z.Scripter("en", "simplified").result(res)
+    before = to_json(from_json(res))
+    out = result_of(z.Scripter("en", "simplified"), res)
     assert out["script"] is None and out["script_conversion"] is None
     del out["script"], out["script_conversion"]
-    assert repr(out) == before
+    assert out == before
 
 
 def test_detected_chinese_follows_the_setting_and_detected_japanese_is_left_alone() -> None:
-    assert z.Scripter("", "traditional").result(whisper_like(["这个软件很好"]))["final"] == "這個軟件很好"
-    assert z.Scripter("", "simplified").result(whisper_like(["這個軟件很好"]))["final"] == "这个软件很好"
-    assert z.Scripter("", "as-is").result(whisper_like(["這個软件很好,"]))["final"] == "這個软件很好，"
+    assert result_of(z.Scripter("", "traditional"), whisper_like(["这个软件很好"]))["final"] == "這個軟件很好"
+    assert result_of(z.Scripter("", "simplified"), whisper_like(["這個軟件很好"]))["final"] == "这个软件很好"
+    assert result_of(z.Scripter("", "as-is"), whisper_like(["這個软件很好,"]))["final"] == "這個软件很好，"
     ja = whisper_like(["東京大学,"], "ja")
-    assert z.Scripter("", "simplified").result(ja)["final"] == "東京大学," and ja["script"] is None
+    out = result_of(z.Scripter("", "simplified"), ja)
+    assert out["final"] == "東京大学," and out["script"] is None
 
 
 def test_streamed_texts_before_the_language_is_known_are_judged_by_their_characters() -> None:
@@ -257,9 +264,10 @@ def test_a_live_result_keeps_each_turn_equal_to_its_sentences() -> None:
     s = z.Scripter("zh-TW", "simplified")
     assert s.sentence("软件很好,", 0) == "軟體很好，" and s.sentence("我们走吧.", 0) == "我們走吧。"
     assert s.turn_text(0, "软件很好,我们走吧.") == "軟體很好，我們走吧。"
-    res = {"final": "软件很好,我们走吧.", "live": True, "turns": [{"segment": 0, "text": "软件很好,我们走吧."}],
+    res = {"final": "软件很好,我们走吧.", "live": True,
+           "turns": [{"segment": 0, "start_s": 0.0, "text": "软件很好,我们走吧."}],
            "per_sentence": [{"text": "软件很好,", "segment": 0}, {"text": "我们走吧.", "segment": 0}]}
-    out = s.result(res)
+    out = result_of(s, res)
     assert out["final"] == out["turns"][0]["text"] == "軟體很好，我們走吧。" and out["script_conversion"] == "s2twp"
 
 
@@ -269,6 +277,6 @@ def test_without_opencc_the_characters_stay_the_punctuation_is_fixed_and_the_res
         raise z.NoOpenCC("Chinese script conversion needs OpenCC: pip install opencc")
 
     monkeypatch.setattr(z, "opencc", missing)
-    res = z.Scripter("zh", "simplified").result(whisper_like(["這個|軟件|很好,", "我们|走吧."]))
+    res = result_of(z.Scripter("zh", "simplified"), whisper_like(["這個|軟件|很好,", "我们|走吧."]))
     assert res["final"] == "這個軟件很好，我们走吧。"
     assert res["script"] == "as-is" and res["script_conversion"] is None and "pip install opencc" in res["script_note"]

@@ -21,6 +21,7 @@ from speech import SR, load, model_dir, with_path
 from workerclient import WorkerClient
 
 from hasrd import protocol as p
+from hasrd.transcript import to_json
 from hasrd import zhscript as z
 
 # Traditional characters, ASCII marks and a space between characters: what whisper writes for Mandarin.
@@ -60,7 +61,7 @@ def test_the_fake_engine_through_the_worker_writes_each_tags_script_everywhere()
         for i, (tag, (want, script, conversion)) in enumerate(EXPECTED.items(), 1):
             events, res = w.transcribe(i, np.zeros(2 * SR, np.float32), language=tag)
             assert isinstance(res, p.Result), (tag, res)
-            r = res.result
+            r = to_json(res.result)
             sentences, drafts = texts_of(events)
             assert r["final"] == want and "".join(s["text"] for s in r["per_sentence"]) == want, tag
             assert sentences == [s["text"] for s in r["per_sentence"]], tag
@@ -81,7 +82,7 @@ def test_hasr_zh_script_decides_for_a_plain_zh_and_detected_chinese_but_not_for_
             for i, tag in enumerate(["zh", "Chinese", "", "zh-CN", "zh-TW"], 1):
                 _events, res = w.transcribe(i, np.zeros(2 * SR, np.float32), language=tag)
                 assert isinstance(res, p.Result), res
-                got[tag] = (res.result["final"], res.result["script"])
+                got[tag] = (to_json(res.result)["final"], to_json(res.result)["script"])
         finally:
             w.close()
         assert got["zh"] == got["Chinese"] == got[""] == (plain, setting)
@@ -183,8 +184,8 @@ def test_real_whisper_on_mandarin_gives_simplified_for_zh_and_traditional_for_zh
             events, res = w.transcribe(i, mandarin, language=tag)
             assert isinstance(res, p.Result), res
             sentences, _drafts = texts_of(events)
-            assert sentences == [s["text"] for s in res.result["per_sentence"]]
-            results[tag] = res.result
+            assert sentences == [s["text"] for s in to_json(res.result)["per_sentence"]]
+            results[tag] = to_json(res.result)
     finally:
         w.close()
     zh, tw = results["zh"], results["zh-TW"]

@@ -38,9 +38,13 @@ def check_format(fmt: str) -> str:
 
 
 def render(result: dict[str, Any], fmt: str) -> str:
-    """The result object (docs/API.md) rendered as tray format ``fmt``: a .txt holds one sentence a line."""
+    """The result object (docs/API.md, as the daemon sent it) rendered as tray format ``fmt``: a .txt holds one
+    sentence a line."""
+    from hasrd.transcript import from_json
+
     name = FORMATS[check_format(fmt)][0]
-    return formats.lines(result) if name == "text" else formats.render(result, name)
+    doc = from_json(result)
+    return formats.lines(doc) if name == "text" else formats.render(doc, name)
 
 
 def candidates(src: Path, fmt: str, folder: Path | None = None) -> list[Path]:

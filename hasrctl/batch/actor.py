@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from hasrd import __version__
+from hasrd.transcript import Transcript
 
 
 class _Dropped:
@@ -30,7 +31,7 @@ class _Dropped:
         pass
 
 
-def render_all(result: dict[str, Any], formats: list[str], rules: Any) -> dict[str, str]:
+def render_all(result: Transcript, formats: list[str], rules: Any) -> dict[str, str]:
     """Each format's text, as ``hasrctl transcribe -f FORMAT`` writes it (txt: one sentence a line)."""
     from hasrd.formats import lines, render
 
@@ -109,15 +110,14 @@ class Transcriber:
             out["error"] = _error_of(e)
             return out
         total_s = time.monotonic() - t0
-        out.update(status="ok", language=result.get("language"), duration_s=result.get("duration_s"),
-                   text=str(result.get("final") or ""),
+        out.update(status="ok", language=result.language, duration_s=result.duration_s, text=result.final,
                    timings={"decode_s": round(decode_s, 4),
-                            "transcribe_s": round(float((result.get("timings") or {}).get("total_s") or 0), 4),
+                            "transcribe_s": round(float(result.timings.total_s or 0), 4),
                             "total_s": round(total_s, 4), "load_s": self.load_s},
                    rendered=render_all(result, self.formats, self.rules))
         return out
 
-    def _run(self, path: str) -> tuple[dict[str, Any], float]:
+    def _run(self, path: str) -> tuple[Transcript, float]:
         from hasrd import audio, formats
         from hasrd.worker.main import SocketEmitter, scripter
 
@@ -129,9 +129,7 @@ class Transcriber:
         emit = SocketEmitter(_Dropped(), 0, script)  # type: ignore[arg-type]
         t1 = time.monotonic()
         result = script.result(self.engine.transcribe(pcm, self.language, dict(self.options), emit, lambda: False))
-        timings = dict(result.get("timings") or {})
-        timings["total_s"] = round(time.monotonic() - t1, 4)
-        result["timings"] = timings
+        result.timings.total_s = round(time.monotonic() - t1, 4)
         formats.annotate(result, audio_path=path, language=self.language, info=info.to_json())
         return result, decode_s
 

@@ -16,35 +16,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from hasrd.errors import EngineError
+from hasrd.transcript import Transcript
 
-__all__ = ["ENGINES", "Emitter", "Engine", "EngineError", "LiveEmitter", "NullEmitter", "plain", "plain_result"]
+__all__ = ["ENGINES", "Emitter", "Engine", "EngineError", "LiveEmitter", "NullEmitter"]
 
 ENGINES = ("auto", "hybrid", "whisper", "r2t2", "fake")
-
-
-
-
-def plain(obj: Any) -> Any:
-    """``obj`` with numpy scalars and arrays made Python numbers and lists, tuples made lists, recursively.
-
-    Results and events cross the worker channel as msgpack (msgspec), which refuses numpy types
-    (``TypeError: Encoding objects of type numpy.float64 is unsupported``), and faster-whisper hands out
-    numpy.float64 times and probabilities. Every engine returns its result through this.
-    """
-    if isinstance(obj, dict):
-        return {plain(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return plain(obj.tolist())
-    return obj
-
-
-def plain_result(result: dict[str, Any]) -> dict[str, Any]:
-    """:func:`plain` for a result object (what every engine's ``transcribe`` returns)."""
-    return dict(plain(result))
 
 
 class Emitter(Protocol):
@@ -84,7 +60,7 @@ class Engine(Protocol):
         ...
 
     def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
-                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+                   cancelled: Callable[[], bool]) -> Transcript:
         """Transcribe 16 kHz mono float32 PCM; check ``cancelled()`` between steps."""
         ...
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from hasrd.transcript import UNSET, TimedSentence, Timings, Transcript, TurnRecord
+from msgspec import UnsetType
 from hasrd.worker.engine import EngineError, LiveEmitter
 
 SR = 16000
@@ -178,8 +180,8 @@ class LiveBase(abc.ABC):
         self.last_end = 0  # where the last utterance ended (the next one's pre-roll stops there)
         self.segments = 0
         self.index = 0  # next sentence index (session-wide)
-        self.sentences: list[dict[str, Any]] = []
-        self.turns: list[dict[str, Any]] = []  # per utterance, indexed by its number
+        self.sentences: list[TimedSentence] = []
+        self.turns: list[TurnRecord] = []  # per utterance, indexed by its number
         self.turn_starts: list[float] = []  # their start times (ascending): which utterance a time is in
         self.said: dict[int, list[str]] = {}  # final texts of utterances not yet completed
         self.first_text_s: float | None = None  # audio fed when the first text (draft or final) went out
@@ -212,7 +214,7 @@ class LiveBase(abc.ABC):
             self._close(self.audio.end)
         self._poll()
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> Transcript:
         self.commit()
         self._drain()
         self._poll()
@@ -227,15 +229,15 @@ class LiveBase(abc.ABC):
     def abort(self) -> None:  # noqa: B027 - an optional hook: nothing to stop unless the engine has a thread
         """The session ends without a result (cancel, shutdown, error)."""
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> Transcript:
         from hasrd.languages import join_sentences
 
         # the file result's fields (docs/API.md), each engine adding its own, plus turns and live
-        return {"final": join_sentences([s["text"] for s in self.sentences], self.language_code()),
-                "draft": "", "per_sentence": list(self.sentences), "sent_windows": [], "fw_calls": 0,
-                "first_text_s": self.first_text_s, "segments": self.segments, "language_detected": False,
-                "turns": list(self.turns), "duration_s": round(self.audio.end / SR, 3), "live": True,
-                "timings": {"session_s": round(time.monotonic() - self.t0, 3)}}
+        return Transcript(final=join_sentences([s.text for s in self.sentences], self.language_code()),
+                          per_sentence=list(self.sentences), first_text_s=self.first_text_s,
+                          segments=self.segments, language_detected=False, turns=list(self.turns),
+                          duration_s=round(self.audio.end / SR, 3), live=True,
+                          timings=Timings(session_s=round(time.monotonic() - self.t0, 3)))
 
     def language_code(self) -> str:
         return ""
@@ -251,8 +253,8 @@ class LiveBase(abc.ABC):
         self.segments += 1
         self.open, self.open_start = seg, self._align(start)
         self.onset = max(self.open_start, start if onset is None else onset)
-        self.turns.append({"segment": seg, "start_s": round(self.open_start / SR, 3), "end_s": None, "text": None})
-        self.turn_starts.append(self.turns[-1]["start_s"])
+        self.turns.append(TurnRecord(segment=seg, start_s=round(self.open_start / SR, 3)))
+        self.turn_starts.append(self.turns[-1].start_s)
         self.emit.turn(seg, "started", round(self.open_start / SR, 3))
         self._opened(seg, self.open_start)
 
@@ -261,7 +263,7 @@ class LiveBase(abc.ABC):
         seg, self.open = self.open, None
         end = max(end, self.open_start)
         self.last_end = end
-        self.turns[seg]["end_s"] = round(end / SR, 3)
+        self.turns[seg].end_s = round(end / SR, 3)
         self.emit.turn(seg, "stopped", round(self.open_start / SR, 3), round(end / SR, 3))
         self._advance(end)
         self._closed(seg, end)
@@ -275,29 +277,30 @@ class LiveBase(abc.ABC):
         if self.first_text_s is None and text.strip():
             self.first_text_s = round(min(self._decoded_to(), self.audio.end) / SR, 3)  # audio decoded by then
 
-    def say(self, seg: int, text: str, engine: str, start: float, end: float, **extra: Any) -> None:
+    def say(self, seg: int, text: str, engine: str, start: float, end: float,
+            truncated_by: str | None | UnsetType = UNSET) -> None:
         """Emit one final sentence (times in seconds), within its utterance's turn: an utterance is decoded a
         few chunks past the end the VAD found, and a sentence must not end after its turn (issue 31 #8)."""
         turn = self.turns[seg] if 0 <= seg < len(self.turns) else None
         if turn is not None:
-            start = max(start, turn["start_s"])
-            if turn["end_s"] is not None:
-                end = min(end, turn["end_s"])
+            start = max(start, turn.start_s)
+            if turn.end_s is not None:
+                end = min(end, turn.end_s)
             end = max(end, start)
         self._noted(text)
-        entry = {"text": text, "engine": engine, "start_s": round(start, 3), "end_s": round(end, 3),
-                 "segment": seg, **extra}
+        entry = TimedSentence(text=text, engine=engine, start_s=round(start, 3), end_s=round(end, 3),
+                              truncated_by=truncated_by, segment=seg)
         self.sentences.append(entry)
         self.said.setdefault(seg, []).append(text)
-        self.emit.sentence(self.index, text, engine, entry["start_s"], entry["end_s"], segment=seg)
+        self.emit.sentence(self.index, text, engine, entry.start_s, entry.end_s, segment=seg)
         self.index += 1
 
     def _completed(self, seg: int) -> None:
         from hasrd.languages import join_sentences
 
         t = self.turns[seg]
-        t["text"] = join_sentences(self.said.pop(seg, []), self.language_code())
-        self.emit.turn(seg, "completed", t["start_s"], t["end_s"] or 0.0, t["text"])
+        t.text = join_sentences(self.said.pop(seg, []), self.language_code())
+        self.emit.turn(seg, "completed", t.start_s, t.end_s or 0.0, t.text)
 
     def segment_at(self, t: float) -> int:
         """The utterance that time ``t`` (seconds) falls in."""

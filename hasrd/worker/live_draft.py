@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from hasrd import transcript
+from hasrd.transcript import Transcript
 from hasrd.worker import v2c
 from hasrd.worker.engine import EngineError, LiveEmitter, heard
 from hasrd.worker.live import LiveBase
@@ -40,9 +42,9 @@ class _Sentences:
         pass
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
-        entry = self.live.stage.current or {}
+        entry = self.live.stage.current
         self.live.say(self.live.segment_at(start_s), text, engine, start_s, end_s,
-                       truncated_by=entry.get("truncated_by"))
+                      truncated_by=entry.truncated_by if entry is not None else None)
 
 
 class DraftLive(LiveBase):
@@ -105,7 +107,7 @@ class DraftLive(LiveBase):
     def _show(self, text: str) -> None:
         if text != self.shown:
             self.shown = text
-            self._draft(self.ws.open_text(text), self.turns[-1]["segment"])
+            self._draft(self.ws.open_text(text), self.turns[-1].segment)
 
     def _language(self) -> None:
         name = str(getattr(self.state, "language", "") or "")
@@ -181,15 +183,15 @@ class DraftLive(LiveBase):
     def _decoded_to(self) -> int:
         return self.fed
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> Transcript:
         """The file result's fields (docs/API.md) for the session: ``sent_windows`` on the session's chunk grid,
         ``truncated_by`` in each sentence, ``language`` (the name asked for, else the one R2T2 named, else "")."""
         out = super().result()
         with self.stage.lock:
-            windows = [{"text": w.text, "start_chunk": w.start_chunk, "end_chunk": w.end_chunk,
-                        "truncated_by": w.truncated_by} for w in self.stage.windows]
-        out.update(engine=self.engine, language=self.language or self.detected, language_code=self.code,
-                   draft=" ".join(self.drafts), fw_calls=self.stage.fw_calls, sent_windows=windows,
-                   language_detected=self.language is None and bool(self.detected and self.code),
-                   bar_signal="generation" if self.take is not None else "state_text")
+            windows = [transcript.Window(text=w.text, start_chunk=w.start_chunk, end_chunk=w.end_chunk,
+                                         truncated_by=w.truncated_by) for w in self.stage.windows]
+        out.engine, out.language, out.language_code = self.engine, self.language or self.detected, self.code
+        out.draft, out.fw_calls, out.sent_windows = " ".join(self.drafts), self.stage.fw_calls, windows
+        out.language_detected = self.language is None and bool(self.detected and self.code)
+        out.bar_signal = "generation" if self.take is not None else "state_text"
         return out

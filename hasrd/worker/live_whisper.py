@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from hasrd.transcript import Transcript
 from hasrd.worker import resegment
 from hasrd.worker.engine import EngineError, LiveEmitter
 from hasrd.worker.textrules import clean_text, collapse_loops, token_cap
@@ -288,11 +289,11 @@ class WhisperLive(LiveBase):
     def _decoded_to(self) -> int:
         return self.decoded_to
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> Transcript:
         out = super().result()
         from hasrd.languages import NAMES
 
         code = self.code or ""
-        out.update(engine="whisper", language=NAMES.get(code, code), language_code=code, decodes=self.decodes,
-                   language_detected=not self.asked and bool(code))
+        out.engine, out.language, out.language_code = "whisper", NAMES.get(code, code), code
+        out.decodes, out.language_detected = self.decodes, not self.asked and bool(code)
         return out

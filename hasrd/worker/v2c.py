@@ -78,6 +78,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hasrd import transcript
+from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker.engine import Emitter, EngineError
 from hasrd.languages import join_sentences
 from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
@@ -265,9 +267,9 @@ class FinalStage:
         self.pcm, self.window_fn, self.mode, self.emit, self.cancelled = pcm, window_fn, mode, emit, cancelled
         self.index0, self.offset, self.segment, self.heartbeat = index0, offset, segment, heartbeat
         self.with_segment = _takes_segment(emit.sentence)
-        self.current: dict[str, Any] | None = None
+        self.current: TimedSentence | None = None
         self.windows: list[Window] = []
-        self.settled: list[dict[str, Any] | None] = []
+        self.settled: list[TimedSentence | None] = []
         self.next_emit = 0
         self.emitted = 0
         self.fw_calls = 0
@@ -301,7 +303,7 @@ class FinalStage:
         if self.error is not None:
             raise self.error
 
-    def close(self) -> list[dict[str, Any]]:
+    def close(self) -> list[TimedSentence]:
         """Wait until every window is settled; return the per-sentence entries in order."""
         for k in self.deferred:
             if self.cancelled():
@@ -319,7 +321,7 @@ class FinalStage:
             if self.cancelled():
                 raise EngineError("cancelled", "the request was cancelled")
             raise RuntimeError("the v2c final stage ended with unsettled windows")
-        return [s for s in self.settled if s is not None and s["text"]]
+        return [s for s in self.settled if s is not None and s.text]
 
     def abort(self) -> None:
         """Stop the thread after its current window (cancel, error, or normal end)."""
@@ -354,15 +356,15 @@ class FinalStage:
         start_s = round((self.offset + w.open_chunk * CHUNK) / SR, 3)  # the draft's clock: contiguous cues
         end_s = round((self.offset + min(len(self.pcm), (w.end_chunk + 1) * CHUNK)) / SR, 3)
         with self.lock:
-            self.settled[k] = {"text": text, "engine": engine, "start_s": start_s, "end_s": end_s,
-                               "truncated_by": w.truncated_by}
+            self.settled[k] = TimedSentence(text=text, engine=engine, start_s=start_s, end_s=end_s,
+                                            truncated_by=w.truncated_by)
             while (not self.stop.is_set() and self.next_emit < len(self.settled)
                    and self.settled[self.next_emit] is not None):
                 s = self.settled[self.next_emit]
                 assert s is not None
-                if s["text"]:  # a withdrawn tail that faster-whisper found silent is no sentence
+                if s.text:  # a withdrawn tail that faster-whisper found silent is no sentence
                     self.current = s  # the entry being emitted (an emitter may read its truncated_by)
-                    args = (self.index0 + self.emitted, s["text"], s["engine"], s["start_s"], s["end_s"])
+                    args = (self.index0 + self.emitted, s.text, s.engine, s.start_s, s.end_s)
                     if self.with_segment:
                         self.emit.sentence(*args, segment=self.segment)  # type: ignore[call-arg]
                     else:
@@ -376,8 +378,8 @@ class Outcome:
     """Everything one run of v2c over the whole audio produced (segment offsets applied)."""
 
     draft: list[str] = field(default_factory=list)
-    sent_windows: list[dict[str, Any]] = field(default_factory=list)
-    per_sentence: list[dict[str, Any]] = field(default_factory=list)
+    sent_windows: list[transcript.Window] = field(default_factory=list)
+    per_sentence: list[TimedSentence] = field(default_factory=list)
     fw_calls: int = 0
     first_text_s: float | None = None
     draft_s: float = 0.0
@@ -432,29 +434,22 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
         if out.first_text_s is None and first is not None:
             out.first_text_s = round(min(n, start + round(first * SR)) / SR, 3)  # never past the audio's end
         for w in windows:
-            out.sent_windows.append({"text": w.text, "start_chunk": chunk0 + w.start_chunk,
-                                     "end_chunk": chunk0 + w.end_chunk, "truncated_by": w.truncated_by})
+            out.sent_windows.append(transcript.Window(text=w.text, start_chunk=chunk0 + w.start_chunk,
+                                                      end_chunk=chunk0 + w.end_chunk, truncated_by=w.truncated_by))
         out.per_sentence.extend(settled)
     beat.report(total_s, total_s)  # everything settled: the last event before the result
     return out
 
 
-def result(engine: str, language: str, code: str, out: Outcome, n_samples: int) -> dict[str, Any]:
+def result(engine: str, language: str, code: str, out: Outcome, n_samples: int) -> Transcript:
     """The result object of docs/API.md (the daemon adds audio_path and its own timings)."""
-    return {
-        "engine": engine,
-        "language": language,
-        "draft": join_sentences(out.draft, code) if len(out.draft) > 1 else "".join(out.draft),
-        "final": join_sentences([p["text"] for p in out.per_sentence], code),
-        "sent_windows": out.sent_windows,
-        "fw_calls": out.fw_calls,
-        "first_text_s": out.first_text_s,
-        "per_sentence": out.per_sentence,
-        "duration_s": round(n_samples / SR, 3),
-        "segments": out.segments,
-        "timings": {"draft_s": round(out.draft_s, 4), "final_s": round(out.final_s, 4),
-                    "fw_s": round(out.fw_s, 4)},
-    }
+    return Transcript(
+        engine=engine, language=language,
+        draft=join_sentences(out.draft, code) if len(out.draft) > 1 else "".join(out.draft),
+        final=join_sentences([p.text for p in out.per_sentence], code),
+        sent_windows=out.sent_windows, fw_calls=out.fw_calls, first_text_s=out.first_text_s,
+        per_sentence=out.per_sentence, duration_s=round(n_samples / SR, 3), segments=out.segments,
+        timings=Timings(draft_s=round(out.draft_s, 4), final_s=round(out.final_s, 4), fw_s=round(out.fw_s, 4)))
 
 
 def _segment_drafts(emit: Emitter, segment: int) -> Callable[[str], None]:

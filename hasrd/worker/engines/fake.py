@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from hasrd.worker import v2c
-from hasrd.worker.engine import Emitter, EngineError, plain_result
+from hasrd.transcript import Transcript
+from hasrd.worker.engine import Emitter, EngineError
 from hasrd.languages import UnknownLanguage, resolve
 from hasrd.worker.scripted import DEFAULT_SCRIPT, ScriptedDraft
 
@@ -91,7 +92,7 @@ class FakeEngine:
                 "script": self.script}
 
     def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
-                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+                   cancelled: Callable[[], bool]) -> Transcript:
         opts = dict(options.get("fake") or {})
         if 0 <= self.crash_after <= self.served:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -127,10 +128,10 @@ class FakeEngine:
         out = v2c.run(draft, pcm, language or None, lambda audio: "", emit=emit, cancelled=cancelled,
                       mode="inline")
         result = v2c.result("fake", language, code, out, n)
-        result["draft"] = script
-        result["final"] = "".join(p["text"] for p in out.per_sentence)  # the script decides its own spacing
-        result["options"] = {k: v for k, v in options.items() if k != "fake"}  # what reached the worker (tests)
-        return plain_result(result)
+        result.draft = script
+        result.final = "".join(p.text for p in out.per_sentence)  # the script decides its own spacing
+        result.options = {k: v for k, v in options.items() if k != "fake"}  # what reached the worker (tests)
+        return result
 
     def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
         """The scripted draft over a live stream: the script is revealed over ``script_s`` seconds of speech

@@ -28,6 +28,7 @@ import numpy as np
 
 from hasrd.config import Settings
 from hasrd.models import resolve_fw, resolve_weights
+from hasrd.transcript import Transcript
 from hasrd.worker.engine import Emitter, EngineError
 from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, load_draft, r2t2_knows, run_v2c,
                                        versions, warm_up)
@@ -89,7 +90,7 @@ class HybridEngine:
         return ident
 
     def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
-                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+                   cancelled: Callable[[], bool]) -> Transcript:
         draft = self.draft
         if self.scripted:
             from hasrd.worker.scripted import ScriptedDraft
@@ -139,12 +140,12 @@ class HybridEngine:
         return session
 
     def whisper_alone(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
-                      cancelled: Callable[[], bool], note: str) -> dict[str, Any]:
+                      cancelled: Callable[[], bool], note: str) -> Transcript:
         """The whisper engine's whole-file transcription with the loaded faster-whisper, and why in ``note``."""
         alone = WhisperEngine(self.settings, self.fw_spec, self.fw_device, self.compute_type)
         alone.model = self.fw
         result = alone.transcribe(pcm, language, options, emit, cancelled)
-        result["note"] = note
+        result.note = note
         return result
 
     def close(self) -> None:

@@ -37,7 +37,8 @@ import numpy as np
 from hasrd.config import Settings
 from hasrd.models import resolve_weights
 from hasrd.worker import segment, v2c
-from hasrd.worker.engine import Emitter, EngineError, heard, plain_result
+from hasrd.transcript import Transcript
+from hasrd.worker.engine import Emitter, EngineError, heard
 from hasrd.worker.engines.whisper import language_of
 from hasrd.languages import R2T2_LANGUAGES, UnknownLanguage, resolve
 
@@ -238,7 +239,7 @@ class Detected:
 
 
 def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], Any] | None, settings: Settings,
-            pcm: np.ndarray, language: str, emit: Emitter, cancelled: Callable[[], bool]) -> dict[str, Any]:
+            pcm: np.ndarray, language: str, emit: Emitter, cancelled: Callable[[], bool]) -> Transcript:
     """v2c over segments of at most HASR_MAX_SEGMENT_SEC; ``window(code)`` builds the final stage (or None).
 
     ``code`` is called per window: the request's language code, else the one R2T2 detected by then, else ""
@@ -262,9 +263,9 @@ def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], 
         name, code = detected.name, detected.code
     res = v2c.result(engine_name, name, code, out, len(pcm))
     # detected = asked to detect and R2T2 named one (nothing heard, or a name we do not know: not detected)
-    res["language_detected"] = not bool(language or settings.language) and bool(name)
-    res["bar_signal"] = bar_signal(draft)
-    return plain_result(res)
+    res.language_detected = not bool(language or settings.language) and bool(name)
+    res.bar_signal = bar_signal(draft)
+    return res
 
 
 def versions(*dists: str) -> dict[str, str]:
@@ -297,7 +298,7 @@ class R2T2Engine:
                 "versions": versions("confucius4-r2t2", "vllm", "torch")}
 
     def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
-                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+                   cancelled: Callable[[], bool]) -> Transcript:
         refuse_translation(options, "the r2t2 engine (R2T2 only transcribes)")
         return run_v2c("r2t2", self.draft, None, self.settings, pcm, language, emit, cancelled)
 

@@ -35,7 +35,7 @@ truncated sentence invites whisper to echo or continue it (hybrid.py).
 
 faster-whisper returns numpy.float64 times and probabilities once word timestamps are on (segment times
 included); the worker channel (msgspec) cannot encode those, so every number is made a float where it is read
-and the result goes through :func:`~hasrd.worker.engines.plain_result`.
+(and the channel's encoder turns any it meets anyway: ``hasrd.transcript.numbers``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ from hasrd.worker import resegment, segment, vad
 from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
 from hasrd.models import resolve_fw
 from hasrd.worker.engines.fwload import batch_for, load_model, warm_up
-from hasrd.worker.engine import Emitter, EngineError, heard, plain_result
+from hasrd import transcript
+from hasrd.transcript import TimedSentence, Timings, Transcript
+from hasrd.worker.engine import Emitter, EngineError, heard
 from hasrd.worker.textrules import MAX_CAP, TOKENS_PER_S, clean_text, collapse_loops, token_cap  # noqa: F401
 from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
 
@@ -147,7 +149,7 @@ def timed_words(seg: Any, offset: float, source: int) -> list[resegment.Word]:
 
 
 def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], tokenize: Callable[[str], list[int]],
-                   want_words: bool) -> dict[str, Any]:
+                   want_words: bool) -> TimedSentence:
     """One ``per_sentence`` entry: the piece's text and times, the scores of the decoder segment most of its
     words came from, and its own text's tokens (a decoder segment may hold several sentences)."""
     counts: dict[int, int] = {}
@@ -156,16 +158,15 @@ def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], tokeni
     main = sources[max(counts, key=lambda k: counts[k])]
     raw = "".join(w.text for w in piece.words)
     tokens = tokenize(raw if raw.strip() == text else " " + text)
-    entry: dict[str, Any] = {"text": text, "engine": "fw", "start_s": round(piece.start, 3),
-                             "end_s": round(piece.end, 3),
-                             "avg_logprob": round(float(main.avg_logprob), 4),
-                             "no_speech_prob": round(float(main.no_speech_prob), 4),
-                             "compression_ratio": round(float(main.compression_ratio), 4),
-                             "temperature": float(main.temperature or 0.0),
-                             "seek": int(round(piece.start * 100)), "tokens": tokens}
+    entry = TimedSentence(text=text, engine="fw", start_s=round(float(piece.start), 3),
+                          end_s=round(float(piece.end), 3), avg_logprob=round(float(main.avg_logprob), 4),
+                          no_speech_prob=round(float(main.no_speech_prob), 4),
+                          compression_ratio=round(float(main.compression_ratio), 4),
+                          temperature=float(main.temperature or 0.0), seek=int(round(piece.start * 100)),
+                          tokens=[int(t) for t in tokens])
     if want_words:
-        entry["words"] = [{"word": w.text, "start": round(w.start, 3), "end": round(w.end, 3),
-                           "probability": round(w.probability, 4)} for w in piece.words]
+        entry.words = [transcript.Word(w.text, round(float(w.start), 3), round(float(w.end), 3),
+                                       round(float(w.probability), 4)) for w in piece.words]
     return entry
 
 
@@ -234,7 +235,7 @@ class WhisperEngine:
         return ident
 
     def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
-                   cancelled: Callable[[], bool]) -> dict[str, Any]:
+                   cancelled: Callable[[], bool]) -> Transcript:
         name, code = language_of(language or self.settings.language)
         fw_code = whisper_code(self.model, code)
         probability: float | None = None
@@ -242,8 +243,8 @@ class WhisperEngine:
         total_s = round(n / SR, 3)
         t0 = time.monotonic()
         emit.progress(0.0, total_s)
-        per_sentence: list[dict[str, Any]] = []
-        windows: list[dict[str, Any]] = []
+        per_sentence: list[TimedSentence] = []
+        windows: list[transcript.Window] = []
         first_text_s: float | None = None
         calls = 0
         cuts = resegment.Resegmenter()
@@ -264,12 +265,12 @@ class WhisperEngine:
             for text, piece in kept:
                 entry = sentence_entry(piece, text, sources, self._tokens, want_words)
                 if first_text_s is None:
-                    first_text_s = entry["end_s"]
-                emit.sentence(len(per_sentence), text, "fw", entry["start_s"], entry["end_s"])
+                    first_text_s = entry.end_s
+                emit.sentence(len(per_sentence), text, "fw", entry.start_s, entry.end_s)
                 per_sentence.append(entry)
-                c0 = int(entry["start_s"] / 0.16)
-                windows.append({"text": text, "start_chunk": c0,
-                                "end_chunk": max(c0, math.ceil(entry["end_s"] / 0.16) - 1)})
+                c0 = int(entry.start_s / 0.16)
+                windows.append(transcript.Window(text=text, start_chunk=c0,
+                                                 end_chunk=max(c0, math.ceil(entry.end_s / 0.16) - 1)))
 
         # Silero runs once per sample (the pieces side by side, ahead of the decoder: vad.piece_spans); the language
         # vote takes its speech from the first pieces (read ahead until they hold enough speech for it), which are
@@ -319,23 +320,14 @@ class WhisperEngine:
         settle(cuts.flush(), end=True)
         emit.progress(total_s, total_s)
         elapsed = time.monotonic() - t0
-        return plain_result({
-            "engine": "whisper",
-            "language": name,
-            "language_code": code,
-            "language_probability": None if probability is None else round(probability, 4),
-            "language_detected": probability is not None,
-            "draft": "",
-            "final": join_sentences([p["text"] for p in per_sentence], code),
-            "sent_windows": windows,
-            "fw_calls": calls,
-            "first_text_s": first_text_s,
-            "per_sentence": per_sentence,
-            "duration_s": total_s,
-            "decoding": "batched" if self.batch > 0 else "sequential",
-            "task": task_of(options),
-            "timings": {"draft_s": 0.0, "final_s": round(elapsed, 4), "fw_s": round(elapsed, 4)},
-        })
+        return Transcript(
+            engine="whisper", language=name, language_code=code,
+            language_probability=None if probability is None else round(float(probability), 4),
+            language_detected=probability is not None, draft="",
+            final=join_sentences([p.text for p in per_sentence], code), sent_windows=windows, fw_calls=calls,
+            first_text_s=first_text_s, per_sentence=per_sentence, duration_s=total_s,
+            decoding="batched" if self.batch > 0 else "sequential", task=task_of(options),
+            timings=Timings(draft_s=0.0, final_s=round(elapsed, 4), fw_s=round(elapsed, 4)))
 
     def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
         """faster-whisper with local agreement over a growing buffer (live_whisper.py)."""
