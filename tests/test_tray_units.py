@@ -70,6 +70,8 @@ def test_unknown_icon_state_is_refused() -> None:
     (snap(state="backoff", health="idle", error="oom"), "error",
      "hasr: loading failed: oom (the next request retries)"),
     (Link(DOWN, "refused"), "offline", "hasr: daemon not running"),
+    (Link(DOWN, "refused", "hasrd.socket stopped: systemctl --user restart hasrd.socket"), "offline",
+     "hasr: daemon not running (hasrd.socket stopped)"),
     (Link(ASLEEP), "idle", "hasr: idle (daemon asleep, starts on demand)"),
     (Link(BROKEN, "not JSON"), "error", "hasr: daemon error: not JSON"),
 ])
@@ -266,6 +268,16 @@ def test_no_daemon_is_shown_as_down_and_a_broken_answer_as_broken() -> None:
     c = ScriptedClient([DaemonDown("refused"), DaemonError("bad_answer", "not JSON"), {"status": "idle"}], [])
     seen = published(c, 3)
     assert seen[0] == Link(DOWN, "refused") and seen[1] == Link(BROKEN, "not JSON") and seen[2]["health"] == "idle"
+
+
+def test_a_stopped_socket_unit_is_down_with_the_command_that_brings_it_back() -> None:
+    seen: list[Any] = []
+    hint = "hasrd.socket stopped: systemctl --user restart hasrd.socket"
+    w = Watcher(ScriptedClient([DaemonDown("nothing listens")], []), seen.append, poll_sec=0.01,  # type: ignore
+                asleep=lambda: False, hint=lambda: hint)
+    w.step()
+    assert seen == [Link(DOWN, "nothing listens", hint)]
+    assert view(seen[0]).line == f"Daemon not running ({hint})"
 
 
 def test_an_asleep_socket_activated_daemon_is_never_connected_to() -> None:

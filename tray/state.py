@@ -23,6 +23,7 @@ class Link:
 
     kind: str
     detail: str = ""
+    hint: str = ""  # DOWN: why and how to bring it back, when systemd knows ("hasrd.socket stopped: systemctl ...")
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,10 @@ def view(info: Mapping[str, Any] | Link) -> View:
         if info.kind == BROKEN:
             detail = info.detail or "unexpected answer"
             return View("error", f"hasr: daemon error: {detail}", f"Daemon error: {detail}", "error")
+        if info.hint:
+            why = info.hint.split(":", 1)[0]
+            return View("offline", f"hasr: daemon not running ({why})", f"Daemon not running ({info.hint})",
+                        "offline")
         return View("offline", "hasr: daemon not running", "Daemon not running", "offline")
     health = str(info.get("health") or "")
     if health not in HEALTHS:
