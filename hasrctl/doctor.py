@@ -276,6 +276,32 @@ def daemon_checks(socket_opt: str | None) -> list[Check]:
     return out
 
 
+def tray_checks() -> list[Check]:
+    """Whether ``hasr-tray`` can run with this interpreter (tray.deps: Tk for Python, the tray extra), which
+    icon backend it would pick, and whether an autostart entry would fail at every login."""
+    from hasrctl.install import autostart_path
+    from tray import deps
+    from tray.app import choose_backend
+
+    parts = deps.parts()
+    lacking = [p for p in parts if p.needed and not p.ok]
+    entry = autostart_path()
+    if lacking:
+        starts = f"; its autostart entry {entry} fails at every login" if entry.is_file() else ""
+        also = (f"; or remove {entry} (hasrctl setup takes back its own while the tray cannot run)" if starts
+                else "; only the tray needs it, not the daemon or hasrctl")
+        return [Check("fail" if starts else "warn", f"tray: hasr-tray cannot run: {deps.reason(lacking)}{starts}",
+                      deps.fix(lacking) + also)]
+    backend = choose_backend(os.environ)
+    how = {"xorg": "the plain X tray icon: no menu, a left click opens the drop window",
+           "appindicator": "AppIndicator: the icon has a menu"}.get(backend, backend)
+    out = [Check("ok", f"tray: hasr-tray can run ({how})"
+                       + (f"; started at login by {entry}" if entry.is_file() else ""))]
+    out += [Check("warn", f"tray: {p.name} is missing ({p.error}): {p.lacking}", p.fix)
+            for p in parts if not p.needed and not p.ok]
+    return out
+
+
 GPU_ONLY = ("torch ", "vllm ", "r2t2 ", "libcudart", "libcublas", "libcudnn", "the worker sees no CUDA",
             "faster-whisper large-v3 is not", "the R2T2 weights were not found")
 
@@ -322,7 +348,7 @@ def effective_settings() -> list[tuple[str, str, str, str]]:
 @click.option("--json", "as_json", is_flag=True, envvar="HASR_DOCTOR_JSON", show_envvar=True, help="JSON output.")
 @click.option("--socket", "socket_", metavar="PATH", envvar="HASR_SOCKET", show_envvar=True, help="Daemon socket.")
 def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
-    """Check the GPU, driver, CUDA libraries, the worker's Python packages, models, daemon and units."""
+    """Check the GPU, driver, CUDA libraries, the worker's Python packages, models, daemon, units and tray."""
     try:
         settings = config.load()
     except config.ConfigError as e:
@@ -344,6 +370,7 @@ def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
         checks.append(worker_start_check(python, env))
     checks += model_checks(p, settings)
     checks += daemon_checks(socket_)
+    checks += tray_checks()
     checks = plainly(checks, settings)
     rows = effective_settings() if not any("configuration:" in c.what and c.state == "fail" for c in checks) else []
     if as_json:

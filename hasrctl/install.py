@@ -151,8 +151,21 @@ def render_desktop(text: str) -> str:
     return body
 
 
-def planned_files(units_dir: str | None, tray: bool) -> dict[Path, bytes]:
-    """Every file setup writes, with its content."""
+def autostart_path() -> Path:
+    return _xdg("XDG_CONFIG_HOME", ".config") / "autostart" / "hasr-tray.desktop"
+
+
+def tray_cannot_run() -> str:
+    """Why this installation's ``hasr-tray`` would fail at start (tray.deps: Tk for Python, the tray extra),
+    empty when it can run. The entries start it with this interpreter, so asking here is asking it."""
+    from tray import deps
+
+    lacking = deps.missing()
+    return deps.message(lacking) if lacking else ""
+
+
+def planned_files(units_dir: str | None, tray: bool, autostart: bool = True) -> dict[Path, bytes]:
+    """Every file setup writes, with its content (the tray's autostart entry only with ``autostart``)."""
     src = unit_source(units_dir)
     unit_dir = _xdg("XDG_CONFIG_HOME", ".config") / "systemd" / "user"
     files = {unit_dir / "hasrd.socket": (src / "hasrd.socket").read_bytes(),
@@ -161,8 +174,8 @@ def planned_files(units_dir: str | None, tray: bool) -> dict[Path, bytes]:
         data = _xdg("XDG_DATA_HOME", ".local/share")
         files[data / "applications" / "hasr-tray.desktop"] = \
             render_desktop(_packaging("hasr-tray.desktop").read_text()).encode()
-        files[_xdg("XDG_CONFIG_HOME", ".config") / "autostart" / "hasr-tray.desktop"] = \
-            render_desktop(_packaging("autostart", "hasr-tray.desktop").read_text()).encode()
+        if autostart:
+            files[autostart_path()] = render_desktop(_packaging("autostart", "hasr-tray.desktop").read_text()).encode()
         for rel, icon in icons():  # Icon=hasr in both entries; the tray's state icons beside it
             files[data / "icons" / "hicolor" / rel] = icon.read_bytes()
     return files
@@ -244,8 +257,25 @@ def no_manager_message() -> str:
             f"would listen on {discovery.default_socket()}; {hint}")
 
 
+def drop_autostart(owned: dict[str, str], why: str) -> None:
+    """The tray cannot run: say so, and take back an autostart entry an earlier setup installed (unchanged
+    since), which would fail at every login; one a person wrote or changed is left alone."""
+    path = autostart_path()
+    say(f"skipped the tray's autostart entry: {why}; then run hasrctl setup again")
+    sha = owned.get(str(path))
+    if sha is None or path.is_symlink() or not path.is_file():
+        return
+    if _sha(path.read_bytes()) != sha:
+        say(f"{path} was changed since setup: left in place")
+        return
+    path.unlink()
+    del owned[str(path)]
+    click.echo(f"removed  {path}")
+
+
 def install(units_dir: str | None, tray: bool, force: bool) -> None:
-    files = planned_files(units_dir, tray)
+    why_not = tray_cannot_run() if tray else ""
+    files = planned_files(units_dir, tray, autostart=not why_not)
     manifest = read_manifest()
     owned: dict[str, str] = manifest["files"]
     current = {path: _read(path) for path in files}
@@ -258,6 +288,8 @@ def install(units_dir: str | None, tray: bool, force: bool) -> None:
             raise UsageError(f"{path} {why} (use --force to replace it)")
     if not discovery.user_manager_running():
         raise CliError(no_manager_message())
+    if why_not:
+        drop_autostart(owned, why_not)
     created: list[str] = list(manifest.get("dirs", []))
     icon_dir = icon_root()
     done: dict[str, int] = {}
@@ -333,7 +365,8 @@ def uninstall(force: bool) -> None:
 @click.command(epilog="Needs a running systemd user manager (a normal desktop login has one).")
 @click.option("--uninstall", "remove", is_flag=True, help="Remove what setup installed (disables the socket).")
 @click.option("--tray/--no-tray", default=True, show_default=True, envvar="HASR_SETUP_TRAY", show_envvar=True,
-              help="Also install the tray's desktop entry, autostart entry and icons.")
+              help="Also install the tray's desktop entry, autostart entry (only when the tray can run here: "
+                   "Tk for Python and the tray extra) and icons.")
 @click.option("--units-dir", metavar="DIR", envvar="HASR_UNITS_DIR", show_envvar=True,
               help="Take hasrd.socket and hasrd.service from DIR [default: the ones shipped with hasr].")
 @click.option("--force", is_flag=True, envvar="HASR_SETUP_FORCE", show_envvar=True,

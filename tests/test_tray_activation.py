@@ -2,7 +2,7 @@
 
 The test plays systemd: it owns the listening socket, starts ``hasrd`` (LISTEN_FDS=1) when a connection
 waits, reads its sd_notify datagrams (READY=1 -> active, STOPPING=1 -> deactivating), and answers the tray's
-``systemctl --user is-active`` through a stand-in ``systemctl`` on PATH. The tray itself runs unchanged.
+``systemctl --user show`` through a stand-in ``systemctl`` on PATH. The tray itself runs unchanged.
 """
 
 from __future__ import annotations
@@ -20,13 +20,11 @@ from tests.test_tray_x import REPO, Desktop, _x_tools, background, desktop, make
 from tray.client import Client
 
 SYSTEMCTL = """#!/bin/sh
-# stand-in for `systemctl [--user] is-active [--quiet] UNIT`, fed by the test's activator
-unit=""; for a in "$@"; do unit="$a"; done
-case "$unit" in
-  hasrd.socket) exit 0 ;;
-  hasrd.service) [ -e "$HASR_TEST_ACTIVE" ] && exit 0; exit 3 ;;
-esac
-exit 3
+# stand-in for `systemctl [--user] show --property=Id,LoadState,ActiveState hasrd.socket hasrd.service`, fed by
+# the test's activator: the socket always listens, the service is active while the activator says so
+service=inactive; [ -e "$HASR_TEST_ACTIVE" ] && service=active
+printf 'Id=hasrd.socket\\nLoadState=loaded\\nActiveState=active\\n\\nId=hasrd.service\\nLoadState=loaded\\n'
+printf 'ActiveState=%s\\n' "$service"
 """
 WRAP = ("import os, sys; fd = int(sys.argv[1]); fd != 3 and os.dup2(fd, 3); "
         "os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid())); os.execv(sys.argv[2], sys.argv[2:])")

@@ -65,10 +65,13 @@ def test_unknown_icon_state_is_refused() -> None:
      "busy", "hasr: transcribing 会议.wav 40%"),
     (snap(state="ready", health="busy", queue=2, job={"name": "a.wav", "done_s": 1.0, "total_s": 4.0}),
      "busy", "hasr: transcribing a.wav 25% (+2 queued)"),
-    (snap(state="fatal", health="error", error="no weights"), "error", "hasr: error: no weights"),
-    (snap(state="backoff", health="loading", error="oom"), "loading",
-     "hasr: loading failed, next request retries: oom"),
+    (snap(state="fatal", health="error", error="no weights"), "error",
+     "hasr: loading failed repeatedly: no weights (`hasrctl load` retries)"),
+    (snap(state="backoff", health="idle", error="oom"), "error",
+     "hasr: loading failed: oom (the next request retries)"),
     (Link(DOWN, "refused"), "offline", "hasr: daemon not running"),
+    (Link(DOWN, "refused", "hasrd.socket stopped: systemctl --user restart hasrd.socket"), "offline",
+     "hasr: daemon not running (hasrd.socket stopped)"),
     (Link(ASLEEP), "idle", "hasr: idle (daemon asleep, starts on demand)"),
     (Link(BROKEN, "not JSON"), "error", "hasr: daemon error: not JSON"),
 ])
@@ -76,6 +79,25 @@ def test_view_names_the_state_in_words(info: Any, icon: str, title: str) -> None
     v = view(info)
     assert (v.icon, v.title) == (icon, title)
     assert v.line[0].isupper() and v.line.lower().startswith(title[len("hasr: "):].lower()[:8])
+
+
+# What hasrd answers after one failed load (HASR_MAX_LOAD_FAILURES not reached): /health and /api/events.
+FAILED_HEALTH = {"status": "idle", "model_loaded": False, "engine": "fake", "loading": False, "busy": False,
+                 "queue": 0, "error": "no weights in /nowhere"}
+FAILED_SNAPSHOT = snap(state="backoff", health="idle", error="no weights in /nowhere", error_code="model_unavailable",
+                       failures=1)
+
+
+@pytest.mark.parametrize("info", [from_health(FAILED_HEALTH), FAILED_SNAPSHOT], ids=["health", "events"])
+def test_a_failed_load_is_red_with_its_reason_in_the_title_and_the_menu(info: dict[str, Any]) -> None:
+    v = view(info)
+    assert v.icon == "error" and v.title == "hasr: loading failed: no weights in /nowhere (the next request retries)"
+    items = menu.build(v)
+    assert items[0].label == "Loading failed: no weights in /nowhere (the next request retries)"  # type: ignore
+    assert menu.actions(items)[menu.UNLOAD].enabled  # an unload clears the failure
+    assert is_quiet(info)  # nothing happens until the next request: the tray polls, the daemon may idle-exit
+    cleared = view(from_health({**FAILED_HEALTH, "error": None}))
+    assert (cleared.icon, cleared.title) == ("idle", "hasr: idle (model not loaded)")
 
 
 def test_an_unknown_health_is_shown_as_idle_not_a_crash() -> None:
@@ -246,6 +268,16 @@ def test_no_daemon_is_shown_as_down_and_a_broken_answer_as_broken() -> None:
     c = ScriptedClient([DaemonDown("refused"), DaemonError("bad_answer", "not JSON"), {"status": "idle"}], [])
     seen = published(c, 3)
     assert seen[0] == Link(DOWN, "refused") and seen[1] == Link(BROKEN, "not JSON") and seen[2]["health"] == "idle"
+
+
+def test_a_stopped_socket_unit_is_down_with_the_command_that_brings_it_back() -> None:
+    seen: list[Any] = []
+    hint = "hasrd.socket stopped: systemctl --user restart hasrd.socket"
+    w = Watcher(ScriptedClient([DaemonDown("nothing listens")], []), seen.append, poll_sec=0.01,  # type: ignore
+                asleep=lambda: False, hint=lambda: hint)
+    w.step()
+    assert seen == [Link(DOWN, "nothing listens", hint)]
+    assert view(seen[0]).line == f"Daemon not running ({hint})"
 
 
 def test_an_asleep_socket_activated_daemon_is_never_connected_to() -> None:

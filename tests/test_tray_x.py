@@ -267,6 +267,39 @@ def test_icon_docks_and_its_colour_follows_the_daemon_through_every_state(deskto
         desktop.save_tray_strip(Path(SHOTS) / "tray.png", seen)
 
 
+def error_pixels(desk: Desktop, window: Any) -> int:
+    """How many pixels of ``window`` have the error colour (the drop window's state icon when red)."""
+    img = xh.grab(desk.name, xh.root_box(desk.d, window)).convert("RGB")
+    red = xh.COLORS["error"]
+    return sum(n for n, (r, g, b) in img.getcolors(img.width * img.height) or []  # type: ignore[misc]
+               if abs(r - red[0]) + abs(g - red[1]) + abs(b - red[2]) < 60)
+
+
+def test_one_failed_load_turns_the_icon_and_the_drop_window_red_with_the_reason(desktop: Desktop) -> None:
+    sock = str(desktop.dir / "d.sock")  # the default HASR_MAX_LOAD_FAILURES (5): one failure is a backoff
+    daemon = start_daemon(desktop, sock, {"HASR_FAKE_FAIL_LOAD": "model_unavailable:no weights in /nowhere"})
+    tray = start_tray(desktop, sock, "--show-window")
+    client = Client(sock)
+    try:
+        icon = desktop.icon_window()
+        desktop.wait_state(icon, "idle", "model not loaded")
+        window = desktop.drop_window()
+        assert error_pixels(desktop, window) < 20
+        with pytest.raises(DaemonError, match="no weights in /nowhere"):
+            client.request("POST", "/api/load", {})
+        assert client.health()["status"] == "idle"  # hasrd calls it idle (the next request loads again) ...
+        desktop.wait_state(icon, "error", "hasr: loading failed: no weights in /nowhere (the next request retries)",
+                           timeout=5)  # ... the tray shows the failure at once
+        xh.wait_for(lambda: error_pixels(desktop, window) > 150, 5, 0.1, "the drop window's status icon to turn red")
+        client.unload()  # clears the failure
+        desktop.wait_state(icon, "idle", "model not loaded", timeout=5)
+        assert error_pixels(desktop, window) < 20
+        assert tray.alive()
+    finally:
+        tray.stop()
+        daemon.stop()
+
+
 def test_dropped_audio_files_are_transcribed_next_to_themselves_and_announced(desktop: Desktop) -> None:
     sock = str(desktop.dir / "d.sock")
     daemon = start_daemon(desktop, sock, {"HASR_FAKE_RTF": "0.2"})

@@ -289,6 +289,27 @@ def first_instance(wait: float = 5.0) -> Any:
             raise RuntimeError(f"another hasr-tray (pid {single.running_pid()}) holds the lock but does not answer")
 
 
+def display_error(e: BaseException) -> str | None:
+    """One line for a display that cannot be opened (Tk's TclError, python-xlib's DisplayError, raised while
+    the icon or the window connects); None for any other error, which keeps its traceback."""
+    try:
+        import tkinter
+
+        tk_error: tuple[type[BaseException], ...] = (tkinter.TclError,)
+    except ImportError:
+        tk_error = ()
+    try:
+        from Xlib.error import DisplayError
+
+        x_error: tuple[type[BaseException], ...] = (DisplayError,)
+    except ImportError:
+        x_error = ()
+    shown = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or "?"
+    if isinstance(e, x_error) or (isinstance(e, tk_error) and "display" in str(e)):
+        return f"cannot open the display {shown}: {e}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="hasr-tray", description="hasr tray icon and drop window")
     p.add_argument("--socket", help="daemon socket (default: HASR_SOCKET or $XDG_RUNTIME_DIR/hasr/hasrd.sock)")
@@ -301,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="hasr-tray %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pystray").setLevel(logging.CRITICAL)  # "Failed to dock icon" tracebacks while no tray
+    from tray import deps
+
+    lacking = deps.missing()
+    if lacking:
+        print(f"hasr-tray: {deps.message(lacking)}", file=sys.stderr)
+        return 2
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         print("hasr-tray: no display (DISPLAY is not set)", file=sys.stderr)
         return 2
@@ -319,7 +346,16 @@ def main(argv: list[str] | None = None) -> int:
 
     s = tray_settings.load(socket=args.socket, format=args.format, language=args.language)
     log.info("backend %s, socket %s, format %s", os.environ["PYSTRAY_BACKEND"], s.socket, s.format)
-    app = App(s, show_window=args.show_window)
+    try:
+        app = App(s, show_window=args.show_window)
+    except Exception as e:
+        reason = display_error(e)
+        if reason is None:
+            raise
+        print(f"hasr-tray: {reason}", file=sys.stderr)
+        if instance is not None:
+            instance.close()
+        return 2
     if instance is not None:
         instance.serve(lambda: app.ui(app.window.show))
     try:

@@ -23,6 +23,7 @@ class Link:
 
     kind: str
     detail: str = ""
+    hint: str = ""  # DOWN: why and how to bring it back, when systemd knows ("hasrd.socket stopped: systemctl ...")
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,9 @@ def describe(snap: Mapping[str, Any]) -> str:
         if isinstance(job, Mapping):
             return job_text(job) + waiting
         return (str(snap.get("status_text") or "transcribing")) + waiting
-    if health == "loading" and snap.get("state") == "backoff":
-        msg = error_text(snap.get("error"))
-        return f"loading failed, next request retries: {msg}" if msg else "loading failed, next request retries"
+    if snap.get("state") == "backoff":
+        msg = error_text(snap.get("error")) or "no reason given"
+        return f"loading failed: {msg} (the next request retries)" + waiting
     if health == "loading":
         elapsed = _num(snap.get("elapsed_s"))
         if elapsed is not None:
@@ -87,6 +88,9 @@ def describe(snap: Mapping[str, Any]) -> str:
         return "ready (model loaded)" + waiting
     if health == "idle":
         return "idle (model not loaded)" + waiting
+    if health == "error" and snap.get("state") == "fatal":
+        msg = error_text(snap.get("error")) or "no reason given"
+        return f"loading failed repeatedly: {msg} (`hasrctl load` retries)"
     if health == "error":
         msg = error_text(snap.get("error"))
         return f"error: {msg}" if msg else "error"
@@ -102,10 +106,16 @@ def view(info: Mapping[str, Any] | Link) -> View:
         if info.kind == BROKEN:
             detail = info.detail or "unexpected answer"
             return View("error", f"hasr: daemon error: {detail}", f"Daemon error: {detail}", "error")
+        if info.hint:
+            why = info.hint.split(":", 1)[0]
+            return View("offline", f"hasr: daemon not running ({why})", f"Daemon not running ({info.hint})",
+                        "offline")
         return View("offline", "hasr: daemon not running", "Daemon not running", "offline")
     health = str(info.get("health") or "")
     if health not in HEALTHS:
         health = "error" if info.get("error") else "idle"
+    if info.get("state") == "backoff":  # the daemon calls it idle (the next request loads); the user sees why
+        health = "error"
     words = describe({**info, "health": health})
     loaded = health in ("ok", "busy") or str(info.get("state") or "") in ("ready", "starting", "stopping")
     return View(health, f"hasr: {words}", words[:1].upper() + words[1:], health, loaded)
@@ -127,8 +137,10 @@ def from_health(h: Mapping[str, Any]) -> dict[str, Any]:
         state = "starting"
     elif status == "error":
         state = "fatal"
-    elif status == "loading":
-        state = "backoff"  # loading without a load in progress: the last load failed, the next request retries
+    elif h.get("error") or status == "loading":
+        # an error while idle is the last load's (hasrd reports one only in backoff and fatal); loading without
+        # a load in progress is how older daemons said it: the next request retries
+        state = "backoff"
     else:
         state = "stopped"
     try:

@@ -11,7 +11,9 @@ The events-connection policy:
 * When nothing listens on the socket the tray shows "daemon not running" and keeps probing; a refused
   connection starts nothing.
 * When systemd owns the socket (``hasrd.socket`` active) and ``hasrd.service`` is inactive, the daemon is
-  asleep: connecting would start it, so the tray asks systemd instead and does not connect at all.
+  asleep: connecting would start it, so the tray asks systemd instead and does not connect at all. systemd
+  is asked at every probe, so a socket unit stopped (or failed) is shown as "not running" at the next probe,
+  with the command that brings it back.
 * A stream that ends (the daemon exited on idle, or restarted) is followed by an immediate probe.
 
 ``Watcher.poke()`` cuts a wait short (the user just asked for a transcription).
@@ -23,7 +25,6 @@ import http.client
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,43 +32,76 @@ from hasrd import config
 from tray.client import Client, DaemonDown, DaemonError, EventStream
 from tray.state import ASLEEP, BROKEN, DOWN, Link, from_health, is_quiet
 
+UNIT_SOCKET, UNIT_SERVICE = "hasrd.socket", "hasrd.service"
 Publish = Callable[["Mapping[str, Any] | Link"], None]
 
 
 class SystemdProbe:
-    """Whether systemd holds the daemon's socket while the service is stopped (asked at most once a poll)."""
+    """What systemd says about the daemon's socket, asked at every probe (one ``systemctl show`` for both
+    units, so a socket stopped a moment ago is never shown as asleep).
 
-    def __init__(self, socket_path: str, recheck_sec: float = 60.0) -> None:
+    Calling it answers whether the daemon is asleep (``hasrd.socket`` listening, ``hasrd.service`` not
+    running); ``socket_state`` keeps what the socket unit was: ``""`` when systemd does not apply (another
+    socket path, no systemctl, no manager, the unit not installed), else its ActiveState (``active``,
+    ``inactive``, ``failed``, ...).
+    """
+
+    def __init__(self, socket_path: str) -> None:
         self.user = socket_path != config.SYSTEM_SOCKET
         self.applies = socket_path in (config.default_socket(), config.SYSTEM_SOCKET)
         self.systemctl = shutil.which("systemctl") if self.applies else None
-        self.recheck_sec = recheck_sec
-        self._socket_unit: tuple[float, bool] | None = None
+        self.socket_state = ""
 
-    def _active(self, unit: str) -> bool:
-        argv = [str(self.systemctl)] + (["--user"] if self.user else []) + ["is-active", "--quiet", unit]
+    def units(self) -> dict[str, dict[str, str]]:
+        """``{unit: {"LoadState": ..., "ActiveState": ...}}`` for hasrd.socket and hasrd.service; empty when
+        systemd cannot be asked."""
+        argv = [str(self.systemctl)] + (["--user"] if self.user else []) + [
+            "show", "--property=Id,LoadState,ActiveState", UNIT_SOCKET, UNIT_SERVICE]
         try:
-            return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=3).returncode == 0
+            res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3)
         except (OSError, subprocess.SubprocessError):
-            return False
+            return {}
+        if res.returncode != 0:
+            return {}
+        out: dict[str, dict[str, str]] = {}
+        for block in res.stdout.split("\n\n"):
+            props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+            if props.get("Id"):
+                out[props["Id"]] = props
+        return out
 
     def __call__(self) -> bool:
         if not self.systemctl:
             return False
-        now = time.monotonic()
-        if self._socket_unit is None or now - self._socket_unit[0] > self.recheck_sec:
-            self._socket_unit = (now, self._active("hasrd.socket"))
-        return self._socket_unit[1] and not self._active("hasrd.service")
+        units = self.units()
+        sock, service = units.get(UNIT_SOCKET, {}), units.get(UNIT_SERVICE, {})
+        loaded = sock.get("LoadState") == "loaded"
+        self.socket_state = sock.get("ActiveState", "") if loaded else ""
+        return self.socket_state == "active" and service.get("ActiveState") != "active"
+
+    def hint(self) -> str:
+        """How to bring a stopped socket unit back (empty while it is active or systemd does not apply)."""
+        if self.socket_state in ("", "active"):
+            return ""
+        word = "failed" if self.socket_state == "failed" else "stopped"
+        user = " --user" if self.user else ""
+        return f"{UNIT_SOCKET} {word}: systemctl{user} restart {UNIT_SOCKET}"
 
 
 class Watcher:
     """Runs in its own thread and calls ``publish`` with each snapshot, or a Link when there is none."""
 
     def __init__(self, client: Client, publish: Publish, poll_sec: float = 3.0,
-                 asleep: Callable[[], bool] | None = None) -> None:
+                 asleep: Callable[[], bool] | None = None, hint: Callable[[], str] | None = None) -> None:
+        """``asleep`` and ``hint`` default to a :class:`SystemdProbe` of the client's socket."""
         self.client, self.publish, self.poll_sec = client, publish, poll_sec
-        self.asleep = asleep or SystemdProbe(client.path)
+        self.asleep: Callable[[], bool]
+        self.hint: Callable[[], str]
+        if asleep is None:
+            probe = SystemdProbe(client.path)
+            self.asleep, self.hint = probe, probe.hint
+        else:
+            self.asleep, self.hint = asleep, hint or (lambda: "")
         self._stop = threading.Event()
         self._poke = threading.Event()
         self._stream: EventStream | None = None
@@ -124,7 +158,7 @@ class Watcher:
                 return True
             return self._follow()
         except DaemonDown as e:
-            self.publish(Link(DOWN, str(e)))
+            self.publish(Link(DOWN, str(e), self.hint()))
         except (DaemonError, OSError, ValueError, http.client.HTTPException) as e:
             self.publish(Link(BROKEN, str(e) or type(e).__name__))
         return True
