@@ -59,9 +59,8 @@ async def openai_audio(request: Request, task: Literal["transcribe", "translate"
     check_access(d, request)
     limit = int(d.settings.max_upload_mb * 1024 * 1024)
     length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > limit + 65536:
-        raise errors.TooLarge(f"the upload is {_mb(int(length))}; the limit is "
-                              f"{_mb(limit)} (HASR_MAX_UPLOAD_MB)", param="file")
+    if length and length.isdigit():
+        _check_size(int(length), limit)  # what the client announces, refused before a byte of it is read
     ctype = request.headers.get("content-type", "")
     if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
@@ -92,14 +91,8 @@ async def openai_audio(request: Request, task: Literal["transcribe", "translate"
     upload = form.get("file")
     path = form.get("path")
     if upload is not None and not isinstance(upload, str):
-        f = upload.file
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(0)
-        if size > limit:
-            raise errors.TooLarge(f"the upload is {_mb(size)}; the limit is {_mb(limit)} (HASR_MAX_UPLOAD_MB)")
         name = shown(upload.filename or "upload")
-        source: Any = f
+        source: Any = upload.file
         audio_path = None
     elif isinstance(path, str) and path:
         check_path_access(d, request)
@@ -128,8 +121,7 @@ async def read_form(request: Request, limit: int) -> Any:
         seen = 0
         async for chunk in request.stream():
             seen += len(chunk)
-            if seen > limit + 65536:
-                raise errors.TooLarge(f"the upload is over the {_mb(limit)} limit (HASR_MAX_UPLOAD_MB)")
+            _check_size(seen, limit, whole=False)
             yield chunk
 
     try:
@@ -138,6 +130,17 @@ async def read_form(request: Request, limit: int) -> Any:
         return await FormParser(request.headers, limited()).parse()
     except MultiPartException as e:
         raise errors.BadRequest(f"malformed form: {e.message}") from None
+
+
+FORM_SLACK = 65536  # the form's other fields and its part headers, on top of HASR_MAX_UPLOAD_MB
+
+
+def _check_size(n: int, limit: int, whole: bool = True) -> None:
+    """The one size rule of an upload: a request body of at most HASR_MAX_UPLOAD_MB plus FORM_SLACK. Applied to
+    the announced Content-Length (``whole``) and to the bytes as they arrive (a chunked body announces none)."""
+    if n > limit + FORM_SLACK:
+        said = f"the upload is {_mb(n)}" if whole else "the upload is larger"
+        raise errors.TooLarge(f"{said}; the limit is {_mb(limit)} (HASR_MAX_UPLOAD_MB)", param="file")
 
 
 def _mb(n: float) -> str:
