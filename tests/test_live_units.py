@@ -196,6 +196,41 @@ def test_the_decode_at_the_pause_is_the_final_without_another() -> None:
     assert model.calls[-1][1] == PAUSE_BEAM and model.calls[-2][1] == 1  # the pause's decode, after greedy steps
 
 
+def committed(model: FakeModel, pcm: np.ndarray, tail: np.ndarray, hurry: bool) -> Events:
+    """``pcm`` fed in 64 ms pieces, then ``tail`` as one piece (what waited behind a decode) and a commit."""
+    ev = Events()
+    live = WhisperLive(model, "en", "transcribe", None, ev, lambda: False, {"vad": "energy", "silence_ms": 2000})
+    for i in range(0, len(pcm), 1024):
+        live.feed(pcm[i:i + 1024])
+    live.feed(tail, hurry=hurry)
+    live.commit()
+    live.finish()
+    return ev
+
+
+def test_a_commit_queued_behind_audio_skips_that_audios_draft_and_decodes_the_utterance_once() -> None:
+    """Issue 31 #4: drafts due for audio that a commit follows were decoded before the commit was acted on."""
+    slow = FakeModel(by_beam)
+    committed(slow, np.concatenate([quiet(0.5), tone(1.0)]), tone(1.5), hurry=False)
+    assert [beam for _, beam in slow.calls[-2:]] == [1, PAUSE_BEAM]  # a greedy draft, then the commit's decode
+    fast = FakeModel(by_beam)
+    ev = committed(fast, np.concatenate([quiet(0.5), tone(1.0)]), tone(1.5), hurry=True)
+    assert len(fast.calls) == len(slow.calls) - 1 and fast.calls[-1] == (slow.calls[-1][0], PAUSE_BEAM)
+    assert ev.sentences == ["beam 5"]  # the whole utterance, decoded once with the final's beam
+
+
+def test_a_commit_during_the_pause_that_was_decoded_takes_that_decode_as_the_final() -> None:
+    """The speech stopped, the pause's beam decode ran, and the client committed before the VAD's end (a long
+    silence_ms): the commit needs no decode of its own."""
+    model = FakeModel(by_beam)
+    ev = committed(model, np.concatenate([quiet(0.5), tone(2.0), quiet(0.4)]), quiet(0.1), hurry=True)
+    assert model.calls[-1][1] == PAUSE_BEAM and model.calls[-2][1] == 1  # greedy steps, then the pause's
+    assert ev.sentences == ["beam 5"] and ev.turns[-1] == (0, "completed", "beam 5")
+    again = FakeModel(by_beam)  # speech after that pause: its decode is no final for the commit
+    committed(again, np.concatenate([quiet(0.5), tone(2.0), quiet(0.4), tone(0.5)]), tone(0.1), hurry=True)
+    assert again.calls[-1][0] > again.calls[-2][0] and again.calls[-1][1] == PAUSE_BEAM
+
+
 def test_final_beam_decodes_every_final_at_the_utterance_end_with_that_beam() -> None:
     for final_beam, pieces in ((3, 0.064), (1, 4.0), (1, 0.064)):
         model = FakeModel(by_beam)

@@ -185,12 +185,17 @@ class LiveBase(abc.ABC):
         self.turn_starts: list[float] = []  # their start times (ascending): which utterance a time is in
         self.said: dict[int, list[str]] = {}  # final texts of utterances not yet completed
         self.first_text_s: float | None = None  # audio fed when the first text (draft or final) went out
+        self.hurry = False  # the audio being fed is followed by a commit or the end (see feed)
         self.t0 = time.monotonic()
 
     # ---- the session's API (main.py) --------------------------------------------------------------------
 
-    def feed(self, pcm: np.ndarray) -> None:
+    def feed(self, pcm: np.ndarray, *, hurry: bool = False) -> None:
+        """Take ``pcm``; ``hurry``: the end of the utterance follows at once (a commit or the session's end is
+        queued behind this audio), so no draft is decoded for it: the end's one decode of the whole utterance
+        starts sooner (issue 31 #4). Engines whose drafts must see every piece of audio (R2T2) ignore it."""
         self.check()
+        self.hurry = hurry
         self.audio.append(pcm)
         for kind, at in self.vad.feed(pcm):
             if kind == "start" and self.open is None:

@@ -220,8 +220,8 @@ class WhisperLive(LiveBase):
         self.loops = resegment.LoopFilter()  # per utterance: each is decoded on its own
 
     def _advance(self, upto: int) -> None:
-        if self.open is None:
-            return
+        if self.open is None or self.hurry:
+            return  # hurry: the commit behind this audio decodes the whole utterance at once (_closed)
         pause = self.vad.speaking and self.vad.quiet >= PAUSE_WINDOWS
         if pause:
             if self.paused_at == self.vad.quiet_from:
@@ -271,10 +271,15 @@ class WhisperLive(LiveBase):
 
     def _closed(self, seg: int, end: int) -> None:
         words = self.prev
-        # the final is the beam decode made at this pause; without one (a commit, the hard reset, a worker that
-        # got the pause and the end in one piece of audio, or a greedy step that already reached the pause) the
-        # utterance is decoded now, with the same beam; final_beam=N: always decoded now, with beam N
-        if self.final_beam or self.paused_at != end or self.decoded_to < end:
+        # the final is the beam decode made at this pause: the VAD's end of speech, or a commit while the pause
+        # it was made for goes on (nothing was said since: the audio after it is quiet). Without one (a commit
+        # mid-speech, the hard reset, a worker that got the pause and the end in one piece of audio, or a greedy
+        # step that already reached the pause) the utterance is decoded now, with the same beam; final_beam=N:
+        # always decoded now, with beam N
+        same_pause = self.paused_at >= 0 and (
+            self.paused_at == end and self.decoded_to >= end
+            or self.vad.speaking and self.vad.quiet > 0 and self.vad.quiet_from == self.paused_at)
+        if self.final_beam or not same_pause:
             words = self._decode(self.buf_start, min(self.audio.end, end + FINAL_PAD),
                                  self.final_beam or PAUSE_BEAM)
         self._say_sentences(seg, words)
