@@ -56,12 +56,16 @@ def tail_to_fit(text: str, cols: int) -> str:
     return "…" + out
 
 
-def bar_text(done: float, total: float) -> str:
-    """``transcribing  45% [#########-----------] 14.0/31.0 s audio``."""
+PHASE_WORDS = {"finding_speech": "finding speech", "detecting_language": "detecting language"}
+
+
+def bar_text(done: float, total: float, phase: str = "decoding") -> str:
+    """``transcribing  45% [#########-----------] 14.0/31.0 s audio``; before the first words, what runs
+    (``finding speech``, ``detecting language``) instead of ``transcribing``."""
     frac = min(1.0, done / total) if total > 0 else 0.0
     n = 20
     bar = "#" * int(frac * n) + "-" * (n - int(frac * n))
-    return f"transcribing {frac * 100:3.0f}% [{bar}] {done:.1f}/{total:.1f} s audio"
+    return f"{PHASE_WORDS.get(phase, 'transcribing')} {frac * 100:3.0f}% [{bar}] {done:.1f}/{total:.1f} s audio"
 
 
 def loading_text(phase: str, elapsed: float) -> str:
@@ -84,7 +88,7 @@ class View:
 
     def queued(self, position: int) -> None: ...
     def loading(self, phase: str, elapsed: float | None) -> None: ...
-    def progress(self, done: float, total: float) -> None: ...
+    def progress(self, done: float, total: float, phase: str = "decoding") -> None: ...
     def draft(self, text: str, segment: int | None = None) -> None: ...
     def sentence(self, index: int, text: str) -> None: ...
     def finish(self, final: str | None) -> None: ...
@@ -108,6 +112,7 @@ class ProgressBar(View):
         self.ticker: threading.Thread | None = None
         self.closed = False
         self.drawn_frac = 0.0
+        self.work = "decoding"  # the worker's phase (protocol.PHASES)
 
     def _draw(self, text: str, force: bool = False) -> None:
         with self.lock:
@@ -139,12 +144,14 @@ class ProgressBar(View):
             self.ticker = threading.Thread(target=self._tick, daemon=True)
             self.ticker.start()
 
-    def progress(self, done: float, total: float) -> None:
+    def progress(self, done: float, total: float, phase: str = "decoding") -> None:
         first = self.phase is not None or not self.shown  # the model is ready: say so at once
         self.phase = None
         frac = min(1.0, done / total) if total > 0 else 0.0
         step = frac - self.drawn_frac >= 0.01  # a batch's segments arrive in a burst: never drop its end
-        self._draw(bar_text(done, total), force=first or step or frac >= 1.0)
+        turned = phase != self.work  # a new phase is said at once
+        self.work = phase
+        self._draw(bar_text(done, total, phase), force=first or step or turned or frac >= 1.0)
         self.drawn_frac = frac
 
     def draft(self, text: str, segment: int | None = None) -> None:
@@ -413,9 +420,9 @@ class LiveView(View):
                 self.ticker = threading.Thread(target=self._tick, daemon=True)
                 self.ticker.start()
 
-    def progress(self, done: float, total: float) -> None:
+    def progress(self, done: float, total: float, phase: str = "decoding") -> None:
         with self.lock:
-            self.phase, self.status, self.progressing = None, bar_text(done, total), True
+            self.phase, self.status, self.progressing = None, bar_text(done, total, phase), True
             self._redraw()
 
     def draft(self, text: str, segment: int | None = None) -> None:

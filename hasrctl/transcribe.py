@@ -35,7 +35,8 @@ def _feed(kind: str, ev: dict[str, Any], view: View) -> None:
     elif kind == "loading":
         view.loading(str(ev.get("phase") or ""), ev.get("elapsed_s"))
     elif kind == "progress":
-        view.progress(float(ev.get("done_s") or 0), float(ev.get("total_s") or 0))
+        view.progress(float(ev.get("done_s") or 0), float(ev.get("total_s") or 0),
+                      str(ev.get("phase") or "decoding"))
     elif kind == "draft":
         seg = ev.get("segment")
         view.draft(str(ev.get("text") or ""), int(seg) if isinstance(seg, int) else None)

@@ -52,8 +52,8 @@ EventSink = Callable[[JobEvent], None]
 def to_json(ev: StreamEvent) -> dict[str, Any]:
     """The event as /transcribe streams it: ``{"event": kind, ...}``."""
     match ev:
-        case Progress(done_s=done, total_s=total):
-            return {"event": "progress", "done_s": done, "total_s": total}
+        case Progress(done_s=done, total_s=total, phase=phase):
+            return {"event": "progress", "done_s": done, "total_s": total, "phase": phase}
         case Draft(text=text, segment=segment):
             return {"event": "draft", "text": text, "segment": segment}
         case Sentence():

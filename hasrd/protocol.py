@@ -59,10 +59,18 @@ class LoadFailed(Msg):
     message: str
 
 
+PHASES = ("decoding", "finding_speech", "detecting_language")
+
+
 class Progress(Msg):
+    """How far a job is: ``done_s`` of ``total_s`` seconds of audio are settled. Sent per decoded segment, per
+    piece of audio the VAD passed (a silent stretch moves it too), and again while one long step runs, so that a
+    worker that sends nothing is stuck, not busy; ``phase`` says what runs now (one of PHASES)."""
+
     id: int
     done_s: float
     total_s: float
+    phase: str = "decoding"
 
 
 class Draft(Msg):

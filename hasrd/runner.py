@@ -60,10 +60,11 @@ class JobStatus:
     done_s: float = 0.0
     total_s: float = 0.0
     progress: float = 0.0
+    phase: str = "decoding"  # what the worker does now (protocol.PHASES)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "done_s": self.done_s, "total_s": self.total_s,
-                               "progress": self.progress}
+                               "progress": self.progress, "phase": self.phase}
         if self.live:
             out["live"] = True
         return out
@@ -338,7 +339,7 @@ class Runner:
             partial.add(ev)
             if isinstance(ev, p.Progress) and self.job is not None:
                 progress = round(min(1.0, ev.done_s / (ev.total_s or 1.0)), 3)
-                self.job = dataclasses.replace(self.job, done_s=ev.done_s, progress=progress)
+                self.job = dataclasses.replace(self.job, done_s=ev.done_s, progress=progress, phase=ev.phase)
                 self._changed()
             if on_event:
                 on_event(ev)

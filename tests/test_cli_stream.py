@@ -257,6 +257,22 @@ def test_a_labelled_segment_rebases_the_live_view_where_guessing_would_not() -> 
     assert "我们明天见" in view._tail()
 
 
+def test_the_progress_line_says_what_runs_before_the_first_words() -> None:
+    """Issue 32 #1: the line sat at "0% 0.0/121.0 s" while the VAD and the language vote ran."""
+    import io
+
+    from hasrctl.terminal import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(out, "talk.wav")
+    bar.progress(0.0, 121.0, "finding_speech")
+    bar.progress(0.0, 121.0, "detecting_language")  # at once, though not 50 ms later: the phase changed
+    bar.progress(30.0, 121.0)
+    shown = [line for line in out.getvalue().split("\r") if line]
+    assert [line.split()[1:3] for line in shown] == [["finding", "speech"], ["detecting", "language"],
+                                                     ["transcribing", "25%"]]
+
+
 def test_listen_keeps_the_status_and_the_draft_of_a_finished_utterance_off_the_screen() -> None:
     import io
 

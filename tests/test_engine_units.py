@@ -49,7 +49,7 @@ class Wire:
     def __init__(self) -> None:
         self.frames: list[bytes] = []
 
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         self.frames.append(p.encode(p.Progress(id=1, done_s=done_s, total_s=total_s)))
 
     def draft(self, text: str, segment: int = 0) -> None:

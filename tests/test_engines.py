@@ -38,7 +38,7 @@ class Rec(NullEmitter):
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
         self.sentences.append((index, text, engine, start_s, end_s))
 
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         self.progress_seen.append(done_s)
 
 

@@ -11,7 +11,8 @@ from hasrd.protocol import Draft, Progress, Sentence, Turn
 
 
 @pytest.mark.parametrize("ev, shape", [
-    (Progress(id=7, done_s=1.5, total_s=3.0), {"event": "progress", "done_s": 1.5, "total_s": 3.0}),
+    (Progress(id=7, done_s=1.5, total_s=3.0),
+     {"event": "progress", "done_s": 1.5, "total_s": 3.0, "phase": "decoding"}),
     (Draft(id=7, text="一", segment=2), {"event": "draft", "text": "一", "segment": 2}),
     (Sentence(id=7, index=0, text="Hi.", engine="fw", start_s=0.0, end_s=1.0),
      {"event": "sentence", "index": 0, "text": "Hi.", "engine": "fw", "start_s": 0.0, "end_s": 1.0, "segment": 0}),

@@ -20,7 +20,7 @@ class Rec:
     def __init__(self) -> None:
         self.sentences: list[dict[str, Any]] = []
 
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         pass
 
     def draft(self, text: str, segment: int = 0) -> None:

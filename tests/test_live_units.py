@@ -107,7 +107,7 @@ class Events:
         self.sentences: list[str] = []
         self.turns: list[tuple[int, str, str]] = []
 
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         pass
 
     def draft(self, text: str, segment: int = 0) -> None:
@@ -244,7 +244,7 @@ class _Heard:
     def __init__(self) -> None:
         self.sentences: list[tuple[float, float]] = []
 
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         pass
 
     def draft(self, text: str, segment: int = 0) -> None:

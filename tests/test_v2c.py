@@ -61,7 +61,7 @@ class Rec:
         self.events: list[tuple[Any, ...]] = []
         self.segments: list[int] = []  # the segment of each draft event
 
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         self.events.append(("progress", done_s, total_s))
 
     def draft(self, text: str, segment: int = 0) -> None:

@@ -31,7 +31,7 @@ class Rec:
         self.progress_seen = threading.Condition()
         self.n_progress = 0
 
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         with self.progress_seen:
             self.events.append(("progress", done_s, total_s))
             self.n_progress += 1

@@ -54,7 +54,7 @@ class Rec:
         self.drafts: list[str] = []
         self.sentences: list[tuple[int, str, str]] = []
 
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         pass
 
     def draft(self, text: str, segment: int = 0) -> None:

@@ -101,7 +101,7 @@ def test_english_after_a_long_silence_is_detected_from_its_speech_with_a_probabi
     seen: list[Any] = []
 
     class Rec:
-        def progress(self, done_s: float, total_s: float) -> None:
+        def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
             seen.append(done_s)
 
         def draft(self, text: str, segment: int = 0) -> None:
@@ -114,6 +114,41 @@ def test_english_after_a_long_silence_is_detected_from_its_speech_with_a_probabi
     assert r["language_code"] == "en" and r["language"] == "English" and r["language_detected"] is True
     assert 0.5 < r["language_probability"] <= 1.0
     assert "park" in r["final"].lower()
+
+
+@pytest.mark.parametrize("batch", ["2", "0"])
+def test_progress_moves_through_silence_and_names_each_phase_before_the_first_words(batch: str) -> None:
+    """Issue 32 #1: progress came only per decoded segment, so a long speechless stretch (and the language vote)
+    sent nothing and a 3-hour recording was killed as stalled. Now each piece the VAD passed moves it, and the
+    phases before the first words say what runs."""
+    e = WhisperEngine(config.load(env={"HASR_WHISPER_SEGMENT_SEC": "20", "HASR_WHISPER_BATCH": batch}),
+                      model_dir(), "cpu", "int8")
+    e.load(lambda s: None)
+    rng = np.random.default_rng(5)
+    quiet = (0.001 * rng.standard_normal(100 * SR)).astype(np.float32)  # five pieces without speech
+    pcm = np.concatenate([quiet, load("en_quick_brown_fox"), quiet[:5 * SR]])
+    events: list[tuple[str, float, str]] = []
+
+    class Rec:
+        def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
+            events.append(("progress", done_s, phase))
+
+        def draft(self, text: str, segment: int = 0) -> None:
+            pass
+
+        def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+            events.append(("sentence", start_s, text))
+
+    r = e.transcribe(pcm, "", {}, Rec(), lambda: False)
+    assert "fox" in r.final.lower() and r.language_code == "en"
+    first_words = next(i for i, ev in enumerate(events) if ev[0] == "sentence")
+    before = events[:first_words]
+    phases = [ph for kind, _done, ph in before if kind == "progress"]
+    assert phases[0] == "finding_speech" and phases.index("detecting_language") < phases.index("decoding")
+    silent = [done for kind, done, ph in before if kind == "progress" and ph == "decoding" and 0 < done < 100]
+    assert len(silent) >= 3 and silent == sorted(silent)  # the speechless pieces moved the bar, forwards
+    done = [d for kind, d, _ph in events if kind == "progress"]
+    assert done == sorted(done) and done[-1] == pytest.approx(len(pcm) / SR, abs=0.01)  # never backwards
 
 
 def test_a_clip_just_under_27_s_with_a_long_prompt_stays_inside_the_model_context(mandarin: np.ndarray) -> None:

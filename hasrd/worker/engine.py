@@ -26,7 +26,7 @@ ENGINES = ("auto", "hybrid", "whisper", "r2t2", "fake")
 class Emitter(Protocol):
     """Where an engine reports progress while it works (each call becomes one protocol event)."""
 
-    def progress(self, done_s: float, total_s: float) -> None: ...
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None: ...
     def draft(self, text: str, segment: int = 0) -> None: ...
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None: ...
 
@@ -42,7 +42,7 @@ def heard(emit: Any, code: str) -> None:
 
 
 class NullEmitter:
-    def progress(self, done_s: float, total_s: float) -> None:
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
         pass
 
     def draft(self, text: str, segment: int = 0) -> None:
@@ -72,7 +72,7 @@ class Engine(Protocol):
 
 
 class LiveEmitter(Protocol):
-    def progress(self, done_s: float, total_s: float) -> None: ...
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None: ...
     def draft(self, text: str, segment: int = 0) -> None: ...
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float,
                  segment: int = 0) -> None: ...

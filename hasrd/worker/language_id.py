@@ -100,9 +100,10 @@ def vote(window_probs: list[list[tuple[str, float]]], allowed: set[str] | None =
 
 def detect(model: Any, pcm: np.ndarray, allowed: set[str] | None = None,
            cancelled: Callable[[], bool] = lambda: False,
-           known: tuple[Sequence[tuple[int, int]], int] | None = None) -> tuple[str, float]:
+           known: tuple[Sequence[tuple[int, int]], int] | None = None,
+           beat: Callable[[], None] = lambda: None) -> tuple[str, float]:
     """The language of ``pcm`` for this WhisperModel: (code, probability); ("", 0.0) for no audio. ``known``:
-    see :func:`speech_of`."""
+    see :func:`speech_of`; ``beat`` is called before each window's detection (the job is alive)."""
     speech = speech_of(pcm, known)
     if len(speech) == 0:
         return "", 0.0
@@ -114,6 +115,7 @@ def detect(model: Any, pcm: np.ndarray, allowed: set[str] | None = None,
             break
         if cancelled():
             break
+        beat()
         _lang, _p, all_probs = model.detect_language(audio=piece, language_detection_segments=1)
         probs.append([(str(lang), float(p)) for lang, p in all_probs])
     favoured = tuple(dict.fromkeys([*FAVOURED, locale_language()]))

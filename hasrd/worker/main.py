@@ -118,20 +118,21 @@ class SocketEmitter:
         self.script = script
         self._last_progress = 0.0
         self._last_done = -1.0
+        self._last_phase = "decoding"
 
     def language(self, code: str) -> None:
         """An engine heard this language (no language was asked): the script follows it from now on."""
         if self.script is not None:
             self.script.detected(code)
 
-    def progress(self, done_s: float, total_s: float) -> None:
-        """At most ~20 events a second, except a step of 1 % or more: segments decoded in a batch arrive in a
-        burst, and the burst's last position must not be the one dropped."""
+    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
+        """At most ~20 events a second, except a step of 1 % or more or a new phase: segments decoded in a batch
+        arrive in a burst, and the burst's last position must not be the one dropped."""
         now = time.monotonic()
-        if (now - self._last_progress >= 0.05 or done_s >= total_s
+        if (now - self._last_progress >= 0.05 or done_s >= total_s or phase != self._last_phase
                 or done_s - self._last_done >= max(0.01 * total_s, 1e-9)):
-            self._last_progress, self._last_done = now, done_s
-            self.ch.send(p.Progress(id=self.id, done_s=done_s, total_s=total_s))
+            self._last_progress, self._last_done, self._last_phase = now, done_s, phase
+            self.ch.send(p.Progress(id=self.id, done_s=done_s, total_s=total_s, phase=phase))
 
     def draft(self, text: str, segment: int = 0) -> None:
         if self.script is not None:

@@ -40,9 +40,10 @@ Part = tuple[int, int, list[tuple[float, float]]]
 
 
 def piece_spans(pcm: np.ndarray, pieces: Iterable[tuple[int, int]], workers: int) -> Generator[Part, None, None]:
-    """(start, end, speech spans in seconds from the piece's start) for each piece with speech, in order; the
-    pieces are VAD'd by ``workers`` threads, up to twice that many ahead of the caller. Closing the generator
-    (a cancelled request) drops the pieces not yet started."""
+    """(start, end, speech spans in seconds from the piece's start) for each piece, in order (a piece without
+    speech has no spans: the caller still hears that it passed, issue 32 #1); the pieces are VAD'd by
+    ``workers`` threads, up to twice that many ahead of the caller. Closing the generator (a cancelled request)
+    drops the pieces not yet started."""
     from concurrent.futures import Future, ThreadPoolExecutor
     from faster_whisper.vad import get_vad_model
 
@@ -62,9 +63,7 @@ def piece_spans(pcm: np.ndarray, pieces: Iterable[tuple[int, int]], workers: int
         while pending:
             (start, end), future = pending.popleft()
             submit()
-            spans = future.result()
-            if spans:
-                yield start, end, spans
+            yield start, end, future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -170,6 +170,31 @@ def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], tokeni
     return entry
 
 
+class Passed:
+    """The clips' stream passed the end of a piece of audio (``end_s``, on the file's clock), speech or not."""
+
+    __slots__ = ("end_s",)
+
+    def __init__(self, end_s: float) -> None:
+        self.end_s = end_s
+
+
+class Track:
+    """A file job's progress, told through the engine's emitter: never backwards, and re-sent while a long step
+    runs (the language vote, a batch, the VAD of a silent stretch), with what runs (protocol.PHASES). A worker
+    that sends nothing for HASR_STALL_SEC is killed as stuck: a long silence or a slow vote must not look so."""
+
+    def __init__(self, emit: Emitter, total_s: float) -> None:
+        self.emit, self.total_s, self.done_s = emit, total_s, 0.0
+
+    def to(self, done_s: float) -> None:
+        self.done_s = max(self.done_s, min(float(done_s), self.total_s))
+        self.emit.progress(round(self.done_s, 3), self.total_s)
+
+    def beat(self, phase: str = "decoding") -> None:
+        self.emit.progress(round(self.done_s, 3), self.total_s, phase)
+
+
 class Shifted:
     """A segment of a clip decoded alone, with times moved to the piece's clock."""
 
@@ -242,7 +267,8 @@ class WhisperEngine:
         n = len(pcm)
         total_s = round(n / SR, 3)
         t0 = time.monotonic()
-        emit.progress(0.0, total_s)
+        track = Track(emit, total_s)
+        track.beat("finding_speech")
         per_sentence: list[TimedSentence] = []
         windows: list[transcript.Window] = []
         first_text_s: float | None = None
@@ -285,40 +311,44 @@ class WhisperEngine:
                 covered = n  # all of it, unless the vote has enough speech first
                 for part in parts:
                     ahead.append(part)
+                    track.beat("finding_speech")
                     known += [(part[0] + int(round(a * SR)), part[0] + int(round(b * SR))) for a, b in part[2]]
                     if sum(b - a for a, b in known) >= language_id.NEED or part[1] >= language_id.SCAN:
                         covered = part[1]
                         break
+                track.beat("detecting_language")
                 fw_code, probability = language_id.detect(self.model, pcm, set(model_codes(self.model)),
-                                                          cancelled, known=(known, covered))
+                                                          cancelled, known=(known, covered),
+                                                          beat=lambda: track.beat("detecting_language"))
                 fw_code = fw_code or None
                 if fw_code:
                     name, code = NAMES.get(fw_code, fw_code), fw_code
                     heard(emit, code)
 
-            def clips() -> Iterator[tuple[float, float] | None]:
-                """Each piece's clips on the file's clock, its silences told to the sentence cutter first; None
-                after each piece (where a first batch may stop: see _batched)."""
+            def clips() -> Iterator[tuple[float, float] | Passed]:
+                """Each piece's clips on the file's clock, its silences told to the sentence cutter first; then
+                that the piece passed (where a first batch may stop, and progress moves: see _batched)."""
                 nonlocal calls
-                for start, _end, spans in itertools.chain(ahead, parts):
+                for start, end, spans in itertools.chain(ahead, parts):
                     if cancelled():
                         raise EngineError("cancelled", "the request was cancelled")
                     offset = start / SR
-                    calls += 1
-                    cuts.add_pauses((offset + a, offset + b) for a, b in silences(spans))
-                    yield from ((offset + c0, offset + c1) for c0, c1 in merge_clips(spans))
-                    yield None
+                    if spans:
+                        calls += 1
+                        cuts.add_pauses((offset + a, offset + b) for a, b in silences(spans))
+                        yield from ((offset + c0, offset + c1) for c0, c1 in merge_clips(spans))
+                    yield Passed(end / SR)
 
-            for s in self._decode(pcm, fw_code, options, clips()):  # lazy: decoding while iterating
+            for s in self._decode(pcm, fw_code, options, clips(), track):  # lazy: decoding while iterating
                 if cancelled():
                     raise EngineError("cancelled", "the request was cancelled")
-                emit.progress(round(min(float(s.end), total_s), 3), total_s)
+                track.to(float(s.end))
                 sources.append(s)
                 settle(cuts.add(timed_words(s, 0.0, len(sources) - 1)))
         finally:
             parts.close()
         settle(cuts.flush(), end=True)
-        emit.progress(total_s, total_s)
+        track.to(total_s)
         elapsed = time.monotonic() - t0
         return Transcript(
             engine="whisper", language=name, language_code=code,
@@ -338,7 +368,7 @@ class WhisperEngine:
                            cancelled, options)
 
     def _parts(self, pcm: np.ndarray) -> Generator[vad.Part, None, None]:
-        """The pieces with speech, lazily, each with its VAD spans (seconds, from the piece's start)."""
+        """The pieces, lazily, each with its VAD spans (seconds, from the piece's start; none: no speech)."""
         pieces = segment.quiet_pieces(pcm, self.settings.whisper_segment_sec)
         return vad.piece_spans(pcm, pieces, self.vad_workers)
 
@@ -354,22 +384,27 @@ class WhisperEngine:
         return batch_for(self.device, int(self.settings.whisper_batch))
 
     def _decode(self, pcm: np.ndarray, fw_code: str | None, options: dict[str, Any],
-                clips: Iterator[tuple[float, float] | None]) -> Iterable[Any]:
+                clips: Iterator[tuple[float, float] | Passed], track: Track) -> Iterable[Any]:
         """The file's segments with timed words on its clock, lazily, in time order (see the module docstring for
-        the two ways); ``clips`` are its speech clips (seconds), pieces after pieces."""
+        the two ways); ``clips`` are its speech clips (seconds), pieces after pieces, each piece's end told as it
+        passes (``track`` moves there once every clip before it is decoded, else hears a heartbeat)."""
         common: dict[str, Any] = dict(word_timestamps=True, initial_prompt=prompt_of(options), language=fw_code,
                                       task=task_of(options))
         temperature = temperature_of(options)
         if temperature:  # asked for: sampling, so no longer the same text every time
             common["temperature"] = temperature
         if self.batch <= 0:
-            return self._by_clip(pcm, common, clips)
-        return self._batched(pcm, common, clips)
+            return self._by_clip(pcm, common, clips, track)
+        return self._batched(pcm, common, clips, track)
 
-    def _by_clip(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float] | None]
-                 ) -> Iterable[Any]:
+    def _by_clip(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float] | Passed],
+                 track: Track) -> Iterable[Any]:
         """Sequential: each clip alone, beam 5 at temperature 0 (the token cap is per clip)."""
-        for c0, c1 in (c for c in clips if c is not None):
+        for clip in clips:
+            if isinstance(clip, Passed):
+                track.to(clip.end_s)  # every clip before it is decoded
+                continue
+            c0, c1 = clip
             for seg in self._sequential(pcm[int(c0 * SR):int(c1 * SR)], common, vad=False):
                 yield Shifted(seg, c0)
 
@@ -379,8 +414,8 @@ class WhisperEngine:
         segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw)
         return segments
 
-    def _batched(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float] | None]
-                 ) -> Iterable[Any]:
+    def _batched(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float] | Passed],
+                 track: Track) -> Iterable[Any]:
         """VAD clips of up to 30 s decoded N at a time at temperature 0, a batch taking clips across pieces; a clip
         that fails whisper's quality rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1
         where it is speech) is decoded again alone with ``no_repeat_ngram_size=4`` (still at temperature 0:
@@ -411,9 +446,13 @@ class WhisperEngine:
         while True:
             batch: list[tuple[float, float]] = []
             for clip in clips:
-                if clip is None:
-                    if first and batch and self.device != "cpu":
+                if isinstance(clip, Passed):
+                    if not batch:
+                        track.to(clip.end_s)  # every clip before it is decoded: a silent stretch moves the bar
+                        continue
+                    if first and self.device != "cpu":
                         break
+                    track.beat()  # clips wait for a full batch: still alive
                     continue
                 batch.append(clip)
                 if len(batch) >= (1 if first and self.device == "cpu" else self.batch):
