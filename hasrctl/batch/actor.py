@@ -79,7 +79,8 @@ class Transcriber:
         return {"path": row["path"], "row": json.dumps(self.transcribe(str(row["path"])), ensure_ascii=False)}
 
     def transcribe(self, path: str) -> dict[str, Any]:
-        """One file to its manifest row (without ``outputs``) and ``rendered``: format -> text."""
+        """One file to its manifest row (without ``outputs``), ``rendered`` (format -> text) and ``result`` (the
+        whole result, which the driver keeps so that a format asked later is made from it)."""
         from hasrctl.batch.inputs import NotAFile, kind_of, refusal
         from hasrctl.batch.manifest import file_hash
 
@@ -114,7 +115,7 @@ class Transcriber:
                    timings={"decode_s": round(decode_s, 4),
                             "transcribe_s": round(float((result.get("timings") or {}).get("total_s") or 0), 4),
                             "total_s": round(total_s, 4), "load_s": self.load_s},
-                   rendered=render_all(result, self.formats, self.rules))
+                   rendered=render_all(result, self.formats, self.rules), result=result)
         return out
 
     def _run(self, path: str) -> tuple[dict[str, Any], float]:
