@@ -12,8 +12,9 @@ from typing import Any
 import click
 
 from hasrctl import output, terminal
-from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, CliError, Client, Unreachable
-from hasrctl.common import FORMAT_NAMES, Daemon, daemon_options, engine_options, say, settings, socket_option
+from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, CliError, Client, DaemonError, Unreachable
+from hasrctl.common import (Daemon, daemon_options, engine_options, model_argument, model_hint, not_running,
+                            parse_formats, say, settings, socket_option)
 from hasrd import subtitles
 from hasrd.errors import InvalidOption
 from hasrd.formats import lines, render
@@ -34,10 +35,10 @@ def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
     return terminal.View(), False
 
 
-def _summary(name: str, result: dict[str, Any], took: float, target: Any) -> str:
+def _summary(name: str, result: dict[str, Any], took: float, targets: list[Path]) -> str:
     audio = float(result.get("duration_s") or 0.0)
     speed = f", {audio / took:.1f}x real time" if took > 0 and audio > 0 else ""
-    where = f" -> {target}" if target is not None else ""
+    where = f" -> {', '.join(map(str, targets))}" if targets else ""
     return f"{name}: ok, {audio:.1f} s of audio in {took:.2f} s{speed}{_language(result)}{where}"
 
 
@@ -66,13 +67,14 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
                       "3 daemon unreachable. Several inputs: one failing makes the exit 1; when all fail "
                       "alike, their own code.")
 @click.argument("files", nargs=-1, required=True, metavar="FILE...", type=click.Path(allow_dash=True))
-@click.option("-f", "--format", "fmt", type=click.Choice(list(FORMAT_NAMES), case_sensitive=False), default="text",
-              show_default=True, envvar="HASR_FORMAT", show_envvar=True,
-              help="Output format (txt is text, as in hasrctl batch).")
+@click.option("-f", "--format", "fmts", multiple=True, metavar="LIST", envvar="HASR_FORMAT", show_envvar=True,
+              help="text (or txt), srt, vtt, json, verbose_json, or all (txt, srt, vtt and verbose_json); several "
+                   "with commas or -f again, all made from one transcription: they go to files (-o DIR or "
+                   "--beside), one per format [default: text].")
 @click.option("-o", "--output", "out", metavar="FILE|DIR", envvar="HASR_OUTPUT", show_envvar=True,
-              help="Write to FILE, or to DIR/NAME.<ext> for each input; - is stdout (the default).")
+              help="Write to FILE, or to DIR/NAME.<ext> for each input and format; - is stdout (the default).")
 @click.option("--beside", is_flag=True, envvar="HASR_BESIDE", show_envvar=True,
-              help="Write NAME.<ext> next to each input.")
+              help="Write NAME.<ext> next to each input, for each format.")
 @click.option("--force", is_flag=True, envvar="HASR_FORCE", show_envvar=True,
               help="Overwrite existing files (a link is written through, never replaced).")
 @click.option("-l", "--language", metavar="NAME", envvar="HASR_LANGUAGE", show_envvar=True,
@@ -103,7 +105,7 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="srt/vtt: seconds a cue stays on screen at most, 1-60 [default: 7]; a longer "
                    "sentence is cut between words, after a comma where there is one.")
 @daemon_options
-def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, force: bool,
+def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, beside: bool, force: bool,
                language: str | None, stream: bool, progress: bool | None, quiet: bool, prompt: str | None,
                word_timestamps: bool, translate: bool, model: str | None, max_line_width: str | None,
                max_line_count: str | None, max_cue_sec: str | None, daemon: Daemon) -> int:
@@ -115,9 +117,11 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
       hasrctl transcribe talk.wav > talk.txt
       hasrctl transcribe -f vtt -o out/ a.mp3 b.m4a     # out/a.vtt, out/b.vtt
       hasrctl transcribe --beside -f srt *.wav           # x.wav -> x.srt
+      hasrctl transcribe -f txt,srt,vtt -o out/ a.mp3    # out/a.txt, out/a.srt, out/a.vtt from one pass
       ffmpeg -i video.mkv -f wav - | hasrctl transcribe -l English -
     """
-    fmt = FORMAT_NAMES[fmt.lower()]
+    formats = parse_formats(fmts)
+    model = model_argument(model)
     language = language or settings().language or None
     options = engine_options(prompt, word_timestamps, translate, model)
     try:
@@ -125,10 +129,9 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
                                       "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
     except InvalidOption as e:
         raise click.UsageError(e.message) from None
-    plans = output.plan(list(files), fmt, out, beside)
+    plans = output.plan(list(files), formats, out, beside)
     codes: list[int] = []
     client: Client | None = None
-    several = len(files) > 1
     # Every input and target is checked before the first transcription starts: a typo in the last name is
     # reported now, not after an hour of the files before it; the good ones are transcribed after.
     checked: list[tuple[str, Any]] = []
@@ -136,8 +139,8 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
         try:
             if isinstance(item, CliError):
                 raise item
-            if item.target is not None:
-                output.check_free(item.target, force)
+            for _, target in item.targets:
+                output.check_free(target, force)
             checked.append((name, item))
         except CliError as e:
             say(e.message if name in e.message else f"{name}: {e.message}")
@@ -149,20 +152,22 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
             view, shown = _view(name, stream, progress, quiet, language)
             t0 = time.monotonic()
             result = _transcribe(client, item, language, view, options)
+            # every format from the one result, as the daemon sent it
             doc = from_json(result)
-            text = lines(doc) if fmt == "text" else render(doc, fmt, rules=rules)
-            if item.target is not None:
-                output.write(item.target, text, force)
-            elif not (shown and fmt == "text"):
-                output.emit(text)
-            if not quiet and (several or item.target is not None or result.get("language_detected")):
-                say(_summary(name, result, time.monotonic() - t0, item.target))
+            texts = {fmt: lines(doc) if fmt == "text" else render(doc, fmt, rules=rules) for fmt in formats}
+            for fmt, target in item.targets:
+                output.write(target, texts[fmt], force)
+            if not item.targets and not (shown and formats == ["text"]):
+                output.emit(texts[formats[0]])
+            if not quiet:
+                say(_summary(name, result, time.monotonic() - t0, [t for _, t in item.targets]))
             codes.append(EXIT_OK)
         except Unreachable:
             raise
         except CliError as e:
-            named = name in e.message or (isinstance(item, output.Plan) and item.source in e.message)
-            say(e.message if named else f"{name}: {e.message}")
+            message = _next_step(e, model)
+            named = name in message or (isinstance(item, output.Plan) and item.source in message)
+            say(message if named else f"{name}: {message}")
             _keep_partial(e, item, quiet)
             codes.append(e.exit_code)
     failed = [c for c in codes if c != EXIT_OK]
@@ -171,6 +176,13 @@ def transcribe(files: tuple[str, ...], fmt: str, out: str | None, beside: bool, 
     if len(failed) == len(codes) and len(set(failed)) == 1:
         return failed[0]
     return EXIT_FAILED
+
+
+def _next_step(e: CliError, model: str | None) -> str:
+    """An error's line, with what to do next where the daemon's own words do not say it."""
+    if isinstance(e, DaemonError) and e.code == "model_not_found":
+        return model_hint(model, e.message)
+    return e.message
 
 
 def _keep_partial(e: CliError, item: Any, quiet: bool) -> None:
@@ -280,7 +292,7 @@ def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
     try:
         client = daemon.client(autostart=False)
     except Unreachable as e:
-        say(f"hasrd is not running: {_not_running(e)}")
+        say(f"hasrd is not running: {not_running(e)}")
         return EXIT_UNREACHABLE
     if watch:
         return _watch(client, as_json)
@@ -291,17 +303,6 @@ def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
         for key, value in _describe(ps, client.path):
             click.echo(f"{key:<10} {value}")
     return EXIT_FAILED if ps.get("state") == "fatal" else EXIT_OK
-
-
-def _not_running(e: Unreachable) -> str:
-    """Why no daemon answered, and how one starts (status itself never starts one)."""
-    from hasrctl.discovery import NotRunning
-
-    if not isinstance(e, NotRunning):
-        return e.message
-    how = ("systemctl --user start hasrd.socket" if e.unit is not None else
-           "`hasrctl transcribe` or `hasrctl load` start one; `hasrctl setup` has systemd start it on demand")
-    return f"nothing answers on {e.tried} ({how})"
 
 
 def _watch(client: Client, as_json: bool) -> int:
@@ -327,13 +328,17 @@ def _watch(client: Client, as_json: bool) -> int:
 @daemon_options
 def load(keep_alive: float | None, model: str | None, daemon: Daemon) -> int:
     """Load the models now, so the next transcription starts at once (starts the daemon if needed)."""
+    model = model_argument(model)
     client = daemon.client()
     if terminal.is_tty(sys.stderr):
         say("loading the models...")
     body: dict[str, Any] = {} if keep_alive is None else {"keep_alive": keep_alive}
     if model:
         body["model"] = model
-    ps = client.post("/api/load", body, timeout=None)
+    try:
+        ps = client.post("/api/load", body, timeout=None)
+    except DaemonError as e:
+        raise CliError(_next_step(e, model), e.exit_code) from None
     took = f" in {float(ps['load_s']):.1f} s" if ps.get("load_s") is not None else ""
     click.echo(f"{ps.get('state')}: engine {ps.get('engine')}, loaded{took}"
                + (f", unload in {_duration(ps['expires_in_s'])}" if ps.get("expires_in_s") is not None else ""))
@@ -366,11 +371,20 @@ def stop(wait: float, daemon: Daemon) -> int:
     from hasrctl.client import peer_pid, probe, wait_gone
 
     if not daemon.socket and discovery.socket_unit() is not None:
-        res = discovery.systemctl("stop", discovery.UNIT_SERVICE, timeout=wait + 30)
-        if res.returncode != 0:
-            raise CliError(f"systemctl --user stop hasrd.service failed: {res.stderr.strip()}")
-        click.echo("stopped hasrd.service (hasrd.socket still listens and starts it on the next request)")
-        return EXIT_OK
+        active = {u: discovery.systemctl("is-active", u, timeout=10).stdout.strip()
+                  for u in (discovery.UNIT_SOCKET, discovery.UNIT_SERVICE)}
+        if "active" in active.values():  # else no unit of systemd's runs: a daemon hasrctl started may hold the path
+            res = discovery.systemctl("stop", discovery.UNIT_SERVICE, timeout=wait + 30)
+            if res.returncode != 0:
+                raise CliError(f"systemctl --user stop hasrd.service failed: {res.stderr.strip()}")
+            what = "stopped hasrd.service" if active[discovery.UNIT_SERVICE] == "active" else \
+                "hasrd.service was not running"
+            if active[discovery.UNIT_SOCKET] == "active":
+                click.echo(f"{what} (hasrd.socket still listens and starts it on the next request)")
+            else:
+                click.echo(f"{what}; hasrd.socket is {active[discovery.UNIT_SOCKET] or 'inactive'}, so nothing "
+                           f"starts it on demand (systemctl --user start hasrd.socket)")
+            return EXIT_OK
     try:
         client = daemon.client(autostart=False)
     except Unreachable:

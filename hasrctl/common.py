@@ -3,17 +3,39 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from hasrctl.client import Client, UsageError
+from hasrctl.client import Client, Unreachable, UsageError
 from hasrd.formats import FORMATS
 
 # the formats as a user may name them: the daemon's (and OpenAI's) names, and txt for text, as files are named
 FORMAT_NAMES = {**{f: f for f in FORMATS}, "txt": "text"}
+# -f all: every file a person keeps, as whisper's --output_format all; the json is verbose_json, the one that
+# holds the whole result (segments, words, hasr's own fields), from which every other format can be made again
+ALL_FORMATS = ("text", "srt", "vtt", "verbose_json")
+
+
+def parse_formats(values: tuple[str, ...] | list[str], default: str = "text") -> list[str]:
+    """``-f txt,srt -f vtt`` (or ``-f all``) -> the canonical names, each once, in the order given; ``default``
+    when none is given; UsageError naming the valid ones for anything else, or for json with verbose_json (both
+    write NAME.json)."""
+    out: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            word = part.strip().lower()
+            names = list(ALL_FORMATS) if word == "all" else [FORMAT_NAMES.get(word, "")]
+            if not names[0]:
+                raise UsageError(f"-f {part.strip()!r}: use txt, srt, vtt, json, verbose_json or all (several with "
+                                 f"commas, or -f again)")
+            out += [n for n in names if n not in out]
+    if "json" in out and "verbose_json" in out:
+        raise UsageError("-f json and verbose_json both write NAME.json: choose one")
+    return out or [default]
 
 
 def say(message: str) -> None:
@@ -47,6 +69,47 @@ class Daemon:
         path = discovery.find(self.socket or settings().socket or None, autostart=start,
                               idle_exit=settings().idle_exit_sec, timeout=self.autostart_timeout, say=say)
         return Client(path)
+
+
+def not_running(e: Unreachable) -> str:
+    """Why no daemon answered, and how one starts, for the commands that never start one (status, ps, models,
+    rm): they have no --autostart to drop, so the advice names the commands that do."""
+    from hasrctl.discovery import NotRunning
+
+    if not isinstance(e, NotRunning):
+        return e.message
+    how = ("systemctl --user start hasrd.socket" if e.unit is not None else
+           "`hasrctl transcribe` or `hasrctl load` start one; `hasrctl setup` has systemd start it on demand")
+    return f"nothing answers on {e.tried} ({how})"
+
+
+def _is_path(name: str) -> bool:
+    return name.startswith(("/", "~", "./", "../"))
+
+
+def model_hint(name: str | None, message: str) -> str:
+    """A model_not_found message with the next step: ``hasrctl pull NAME`` for a name that pull can fetch (a
+    faster-whisper size, an owner/name repo id)."""
+    if not name or _is_path(name):
+        return message
+    from hasrd.download import REPO_ID, SIZES
+
+    sizes = {s.strip() for s in SIZES.split(",")} | {"large", "large-v1", "large-v2", "turbo", "distil-large-v2"}
+    if name in sizes or ("/" in name and REPO_ID.fullmatch(name)):
+        return f"{message}; download it with `hasrctl pull {name}`"
+    return message
+
+
+def model_argument(name: str | None) -> str | None:
+    """--model as the daemon needs it: a path (``/x``, ``~/x``, ``./x``) made absolute, and refused at once
+    (UsageError, exit 2, before any daemon or Ray) when nothing is there; a name as it is."""
+    if not name or not _is_path(name):
+        return name
+    path = os.path.abspath(os.path.expanduser(name))
+    if not os.path.lexists(path):
+        raise UsageError(f"--model {name}: no such directory (a model directory holds a CTranslate2 model.bin; "
+                         f"`hasrctl models` lists the installed models)")
+    return path
 
 
 def daemon_options(func: Callable[..., Any]) -> Callable[..., Any]:

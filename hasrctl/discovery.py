@@ -1,5 +1,9 @@
 """Find the daemon: --socket / HASR_SOCKET, then the user socket, then the system socket; start one if none.
 
+The user socket is in $XDG_RUNTIME_DIR; where that is unset (``su - USER``, cron, ssh without a systemd
+session) in the login's /run/user/<uid> when it exists, where systemd's hasrd.socket listens after ``hasrctl
+setup``, and then in /tmp/hasr-<uid>, where a daemon hasrctl started without either may run.
+
 Autostart exists so that ``hasrctl transcribe x.wav`` works on a fresh machine before ``hasrctl setup``: the
 started ``hasrd`` runs detached (own session, output to a log next to its socket) and its idle exit ends it.
 A socket unit, when systemd has one, is preferred: starting a second daemon beside it would fight over the path.
@@ -21,18 +25,56 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hasrctl.client import CliError, Unreachable, probe
-from hasrd.config import SYSTEM_SOCKET, default_socket, runtime_dir
+from hasrd import config
+from hasrd.config import SYSTEM_SOCKET
 
 UNIT_SOCKET = "hasrd.socket"
 UNIT_SERVICE = "hasrd.service"
+LOGIN_RUNTIME_ROOT = Path("/run/user")  # systemd-logind's runtime directory of each user: /run/user/<uid>
+
+
+def login_runtime_dir() -> Path | None:
+    """/run/user/<uid> when it is a directory of ours (not a link) with mode 0700: what systemd-logind made for a
+    login session of this user, where the user manager and hasrd.socket live. ``su - USER``, cron, or ssh
+    without pam_systemd leave XDG_RUNTIME_DIR unset while that directory (and the manager) are there."""
+    d = LOGIN_RUNTIME_ROOT / str(os.getuid())
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        return None
+    return d
+
+
+def runtime_dir() -> Path:
+    """The user's runtime directory: $XDG_RUNTIME_DIR; without it /run/user/<uid> where the login made one
+    (login_runtime_dir); else hasrd's private fallback /tmp/hasr-<uid> (hasrd.config.runtime_dir)."""
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return config.runtime_dir()
+    return login_runtime_dir() or config.runtime_dir()
+
+
+def default_socket() -> str:
+    """The user's socket: ``hasr/hasrd.sock`` in :func:`runtime_dir` (systemd's ``%t/hasr/hasrd.sock``)."""
+    return str(runtime_dir() / "hasr" / "hasrd.sock")
+
+
+def _tmp_fallback() -> Path | None:
+    """/tmp/hasr-<uid> where XDG_RUNTIME_DIR is unset (a daemon hasrctl started there may run), else None."""
+    return None if os.environ.get("XDG_RUNTIME_DIR") else config.runtime_dir()
 
 
 def candidates(explicit: str | None) -> list[tuple[str, str]]:
-    """(path, kind) in the order tried; an explicit socket is the only candidate."""
+    """(path, kind) in the order tried; an explicit socket is the only candidate. Without XDG_RUNTIME_DIR the
+    login's /run/user/<uid> comes first (systemd's socket after `hasrctl setup`), then /tmp/hasr-<uid>."""
     if explicit:
         return [(os.path.abspath(explicit), "explicit")]
     out = [(default_socket(), "user")]
-    if out[0][0] != SYSTEM_SOCKET:
+    tmp = _tmp_fallback()
+    if tmp is not None and str(tmp / "hasr" / "hasrd.sock") != out[0][0]:
+        out.append((str(tmp / "hasr" / "hasrd.sock"), "user"))
+    if SYSTEM_SOCKET not in (p for p, _ in out):
         out.append((SYSTEM_SOCKET, "system"))
     return out
 
@@ -62,8 +104,13 @@ def socket_unit() -> Path | None:
 
 
 def systemctl(*args: str, check: bool = False, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """``systemctl --user ARGS``; where XDG_RUNTIME_DIR is unset it is given the login's (runtime_dir), without
+    which systemctl finds no user manager."""
+    env = None
+    if not os.environ.get("XDG_RUNTIME_DIR") and login_runtime_dir() is not None:
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime_dir())}
     return subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True, check=check,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 def hasrd_command() -> list[str]:
@@ -78,6 +125,8 @@ def _scrubbed_env() -> dict[str, str]:
     env = dict(os.environ)
     for key in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
         env.pop(key, None)
+    if not env.get("XDG_RUNTIME_DIR") and login_runtime_dir() is not None:
+        env["XDG_RUNTIME_DIR"] = str(runtime_dir())  # the daemon's runtime files beside its socket, as in a login
     return env
 
 
@@ -116,9 +165,10 @@ def private_dirs(path: str) -> list[Path]:
     """The directories that must be ours with mode 0700 for the socket ``path``, outermost first: at the
     default place its own directory, and /tmp/hasr-$UID when that stands in for XDG_RUNTIME_DIR."""
     sockdir = Path(path).parent
-    if sockdir != runtime_dir() / "hasr":
-        return []
-    return ([] if os.environ.get("XDG_RUNTIME_DIR") else [runtime_dir()]) + [sockdir]
+    tmp = _tmp_fallback()
+    if tmp is not None and sockdir == tmp / "hasr":
+        return [tmp, sockdir]
+    return [sockdir] if sockdir == runtime_dir() / "hasr" else []
 
 
 def secure_dir(path: str, create: bool) -> Path:

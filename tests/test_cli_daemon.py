@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -14,6 +16,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import srt
@@ -60,7 +63,103 @@ def test_the_transcript_alone_goes_to_stdout(env: dict[str, str], wav: str) -> N
     res = hasrctl("transcribe", wav, env=env)
     assert res.returncode == 0, show(res)
     assert res.stdout == TEXT
-    assert res.stderr == ""
+    assert one_line(res.stderr).startswith(f"hasrctl: {wav}: ok, 3.0 s of audio in ")  # the summary, on stderr
+
+
+def test_a_single_file_with_a_language_given_prints_its_summary_line_and_quiet_none(env: dict[str, str],
+                                                                                     wav: str) -> None:
+    """Issue 32 #8: with -l the summary line was missing (it came only with a detected language)."""
+    res = hasrctl("transcribe", "-l", "zh", wav, env=env)
+    assert res.returncode == 0 and res.stdout == TEXT, show(res)
+    line = one_line(res.stderr)
+    assert line.startswith(f"hasrctl: {wav}: ok, 3.0 s of audio in ") and "real time" in line, line
+    quiet = hasrctl("transcribe", "-q", "-l", "zh", wav, env=env)
+    assert quiet.returncode == 0 and quiet.stdout == TEXT and quiet.stderr == "", show(quiet)
+
+
+class _CountingRelay:
+    """A Unix socket that relays every connection to the daemon's and counts the transcriptions asked."""
+
+    def __init__(self, path: str, target: str) -> None:
+        import socket
+        import threading
+
+        self.path, self.target, self.transcriptions = path, target, 0
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(path)
+        self.server.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+
+    def _pipe(self, src: Any, dst: Any, request: bool) -> None:
+        first = True
+        try:
+            while data := src.recv(65536):
+                if request and first and data.startswith((b"POST /transcribe", b"POST /v1/audio/")):
+                    self.transcriptions += 1
+                first = False
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_several_formats_are_rendered_from_one_transcription(env: dict[str, str], wav: str, work: str) -> None:
+    """Issue 32 #3: -f txt,srt -f vtt (repeated -f accumulate) and -f all: one request to the daemon, a file per
+    format, each what the shared renderer makes of that one result."""
+    relay = _CountingRelay(os.path.join(work, "r.sock"), env["HASR_SOCKET"])
+    try:
+        out = os.path.join(work, "out")
+        res = hasrctl("transcribe", "-f", "txt,srt", "-f", "vtt", "-o", out, wav,
+                      env={**env, "HASR_SOCKET": relay.path})
+        assert res.returncode == 0 and res.stdout == "", show(res)
+        assert relay.transcriptions == 1
+        assert sorted(os.listdir(out)) == ["a.srt", "a.txt", "a.vtt"]
+        assert f"-> {out}/a.txt, {out}/a.srt, {out}/a.vtt" in one_line(res.stderr)
+        local = shutil.copy(wav, os.path.join(work, "b.wav"))
+        res = hasrctl("transcribe", "-f", "all", "--beside", local, env={**env, "HASR_SOCKET": relay.path})
+        assert res.returncode == 0, show(res)
+        assert relay.transcriptions == 2
+    finally:
+        relay.close()
+    result = json.loads(Path(work, "b.json").read_text())["hasr"]  # -f all's json is verbose_json: the result
+    assert Path(work, "b.txt").read_text() == lines(result) == Path(out, "a.txt").read_text()
+    assert Path(work, "b.srt").read_text() == render(result, "srt") == Path(out, "a.srt").read_text()
+    assert Path(work, "b.vtt").read_text() == render(result, "vtt") == Path(out, "a.vtt").read_text()
+
+
+def test_several_formats_need_files_not_stdout_nor_one_file(env: dict[str, str], wav: str, work: str) -> None:
+    """Several formats cannot share stdout or one -o FILE: exit 2 before any transcription, saying what works."""
+    for args in (["-f", "txt,srt"], ["-f", "srt", "-f", "vtt", "-o", "-"], ["-f", "all", "-o", f"{work}/t.srt"],
+                 ["-f", "json,verbose_json", "-o", f"{work}/d/"]):
+        res = hasrctl("transcribe", *args, wav, env=env)
+        assert res.returncode == 2 and res.stdout == "", show(res)
+        line = one_line(res.stderr)
+        assert ("-o DIR" in line and "--beside" in line) or "need a directory" in line or "NAME.json" in line, line
+    assert sorted(os.listdir(work)) == []  # nothing written
+    res = hasrctl("transcribe", "-f", "txt,srt", "-o", f"{work}/subs", wav, env=env)  # no suffix: a directory
+    assert res.returncode == 0 and sorted(os.listdir(f"{work}/subs")) == ["a.srt", "a.txt"], show(res)
+    again = hasrctl("transcribe", "-f", "vtt,srt", "-o", f"{work}/subs", wav, env=env)  # a.srt exists: nothing
+    assert again.returncode == 2 and "--force" in one_line(again.stderr)
+    assert sorted(os.listdir(f"{work}/subs")) == ["a.srt", "a.txt"]
 
 
 def test_json_and_verbose_json_carry_the_text_and_segments(env: dict[str, str], wav: str) -> None:
@@ -199,7 +298,7 @@ def test_forced_progress_shows_loading_and_audio_seconds(base: str, wav: str) ->
     for r in (res, upload):  # a path and an upload (stdin) show the same
         assert r.returncode == 0 and r.stdout == TEXT, show(r)
         assert "/3.0 s audio" in r.stderr and "[####" in r.stderr
-        assert r.stderr.endswith("\r\x1b[K")  # the line is erased when done
+        assert "\r\x1b[Khasrctl: " in r.stderr and r.stderr.endswith(" real time\n")  # the bar erased, the summary
     assert "loading: starting worker" in res.stderr  # a cold start shows the loading phase
 
 

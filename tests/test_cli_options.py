@@ -54,6 +54,43 @@ def test_an_unknown_model_is_refused_with_exit_2(fake_env: dict[str, str], wav: 
     assert res.returncode == 2 and "model_not_found" in res.stderr and "davinci" in res.stderr, show(res)
 
 
+def test_a_missing_known_size_suggests_hasrctl_pull_and_an_unknown_name_does_not(fake_env: dict[str, str],
+                                                                                   wav: str) -> None:
+    """Issue 32 #8: model_not_found for a faster-whisper size (or an owner/name id) names the next step."""
+    for name in ("large-v3", "Systran/faster-whisper-small"):
+        res = hasrctl("transcribe", "--model", name, wav, env=fake_env)
+        assert res.returncode == 2 and "model_not_found" in res.stderr, show(res)
+        assert f"download it with `hasrctl pull {name}`" in res.stderr, res.stderr
+    res = hasrctl("load", "--model", "large-v3", env=fake_env)
+    assert res.returncode == 2 and "`hasrctl pull large-v3`" in res.stderr, show(res)
+    res = hasrctl("transcribe", "--model", "davinci", wav, env=fake_env)
+    assert res.returncode == 2 and "hasrctl pull" not in res.stderr, show(res)
+
+
+def test_a_model_path_that_does_not_exist_is_no_such_directory_not_a_download(base: str, wav: str) -> None:
+    """Issue 32 #8: a missing directory is said so, before any daemon is reached (exit 2), for transcribe, load
+    and batch alike; nothing mentions Hugging Face."""
+    env = cli_env(base)  # no daemon: the refusal comes first
+    for args in (["transcribe", wav], ["load"], ["batch", wav, "-o", os.path.join(base, "o")]):
+        res = hasrctl(*args, "--no-autostart", "--model", "/no/such/model", env=env) if args[0] != "batch" else \
+            hasrctl(*args, "--model", "/no/such/model", env=env)
+        assert res.returncode == 2, show(res)
+        assert "--model /no/such/model: no such directory" in res.stderr, show(res)
+        assert "Hugging Face" not in res.stderr and "hf download" not in res.stderr
+
+
+def test_hasr_fw_model_as_a_missing_path_is_no_such_directory_in_the_worker() -> None:
+    from hasrd import models
+    from hasrd.errors import EngineError
+
+    with pytest.raises(EngineError) as e:
+        models.resolve_fw("/no/such/model")
+    assert "does not exist: no such directory" in e.value.message and "hf download" not in e.value.message
+    with pytest.raises(EngineError) as e:
+        models.resolve_fw(tempfile.gettempdir())
+    assert "no model.bin" in e.value.message
+
+
 def test_translate_asks_for_the_translate_task_and_an_engine_that_cannot_says_so(fake_env: dict[str, str],
                                                                                  wav: str) -> None:
     res = hasrctl("transcribe", "--translate", wav, env=fake_env)
@@ -144,3 +181,28 @@ def test_dictate_without_any_display_says_there_is_no_graphical_session(short_tm
     assert "no graphical session to type into" in err and "DISPLAY" in err and "WAYLAND_DISPLAY" in err, err
     assert "install xdotool" not in err and "ydotool" in err, err  # what it needs: a session, or ydotool
     assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err  # one line, no traceback
+
+
+def test_models_lists_the_embedded_base_and_its_hf_cache_copy_at_one_size(base: str) -> None:
+    """Issue 32 #8: the same bytes were 145 MB (embedded) and 141 MB (the Hugging Face cache's copy): one unit,
+    MB = 2**20 bytes, for every row."""
+    from pathlib import Path
+
+    from speech import model_dir
+
+    cache = Path(base, "hf")
+    snap = cache / "models--Systran--faster-whisper-base" / "snapshots" / "0"
+    snap.mkdir(parents=True, exist_ok=True)
+    (cache / "models--Systran--faster-whisper-base" / "refs").mkdir(exist_ok=True)
+    (cache / "models--Systran--faster-whisper-base" / "refs" / "main").write_text("0")
+    for f in Path(model_dir()).iterdir():
+        if f.is_file() and not (snap / f.name).exists():
+            (snap / f.name).symlink_to(f)
+    d = Hasrd(os.path.join(base, "m.sock"), env={"HF_HUB_CACHE": str(cache)})
+    try:
+        res = hasrctl("models", env=cli_env(base, HASR_SOCKET=d.sock))
+    finally:
+        d.stop()
+    assert res.returncode == 0, show(res)
+    sizes = {ln.split()[0]: ln.split()[2:4] for ln in res.stdout.splitlines()[1:]}
+    assert sizes["base"] == sizes["Systran/faster-whisper-base"] == ["141", "MB"], res.stdout

@@ -7,11 +7,14 @@ a second setup changes nothing, and ``--uninstall`` removes exactly what setup i
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from sdmanager import SdManager, sd_manager, test_dropin  # noqa: F401  (sd_manager is a fixture)
 from tests.cliutil import REPO, hasrctl, show
+from tests.conftest import need
 from tests.daemon import write_wav
 
 FINAL = "今天天气很好。\n我们去公园散步\n"  # one sentence a line (the CLI's text format)
@@ -41,7 +44,7 @@ def test_setup_enables_the_socket_and_uninstall_removes_what_it_installed(sd_man
     dropin_dir = m.unit_dir / "hasrd.service.d"
     dropin_dir.mkdir()
     (dropin_dir / "50-test.conf").write_text(test_dropin(
-        env={"HASR_ENGINE": "fake", "HASR_IDLE_TTL_SEC": "1", "HASR_IDLE_EXIT_SEC": "1.5"},
+        env={"HASR_ENGINE": "fake", "HASR_IDLE_TTL_SEC": "1", "HASR_IDLE_EXIT_SEC": "1.5", "PYTHONPATH": str(REPO)},
         stdout=m.base / "hasrd.log"))
     before = _tree(m.base / "cfg", m.home)
 
@@ -68,10 +71,10 @@ def test_setup_enables_the_socket_and_uninstall_removes_what_it_installed(sd_man
     sock = m.runtime_dir / "hasr" / "hasrd.sock"
     assert sock.is_socket()
 
-    # A transcription activates the service through the socket: no autostart, nothing said on stderr.
+    # A transcription activates the service through the socket: no autostart, only its summary on stderr.
     wav = write_wav(str(m.base / "a.wav"), 1.0)
     res = hasrctl("transcribe", "--no-autostart", wav, env=env)
-    assert res.returncode == 0 and res.stdout == FINAL and res.stderr == "", show(res) + m.log()
+    assert res.returncode == 0 and res.stdout == FINAL and "started hasrd" not in res.stderr, show(res) + m.log()
     assert m.show("hasrd.service", "ActiveState") == "active"
     assert int(m.show("hasrd.service", "MainPID")) > 0
     assert hasrctl("status", env=env).returncode == 0
@@ -118,7 +121,7 @@ def test_setup_takes_the_socket_over_from_an_autostarted_daemon(sd_manager: SdMa
     env = _env(m)
     (m.unit_dir / "hasrd.service.d").mkdir()
     (m.unit_dir / "hasrd.service.d" / "50-test.conf").write_text(test_dropin(
-        env={"HASR_ENGINE": "fake"}, stdout=m.base / "hasrd.log"))
+        env={"HASR_ENGINE": "fake", "PYTHONPATH": str(REPO)}, stdout=m.base / "hasrd.log"))
     wav = write_wav(str(m.base / "a.wav"), 1.0)
     first = hasrctl("transcribe", wav, env={**env, "HASR_ENGINE": "fake"})
     assert first.returncode == 0 and "started hasrd" in first.stderr, show(first)
@@ -130,8 +133,58 @@ def test_setup_takes_the_socket_over_from_an_autostarted_daemon(sd_manager: SdMa
         assert res.returncode == 0 and "systemd's socket takes over" in res.stderr, show(res) + m.log()
         assert wait_until(lambda: not pid_alive(pid), timeout=20)
         again = hasrctl("transcribe", "--no-autostart", wav, env=env)
-        assert again.returncode == 0 and again.stdout == FINAL and again.stderr == "", show(again) + m.log()
+        assert again.returncode == 0 and again.stdout == FINAL and "started" not in again.stderr, show(again) + m.log()
         assert int(m.show("hasrd.service", "MainPID")) not in (0, pid)
     finally:
         if pid_alive(pid):
             os.kill(pid, 9)
+
+
+def _as_su(m: SdManager, *args: str) -> subprocess.CompletedProcess[str]:
+    """``hasrctl ARGS`` as after ``su - USER``: no XDG_RUNTIME_DIR, while the login's /run/user/<uid> is the
+    manager's runtime directory (bound there in a private mount namespace of this command alone)."""
+    script = ('set -e; mount -t tmpfs -o mode=755 tmpfs /run/user; mkdir -m 700 "/run/user/$1"; '
+              'mount --bind "$2" "/run/user/$1"; shift 2; exec "$@"')
+    env = {k: v for k, v in _env(m).items() if k != "XDG_RUNTIME_DIR"}
+    res = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", script, "su",
+                          str(os.getuid()), str(m.runtime_dir), sys.executable, "-m", "hasrctl", *args],
+                         env=env, cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    return res
+
+
+def test_without_xdg_runtime_dir_hasrctl_finds_the_systemd_socket_in_run_user(sd_manager: SdManager) -> None:
+    """Issue 32 #6: after setup, `su - $USER -c 'hasrctl transcribe x.wav'` (no XDG_RUNTIME_DIR) goes through
+    systemd's socket in /run/user/<uid>/hasr, instead of autostarting a second daemon under /tmp; setup itself
+    works there too, and stop says what systemd does."""
+    need(os.path.isdir("/run/user") and shutil.which("unshare") is not None, "needs /run/user and unshare")
+    m = sd_manager
+    (m.unit_dir / "hasrd.service.d").mkdir()
+    (m.unit_dir / "hasrd.service.d" / "50-test.conf").write_text(test_dropin(
+        env={"HASR_ENGINE": "fake", "PYTHONPATH": str(REPO)}, stdout=m.base / "hasrd.log"))
+    uid = os.getuid()
+    res = _as_su(m, "setup", "--no-tray")
+    assert res.returncode == 0, show(res) + m.log()
+    assert f"systemd listens on /run/user/{uid}/hasr/hasrd.sock" in res.stdout, res.stdout
+    assert m.show("hasrd.socket", "ActiveState") == "active"
+    wav = write_wav(str(m.base / "a.wav"), 1.0)
+    tmp_sock = Path(f"/tmp/hasr-{uid}/hasr/hasrd.sock")
+    existed = tmp_sock.exists()
+    res = _as_su(m, "transcribe", wav)
+    assert res.returncode == 0 and res.stdout == FINAL, show(res) + m.log()
+    assert "started hasrd" not in res.stderr, res.stderr
+    assert m.show("hasrd.service", "ActiveState") == "active"  # systemd's daemon answered
+    assert tmp_sock.exists() == existed  # no second daemon under /tmp
+    res = _as_su(m, "stop")
+    assert res.returncode == 0 and "stopped hasrd.service (hasrd.socket still listens" in res.stdout, show(res)
+    m.wait_for("hasrd.service", "ActiveState", "inactive", "failed")
+
+
+def test_stop_with_the_socket_unit_inactive_does_not_claim_it_listens(sd_manager: SdManager) -> None:
+    """Issue 32 #8: units installed but hasrd.socket stopped: `stop` stops no unit and says nothing listens."""
+    m = sd_manager
+    env = _env(m)
+    assert hasrctl("setup", "--no-tray", env=env).returncode == 0
+    m.systemctl("stop", "hasrd.socket")
+    res = hasrctl("stop", env=env)
+    assert res.returncode == 0, show(res)
+    assert "still listens" not in res.stdout + res.stderr and "not running" in res.stderr, show(res)

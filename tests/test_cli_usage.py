@@ -164,6 +164,22 @@ def _plans(*args: object, **kw: object) -> list[output.Plan]:
     return out
 
 
+def test_several_formats_get_a_file_each_in_the_directory_or_beside_the_input(short_tmp: str, wav: str) -> None:
+    [p] = _plans([wav], ["text", "srt", "verbose_json"], short_tmp + "/", beside=False)
+    assert p.targets == (("text", Path(short_tmp, "a.txt")), ("srt", Path(short_tmp, "a.srt")),
+                         ("verbose_json", Path(short_tmp, "a.json")))
+    [p] = _plans([wav], ["srt", "vtt"], None, beside=True)
+    assert [t for _, t in p.targets] == [Path(short_tmp, "a.srt"), Path(short_tmp, "a.vtt")]
+    [p] = _plans([wav], ["srt", "vtt"], f"{short_tmp}/subs", beside=False)  # no suffix: a directory, made
+    assert p.target == Path(short_tmp, "subs", "a.srt") and Path(short_tmp, "subs").is_dir()
+    for out, words in ((None, "cannot share stdout"), ("-", "cannot share stdout"),
+                       (f"{short_tmp}/t.srt", "need a directory")):
+        with pytest.raises(UsageError, match=words):
+            output.plan([wav], ["srt", "vtt"], out, beside=False)
+    with pytest.raises(UsageError, match="same NAME"):
+        output.plan([wav], ["json", "verbose_json"], short_tmp, beside=False)
+
+
 def test_outputs_go_into_a_directory_as_name_dot_extension(short_tmp: str, wav: str) -> None:
     plans = _plans([wav, "-"], "srt", short_tmp + "/", beside=False)
     assert [p.target for p in plans] == [Path(short_tmp, "a.srt"), Path(short_tmp, "stdin.srt")]
@@ -285,6 +301,67 @@ def test_devices_and_fifos_are_written_not_renamed_over(short_tmp: str) -> None:
         sock.close()
 
 
+def test_without_xdg_runtime_dir_the_logins_run_user_dir_comes_first(short_tmp: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32 #6: `su - USER` leaves XDG_RUNTIME_DIR unset while /run/user/<uid> (systemd's socket after setup)
+    is there: it is the user's runtime directory, then /tmp/hasr-<uid> (a daemon hasrctl started), then the
+    system's; systemctl is given it too."""
+    from hasrd import config
+
+    root = Path(short_tmp, "run-user")
+    login = root / str(os.getuid())
+    login.mkdir(parents=True, mode=0o700)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(discovery, "LOGIN_RUNTIME_ROOT", root)
+    tmp = config.runtime_dir()
+    assert discovery.runtime_dir() == login and discovery.default_socket() == f"{login}/hasr/hasrd.sock"
+    assert discovery.candidates(None) == [(f"{login}/hasr/hasrd.sock", "user"), (f"{tmp}/hasr/hasrd.sock", "user"),
+                                          ("/run/hasr/hasrd.sock", "system")]
+    assert discovery.private_dirs(f"{login}/hasr/hasrd.sock") == [login / "hasr"]
+    assert discovery.private_dirs(f"{tmp}/hasr/hasrd.sock") == [tmp, tmp / "hasr"]
+    assert discovery._scrubbed_env()["XDG_RUNTIME_DIR"] == str(login)
+    os.makedirs(login / "hasr", mode=0o700)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(f"{login}/hasr/hasrd.sock")
+    listener.listen()
+    try:
+        assert discovery.find(None, autostart=False, idle_exit=1, timeout=1, say=print) == f"{login}/hasr/hasrd.sock"
+    finally:
+        listener.close()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", short_tmp)  # a login session's own variable wins
+    assert discovery.default_socket() == f"{short_tmp}/hasr/hasrd.sock"
+
+
+@pytest.mark.parametrize("how", ["open", "link", "missing"])
+def test_a_run_user_dir_that_is_not_ours_and_private_is_not_used(short_tmp: str, monkeypatch: pytest.MonkeyPatch,
+                                                                 how: str) -> None:
+    from hasrd import config
+
+    root = Path(short_tmp, "run-user")
+    root.mkdir()
+    login = root / str(os.getuid())
+    if how == "open":
+        login.mkdir(mode=0o755)
+        login.chmod(0o755)
+    elif how == "link":
+        os.makedirs(Path(short_tmp, "elsewhere"), mode=0o700)
+        login.symlink_to(Path(short_tmp, "elsewhere"))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(discovery, "LOGIN_RUNTIME_ROOT", root)
+    assert discovery.runtime_dir() == config.runtime_dir()
+    assert discovery.candidates(None)[0] == (config.default_socket(), "user")
+
+
+@pytest.mark.parametrize("cmd", [["ps"], ["models"], ["rm", "large-v3"]])
+def test_commands_that_never_start_a_daemon_do_not_suggest_an_option_they_lack(env: dict[str, str],
+                                                                              cmd: list[str]) -> None:
+    """Issue 32 #8: ps, models and rm have no --autostart, so `drop --no-autostart` was no advice."""
+    res = hasrctl(*cmd, env=env)
+    line = one_line(res.stderr)
+    assert res.returncode == 3 and "not running" in line and "autostart" not in line, show(res)
+    assert "`hasrctl transcribe` or `hasrctl load` start one" in line
+
+
 # --- the socket directory ----------------------------------------------------------------------------------------
 @pytest.fixture
 def fallback(short_tmp: str, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -294,7 +371,7 @@ def fallback(short_tmp: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     rt = Path(short_tmp, f"hasr-{os.getuid()}")
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(config, "runtime_dir", lambda: rt)
-    monkeypatch.setattr(discovery, "runtime_dir", lambda: rt)
+    monkeypatch.setattr(discovery, "LOGIN_RUNTIME_ROOT", Path(short_tmp, "no-run-user"))
     return rt
 
 

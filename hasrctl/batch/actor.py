@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from hasrd import __version__
-from hasrd.transcript import Transcript
+from hasrd.transcript import Transcript, to_json
 
 
 class _Dropped:
@@ -80,7 +80,8 @@ class Transcriber:
         return {"path": row["path"], "row": json.dumps(self.transcribe(str(row["path"])), ensure_ascii=False)}
 
     def transcribe(self, path: str) -> dict[str, Any]:
-        """One file to its manifest row (without ``outputs``) and ``rendered``: format -> text."""
+        """One file to its manifest row (without ``outputs``), ``rendered`` (format -> text) and ``result`` (the
+        whole result, which the driver keeps so that a format asked later is made from it)."""
         from hasrctl.batch.inputs import NotAFile, kind_of, refusal
         from hasrctl.batch.manifest import file_hash
 
@@ -114,7 +115,7 @@ class Transcriber:
                    timings={"decode_s": round(decode_s, 4),
                             "transcribe_s": round(float(result.timings.total_s or 0), 4),
                             "total_s": round(total_s, 4), "load_s": self.load_s},
-                   rendered=render_all(result, self.formats, self.rules))
+                   rendered=render_all(result, self.formats, self.rules), result=to_json(result))
         return out
 
     def _run(self, path: str) -> tuple[Transcript, float]:

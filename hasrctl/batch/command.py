@@ -16,24 +16,9 @@ from typing import Any
 import click
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
-from hasrctl.common import FORMAT_NAMES, engine_options, say, settings
+from hasrctl.common import engine_options, model_argument, model_hint, parse_formats, say, settings
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
-
-
-def parse_formats(values: tuple[str, ...]) -> list[str]:
-    """``-f txt,srt -f vtt`` -> the canonical names, each once, in order; UsageError for anything else."""
-    out: list[str] = []
-    for value in values:
-        for part in value.split(","):
-            name = FORMAT_NAMES.get(part.strip().lower())
-            if name is None:
-                raise UsageError(f"-f {part.strip()!r}: use txt, srt, vtt, json or verbose_json (several with commas)")
-            if name not in out:
-                out.append(name)
-    if "json" in out and "verbose_json" in out:
-        raise UsageError("-f json and verbose_json both write NAME.json: choose one")
-    return out or ["text"]
 
 
 def _model(model: str | None, engine: str | None) -> tuple[Any, str, dict[str, str]]:
@@ -44,7 +29,7 @@ def _model(model: str | None, engine: str | None) -> tuple[Any, str, dict[str, s
     try:
         spec = modelspec.resolve(model or "", s)
     except errors.ModelNotFound as e:
-        raise UsageError(f"--model: {e.message}") from None
+        raise UsageError(f"--model: {model_hint(model, e.message)}") from None
     return spec, engine or spec.engine, spec.worker_env()
 
 
@@ -74,6 +59,30 @@ def _rules(max_line_width: str | None, max_line_count: str | None, max_cue_sec: 
 def _failed_row(path: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
     return {"path": path, "status": "failed", "error": {"code": code, "message": message}, "model": model,
             "engine": engine}
+
+
+def _skip(book: Any, paths: list[str], signature: dict[str, Any], model: str, engine: str) -> None:
+    """A ``skipped`` row for each file of a directory named like audio whose bytes are not (inputs.named_like_media):
+    recorded unless the manifest has it already for the same bytes (a rerun with nothing to do writes nothing)."""
+    from hasrctl.batch import manifest as mf
+    from hasrctl.batch.inputs import not_media_message
+    from hasrd import __version__
+
+    for path in paths:
+        old = book.rows.get(path)
+        if old is not None and old.get("status") == "skipped" and mf.same_bytes(old, path):
+            continue
+        row: dict[str, Any] = {"path": path, "status": "skipped",
+                               "error": {"code": "not_audio", "message": not_media_message(path)},
+                               "model": model, "engine": engine, "options": signature, "outputs": [],
+                               "host": socket.gethostname(), "pid": os.getpid(), "hasr_version": __version__,
+                               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        try:
+            st = os.stat(path)
+            row.update(size=st.st_size, mtime_ns=st.st_mtime_ns, hash=mf.file_hash(path))
+        except OSError:
+            pass
+        book.record(row)
 
 
 def _not_a_file_row(path: str, kind: str, model: str, engine: str) -> dict[str, Any]:
@@ -113,7 +122,9 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None,
 @click.option("-o", "--output", "outdir", required=True, metavar="OUTDIR",
               help="Where transcripts go (the inputs' tree mirrored) with manifest.jsonl: one row per input.")
 @click.option("-f", "--format", "fmts", multiple=True, metavar="LIST",
-              help="txt, srt, vtt, json, verbose_json; several with commas or -f again [default: txt].")
+              help="txt, srt, vtt, json, verbose_json, or all (txt, srt, vtt and verbose_json); several with "
+                   "commas or -f again [default: txt]. A format added on a rerun is made from the stored results, "
+                   "without transcribing again.")
 @click.option("--model", metavar="ID", envvar="HASR_MODEL", show_envvar=True,
               help="A model of `hasrctl models` (the default model when left out); checked before Ray starts.")
 @click.option("-l", "--language", metavar="NAME", envvar="HASR_LANGUAGE", show_envvar=True,
@@ -166,6 +177,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     from hasrctl.batch.progress import Progress
 
     formats = parse_formats(fmts)
+    model = model_argument(model)
     lang = _language(language)
     spec, engine_name, model_env = _model(model, engine)
     rules = _rules(max_line_width, max_line_count, max_cue_sec)
@@ -186,16 +198,29 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
             book.open()
             todo = [f for f in found.files
                     if not mf.up_to_date(book.rows.get(f), signature, f, out_root, retry_failed=retry_failed)]
+            # only the formats or the subtitle rules changed: made from the stored result, not transcribed again
+            stored = {f: r for f in todo if (r := mf.stored_result(book.rows.get(f), signature, f, out_root))}
+            todo = [f for f in todo if f not in stored]
             shown = {f: os.path.relpath(f, root) for f in found.files}
             still = [(shown[f], _detail(book.rows[f])) for f in found.files
-                     if f not in todo and book.rows[f].get("status") == "failed"]
-            done_before = len(found.files) - len(todo)
+                     if f not in todo and f not in stored and book.rows[f].get("status") == "failed"]
+            done_before = len(found.files) - len(todo) - len(stored)
             if found.skipped and not quiet:
                 say(f"{found.skipped} file(s) in the input directories are not audio or video: left out")
+            _skip(book, found.suspects, signature, spec.name, engine_name)
+            if found.suspects and not quiet:
+                odd = [os.path.relpath(f, root) for f in found.suspects]
+                say(f"{len(odd)} file(s) named like audio are not audio or video by their bytes: skipped, each "
+                    f"with its row in the manifest ({', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''})")
             if done_before and not quiet:
                 say(f"{done_before} of {len(found.files)} input(s) are up to date"
                     + (f" ({len(still)} failed for their content; --retry-failed retries them)" if still else "")
                     + (f": transcribing the other {len(todo)}" if todo else ""))
+            if stored:
+                still += _rerender(book, stored, out_root, names, shown, formats, rules, signature)
+                if not quiet:
+                    say(f"{len(stored)} file(s) rendered as {', '.join(_shown_formats(formats))} from their stored "
+                        f"results, without transcribing them again")
             if not todo:
                 return _report(still, len(found.files))
             # what is not a regular file (a FIFO, a device) is never opened, not even for its length: its row is
@@ -262,6 +287,10 @@ class Batch:
     t0: float = field(default_factory=time.monotonic)
 
 
+def _shown_formats(formats: list[str]) -> list[str]:
+    return ["txt" if f == "text" else f for f in formats]
+
+
 def _detail(row: dict[str, Any]) -> str:
     err = row.get("error") or {}
     return f"{err.get('message')} ({err.get('code')})"
@@ -284,8 +313,8 @@ def _run(rn: Any, b: Batch) -> int:
 
     old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        with rn.native_stderr_to(os.path.join(b.out_root, RAY_LOG)):
-            ray = rn.connect(b.address, None, os.path.join(b.out_root, RAY_LOG))
+        with rn.private_temp_dir(b.address) as tmp, rn.native_output_to(os.path.join(b.out_root, RAY_LOG)):
+            ray = rn.connect(b.address, None, os.path.join(b.out_root, RAY_LOG), tmp)
             for sig in old:  # again: ray.init put its own SIGTERM handler (sys.exit) in place of ours
                 signal.signal(sig, stop)
             try:
@@ -348,29 +377,7 @@ def _not_files(b: Batch, bar: Any) -> None:
 def _finished(b: Batch, bar: Any, row: dict[str, Any]) -> None:
     """One input's row back from Ray: its outputs written (atomically), its row recorded, progress told.
     manifest.DiskFull when OUTDIR has no room for them: the run stops, this input is not recorded."""
-    from hasrctl import output
-    from hasrctl.batch.manifest import DiskFull, is_full
-    from hasrd.formats import extension
-
-    rendered = row.pop("rendered", None) or {}
-    row["options"] = b.signature
-    row["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    outs = []
-    try:
-        for fmt in b.formats:
-            if fmt in rendered:
-                rel = f"{b.names[row['path']]}.{extension(fmt)}"
-                target = Path(b.out_root) / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                output.write(target, rendered[fmt], True)
-                outs.append(rel)
-    except (CliError, OSError) as e:
-        if isinstance(e, OSError) and is_full(e):
-            raise DiskFull(b.out_root, e, b.book.recorded) from None
-        message = e.message if isinstance(e, CliError) else f"{e.strerror or e}"
-        row.update(status="failed", error={"code": "write_failed", "message": f"cannot write the output: {message}"})
-    row["outputs"] = outs
-    b.book.record(row)
+    _store(b.book, b.out_root, b.names, b.formats, b.signature, row)
     name = b.shown[row["path"]]
     if row["status"] == "ok":
         duration = float(row.get("duration_s") or 0)
@@ -379,3 +386,58 @@ def _finished(b: Batch, bar: Any, row: dict[str, Any]) -> None:
         detail = _detail(row)
         b.failures.append((name, detail))
         bar.file(row["path"], name, False, detail, 0.0)
+
+
+def _store(book: Any, out_root: str, names: dict[str, str], formats: list[str], signature: dict[str, Any],
+           row: dict[str, Any]) -> None:
+    """A row's outputs (``rendered``) and its whole result (``result``, kept under RESULTS for the formats asked
+    later) written atomically, then the row recorded; a write that fails fails the row (write_failed).
+    manifest.DiskFull when OUTDIR has no room: nothing of this input is recorded."""
+    from hasrctl import output
+    from hasrctl.batch.manifest import RESULTS, DiskFull, is_full
+    from hasrd.formats import extension
+
+    rendered = row.pop("rendered", None) or {}
+    result = row.pop("result", None)
+    row["options"] = signature
+    row["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    outs = []
+    try:
+        for fmt in formats:
+            if fmt in rendered:
+                rel = f"{names[row['path']]}.{extension(fmt)}"
+                target = Path(out_root) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                output.write(target, rendered[fmt], True)
+                outs.append(rel)
+        if row["status"] == "ok" and isinstance(result, dict):
+            rel = os.path.join(RESULTS, f"{names[row['path']]}.json")
+            target = Path(out_root) / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            output.write(target, json.dumps(result, ensure_ascii=False) + "\n", True)
+            row["result"] = rel
+    except (CliError, OSError) as e:
+        if isinstance(e, OSError) and is_full(e):
+            raise DiskFull(out_root, e, book.recorded) from None
+        message = e.message if isinstance(e, CliError) else f"{e.strerror or e}"
+        row.update(status="failed", error={"code": "write_failed", "message": f"cannot write the output: {message}"})
+    row["outputs"] = outs
+    book.record(row)
+
+
+def _rerender(book: Any, results: dict[str, dict[str, Any]], out_root: str, names: dict[str, str],
+              shown: dict[str, str], formats: list[str], rules: Any,
+              signature: dict[str, Any]) -> list[tuple[str, str]]:
+    """The inputs whose stored result serves the formats and subtitle rules asked now: rendered here, in this
+    process, as the actors render (actor.render_all), without Ray and without transcribing; their failures."""
+    from hasrctl.batch.actor import render_all
+    from hasrd.transcript import from_json
+
+    failures = []
+    for path, result in results.items():
+        row = {k: v for k, v in book.rows[path].items() if k not in ("outputs", "result")}
+        row.update(rendered=render_all(from_json(result), formats, rules), result=result)
+        _store(book, out_root, names, formats, signature, row)
+        if row["status"] != "ok":
+            failures.append((shown[path], _detail(row)))
+    return failures

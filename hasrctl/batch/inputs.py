@@ -4,7 +4,9 @@ INPUT is a file, a directory (walked recursively; a file in it counts when its f
 audio or video container, whatever its name), a glob (``'rec/**/*.m4a'``, expanded here so that a quoted
 pattern works the same on every shell), ``@list.txt`` (one INPUT a line; blank lines and ``#`` comments are
 skipped) or ``-`` (that list on standard input). A file named directly or by a glob is always taken: if it is
-not audio, the run records it as failed with the decoder's reason, so nothing named is silently left out.
+not audio, the run records it as failed with the decoder's reason, so nothing named is silently left out. A
+file in a directory that is named like audio (``x.mp3``) but whose bytes are not is not sent to an actor: it gets
+a ``skipped`` row with the reason, so a damaged recording does not vanish from the manifest.
 
 Nothing that is not a regular file is ever opened: opening a FIFO for reading waits for a writer for ever, and
 a device (/dev/zero) never ends. A walk leaves them out; one named (directly, by a glob or in a list) is taken
@@ -36,6 +38,13 @@ _MAGIC: tuple[tuple[int, bytes], ...] = (
     (4, b"ftyp"), (4, b"moov"), (4, b"mdat"), (4, b"wide"), (4, b"free"),  # MP4, M4A, MOV, 3GP
 )
 _AIFF = (b"AIFF", b"AIFC")
+# Names of audio and video files: one of these in a directory whose bytes are not a container's is a damaged
+# or mislabelled recording, which gets a ``skipped`` row; any other file that is not audio is left out silently.
+MEDIA_SUFFIXES = frozenset({
+    ".wav", ".wave", ".mp3", ".mp2", ".flac", ".m4a", ".m4b", ".aac", ".ogg", ".oga", ".opus", ".spx", ".wma",
+    ".aif", ".aiff", ".aifc", ".amr", ".caf", ".au", ".snd", ".ac3", ".eac3", ".wv", ".ape", ".tta", ".mka",
+    ".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".wmv", ".asf", ".flv", ".3gp", ".3g2", ".mpg", ".mpeg",
+    ".ts", ".mts", ".m2ts", ".vob", ".rm", ".rmvb", ".dsf", ".dff", ".w64", ".rf64"})
 _IMAGE_BRANDS = (b"avif", b"avis", b"heic", b"heix", b"mif1", b"msf1", b"jxl ")  # ISO BMFF images
 
 
@@ -120,7 +129,8 @@ class Found:
 
     files: list[str] = field(default_factory=list)
     exclude: str = ""  # a directory never walked (OUTDIR, when it lies inside an input directory)
-    skipped: int = 0  # files in directories that are not audio or video
+    skipped: int = 0  # files in directories that are not audio or video, and not named so either
+    suspects: list[str] = field(default_factory=list)  # files in directories named like audio that are not
     roots: list[str] = field(default_factory=list)  # each input's own directory (the mirror's base)
 
 
@@ -139,8 +149,22 @@ def _walk(top: str, found: Found) -> None:
                 continue  # a dangling link
             if _is_media(path):
                 found.files.append(path)
+            elif named_like_media(path):
+                found.suspects.append(path)
             else:
                 found.skipped += 1
+
+
+def named_like_media(path: str) -> bool:
+    """Whether a file's name says audio or video (``x.mp3``), whatever its bytes."""
+    return os.path.splitext(path)[1].lower() in MEDIA_SUFFIXES
+
+
+def not_media_message(path: str) -> str:
+    """The reason of a ``skipped`` row: a file named like audio whose bytes are not."""
+    return (f"{os.path.basename(path)} is named like audio or video but its first bytes are no audio or video "
+            f"container's (a damaged or mislabelled file?): not transcribed; name it as an input to have the "
+            f"decoder try it")
 
 
 def _add(arg: str, found: Found, missing: list[str]) -> None:
@@ -213,7 +237,8 @@ def expand(args: Iterable[str], stdin: TextIO | None = None, exclude: str = "") 
             seen.add(key)
             unique.append(path)
     found.files = unique
-    if not found.files:
+    found.suspects = [p for p in dict.fromkeys(found.suspects) if os.path.realpath(p) not in seen]
+    if not found.files and not found.suspects:
         raise UsageError("no audio or video files among the inputs"
                          + (f" ({found.skipped} other file(s) skipped)" if found.skipped else ""))
     return found

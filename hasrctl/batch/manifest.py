@@ -10,9 +10,11 @@ A full disk (ENOSPC, or the user's quota: EDQUOT) is :class:`DiskFull`, raised w
 that did not fit is cut off again (the row is not recorded), a rewrite that did not fit leaves no temporary file
 and the manifest as it was, and the journal keeps every row recorded since, for the next run to fold in.
 
-A row: path, hash (``sha256:...`` of the file's bytes), size, mtime_ns, status (``ok`` | ``failed``), error
-(``{code, message}`` or null), language, duration_s, text, model, engine, options (what changes the output),
-outputs (paths under OUTDIR), timings (decode_s, transcribe_s, total_s), host, pid, finished_at, hasr_version.
+A row: path, hash (``sha256:...`` of the file's bytes), size, mtime_ns, status (``ok`` | ``failed`` |
+``skipped``), error (``{code, message}`` or null), language, duration_s, text, model, engine, options (what
+changes the output), outputs (paths under OUTDIR), result (the whole result's file under OUTDIR, from which a
+format asked later is rendered), timings (decode_s, transcribe_s, total_s), host, pid, finished_at,
+hasr_version.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ def _rows(path: str) -> Iterator[dict[str, Any]]:
                 yield row
 
 
+RESULTS = ".hasr-batch.results"  # each ok input's whole result (JSON), under its output name: formats asked later
+# What makes a transcription (the rest of a row's options, formats and subtitle rules, is only its rendering)
+TRANSCRIPTION = ("model", "engine", "language", "options")
+
 # A failure of the file's own bytes: the same bytes fail the same way, so a rerun skips them (--retry-failed
 # does not); every other failure (a crash, memory, a model that did not load, a write) is retried.
 CONTENT_ERRORS = frozenset({"invalid_audio", "undecodable", "no_audio_stream", "no_audio_frames", "empty_file",
@@ -89,16 +95,23 @@ def up_to_date(row: dict[str, Any] | None, options: dict[str, Any], path: str, o
                hasher: Callable[[str], str] = file_hash, retry_failed: bool = False) -> bool:
     """Whether a rerun may skip ``path``: its row was made with the same options and the file's content is the
     same (same size and mtime, else the same hash: a file touched but not changed is still skipped), and the
-    row is ok with its outputs all still there, or failed for its content (CONTENT_ERRORS) and
-    ``retry_failed`` is off."""
-    if not row or row.get("options") != options:
+    row is ok with its outputs all still there, or failed for its content (CONTENT_ERRORS; the transcription's
+    options alone count there, not the formats) and ``retry_failed`` is off."""
+    if not row:
         return False
     if row.get("status") == "failed":
-        if retry_failed or (row.get("error") or {}).get("code") not in CONTENT_ERRORS:
+        # a file that fails for its own bytes does so in every format: only the transcription's options count
+        if (not same_transcription(row, options) or retry_failed
+                or (row.get("error") or {}).get("code") not in CONTENT_ERRORS):
             return False
-    elif (row.get("status") != "ok"
+    elif (row.get("options") != options or row.get("status") != "ok"
           or not all(os.path.isfile(os.path.join(outdir, o)) for o in row.get("outputs") or [])):
         return False
+    return same_bytes(row, path, hasher)
+
+
+def same_bytes(row: dict[str, Any], path: str, hasher: Callable[[str], str] = file_hash) -> bool:
+    """Whether ``path`` holds the bytes ``row`` was made from: same size and mtime, else the same hash."""
     try:
         st = os.stat(path)
     except OSError:
@@ -109,6 +122,48 @@ def up_to_date(row: dict[str, Any] | None, options: dict[str, Any], path: str, o
         return st.st_size == row.get("size") and hasher(path) == row.get("hash")
     except OSError:
         return False
+
+
+def same_transcription(row: dict[str, Any], options: dict[str, Any]) -> bool:
+    """Whether ``row`` was transcribed as ``options`` asks (model, engine, language, engine options): what it
+    does not share with them (formats, subtitle rules) is only rendering."""
+    old = row.get("options")
+    return isinstance(old, dict) and all(old.get(k) == options.get(k) for k in TRANSCRIPTION)
+
+
+def readable(result: dict[str, Any]) -> bool:
+    """Whether a stored result is a result object (docs/API.md) that can be rendered; else it is made again."""
+    from hasrd.transcript import from_json
+
+    try:
+        from_json(result)
+    except ValueError:  # msgspec.ValidationError
+        return False
+    return True
+
+
+def stored_result(row: dict[str, Any] | None, options: dict[str, Any], path: str, outdir: str,
+                  hasher: Callable[[str], str] = file_hash) -> dict[str, Any] | None:
+    """The whole result an ``ok`` row was made from, when only the rendering changed (other formats or
+    subtitle rules, the same transcription of the same bytes): from ``RESULTS`` (``result`` in the row), or
+    from a verbose_json output (its ``hasr``: rows of runs before the results were kept). None when it must be
+    transcribed again."""
+    if not row or row.get("status") != "ok" or not same_transcription(row, options):
+        return None
+    where = [row["result"]] if isinstance(row.get("result"), str) else []
+    old = row.get("options") or {}
+    if "verbose_json" in (old.get("formats") or []):
+        where += [o for o in row.get("outputs") or [] if isinstance(o, str) and o.endswith(".json")]
+    for rel in where:
+        try:
+            with open(os.path.join(outdir, rel), encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        result = doc.get("hasr") if rel != row.get("result") and isinstance(doc, dict) else doc
+        if isinstance(result, dict) and readable(result) and same_bytes(row, path, hasher):
+            return result
+    return None
 
 
 class Manifest:

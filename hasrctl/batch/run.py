@@ -100,11 +100,11 @@ def _auth_hint(log: str | None, address: str) -> str:
     return ""
 
 
-def connect(address: str | None, num_cpus: int | None, log: str | None = None) -> Any:
+def connect(address: str | None, num_cpus: int | None, log: str | None = None, temp_dir: str | None = None) -> Any:
     """ray.init for a cluster (``address``) or a new local instance; RayUnreachable (exit 3) when none answers.
 
     Without an address a new local instance starts even where ``ray start`` left a cluster on this machine
-    (``ray.init()`` alone would join that one)."""
+    (``ray.init()`` alone would join that one), in ``temp_dir`` when given (private_temp_dir)."""
     # a local tool does not report usage to Ray's servers (a cluster's own setting decides for it)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray = import_ray()
@@ -132,30 +132,63 @@ def connect(address: str | None, num_cpus: int | None, log: str | None = None) -
                 raise RayUnreachable(f"cannot reach the Ray cluster at {address}: {e}{_auth_hint(log, address)}"
                                      ) from None
     else:
-        ray.init(address="local", num_cpus=num_cpus, **quiet)
+        extra = {"_temp_dir": temp_dir} if temp_dir else {}
+        ray.init(address="local", num_cpus=num_cpus, **quiet, **extra)
     return ray
 
 
 @contextlib.contextmanager
-def native_stderr_to(path: str) -> Iterator[None]:
+def native_output_to(path: str) -> Iterator[None]:
     """Ray's C++ core and the processes ``ray.init`` starts write to file descriptor 2, lines meant for Ray's
-    developers (that Ray Data's actors have constructor arguments in the object store, ray issue 53727):
-    while Ray runs, fd 2 is ``path`` and Python's ``sys.stderr`` (our progress and messages) the terminal."""
+    developers (that Ray Data's actors have constructor arguments in the object store, ray issue 53727), and
+    Ray's driver prints its cluster's errors on stdout (``(raylet) Task ... submit failed. There are 3 retries
+    remaining``, as the actors are killed when Ctrl-C shuts Ray down): while Ray runs, file descriptors 1 and 2
+    are ``path`` and Python's ``sys.stderr`` (our progress and messages) the terminal. ``hasrctl batch`` prints
+    nothing on stdout."""
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     old = sys.stderr
-    sys.stderr = os.fdopen(os.dup(saved), "w", buffering=1, encoding=old.encoding, errors="backslashreplace")
-    os.dup2(log, 2)
+    sys.stderr = os.fdopen(os.dup(saved[2]), "w", buffering=1, encoding=old.encoding, errors="backslashreplace")
+    for fd in saved:
+        os.dup2(log, fd)
     os.close(log)
     try:
         yield
     finally:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
         sys.stderr.close()
         sys.stderr = old
+
+
+@contextlib.contextmanager
+def private_temp_dir(address: str | None) -> Iterator[str | None]:
+    """A temporary directory of this run's own for a local Ray (its sessions, sockets and logs), removed when the
+    run ends, so nothing is left in /tmp/ray; None for a cluster (its nodes keep their own). Made where Ray
+    would make /tmp/ray: under $RAY_TMPDIR, else $TMPDIR, else /tmp, with a short name (Ray's socket paths stop
+    at 107 bytes)."""
+    if address:
+        yield None
+        return
+    import shutil
+    import tempfile
+
+    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    os.makedirs(base, exist_ok=True)
+    path = tempfile.mkdtemp(prefix="ray-", dir=base)
+    try:
+        yield path
+    finally:
+        for _ in range(20):  # Ray's last processes may still write their logs for a moment after the shutdown
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                break
+            time.sleep(0.1)
 
 
 def cluster(ray: Any) -> tuple[int, float]:
