@@ -26,9 +26,9 @@ def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
     """The view for one file and whether it leaves the final text on stdout (then it is not printed again)."""
     if stream:
         if terminal.is_tty(sys.stdout):
-            return terminal.LiveView(sys.stdout, language, name), True
+            return terminal.LiveView(sys.stdout, language, name, lines=True), True
         if terminal.is_tty(sys.stderr):
-            return terminal.LiveView(sys.stderr, language, name), False
+            return terminal.LiveView(sys.stderr, language, name, lines=True), False
     show = terminal.is_tty(sys.stderr) if progress is None else progress
     if show and not quiet:
         return terminal.ProgressBar(sys.stderr, name), False

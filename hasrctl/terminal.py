@@ -91,7 +91,7 @@ class View:
     def progress(self, done: float, total: float, phase: str = "decoding") -> None: ...
     def draft(self, text: str, segment: int | None = None) -> None: ...
     def sentence(self, index: int, text: str) -> None: ...
-    def finish(self, final: str | None) -> None: ...
+    def finish(self, final: str | None, sentences: list[str] | None = None) -> None: ...
     def abort(self) -> None:
         """The request failed: leave the terminal clean for the error line."""
 
@@ -157,7 +157,7 @@ class ProgressBar(View):
     def draft(self, text: str, segment: int | None = None) -> None:
         self.phase = None
 
-    def finish(self, final: str | None) -> None:
+    def finish(self, final: str | None, sentences: list[str] | None = None) -> None:
         self.phase = None
         with self.lock:
             if self.shown:
@@ -278,10 +278,11 @@ class LiveView(View):
     MAX_ROWS = 3
     SLACK = 12  # characters at the end of a draft that the next one may revise (R2T2 keeps a token unfixed)
 
-    def __init__(self, stream: TextIO, language: str | None = None, name: str = "") -> None:
+    def __init__(self, stream: TextIO, language: str | None = None, name: str = "", lines: bool = False) -> None:
         self.stream = stream
         self.name = name
-        self.sep = language_joiner(language)
+        self.lines = lines  # a final sentence a line (transcribe --stream), as the plain text output is
+        self.sep = "\n" if lines else language_joiner(language)
         self.final: list[str] = []  # the final sentences so far
         self.text = ""  # the final sentences, joined: the permanent text
         self.draft_text = ""  # the current segment's draft
@@ -457,13 +458,16 @@ class LiveView(View):
             self.closed_segments.add(segment)
             self._redraw()
 
-    def finish(self, final: str | None) -> None:
+    def finish(self, final: str | None, sentences: list[str] | None = None) -> None:
         """Leave exactly the final text on screen (sentences missed by the stream filled in, differences
-        rewritten; no draft, no status row), then a newline."""
+        rewritten; no draft, no status row), then a newline; a sentence a line where the view says so and the
+        result's ``sentences`` are known."""
         with self.lock:
             if self.closed:  # said once: the screen below is no longer the view's
                 return
             self.closed, self.phase = True, None
+            if self.lines and sentences is not None:
+                final = "\n".join(t for t in (printable(s).strip() for s in sentences) if t)
             text = self.text if final is None else printable(final, keep="\n")
             if not self._draw(text):  # the difference scrolled away: say it once more, in full
                 self._draw(self.drawn_text)

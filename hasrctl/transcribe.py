@@ -44,6 +44,14 @@ def _feed(kind: str, ev: dict[str, Any], view: View) -> None:
         view.sentence(int(ev.get("index") or 0), str(ev.get("text") or ""))
 
 
+def texts_of(result: dict[str, Any]) -> list[str] | None:
+    """The result's sentences (a line each on the final screen), when it has them."""
+    items = result.get("per_sentence")
+    if not isinstance(items, list) or not items:
+        return None
+    return [str(s.get("text") or "") for s in items if isinstance(s, dict)]
+
+
 def _error(ev: dict[str, Any]) -> DaemonError:
     err = ev.get("error") or {}
     return DaemonError(str(err.get("code") or "runtime_failure"), str(err.get("message") or "failed"),
@@ -56,7 +64,7 @@ def _follow(events: Any, view: View) -> dict[str, Any]:
         kind = str(ev.get("event") or "")
         if kind == "done":
             result = dict(ev.get("result") or {})
-            view.finish(result.get("final"))
+            view.finish(result.get("final"), texts_of(result))
             return result
         if kind == "error":
             raise _error(ev)
@@ -71,7 +79,7 @@ def by_path(client: Client, path: str, language: str | None, view: View,
     resp = client.request("POST", "/transcribe", body, headers, timeout=None)
     if resp.content_type != "application/x-ndjson":
         result = dict(resp.json())
-        view.finish(result.get("final"))
+        view.finish(result.get("final"), texts_of(result))
         return result
     try:
         return _follow(resp.ndjson(), view)
@@ -100,7 +108,7 @@ def _follow_sse(events: Any, view: View) -> dict[str, Any]:
             result = ev.get("hasr")
             if not isinstance(result, dict):  # a plain OpenAI server: text and sentences only
                 result = {"final": str(ev.get("text") or ""), "per_sentence": sentences}
-            view.finish(result.get("final"))
+            view.finish(result.get("final"), texts_of(result))
             return dict(result)
         elif kind == "error":
             raise _error(ev)
@@ -130,7 +138,7 @@ def by_upload(client: Client, data: bytes, filename: str, language: str | None, 
             "final": str(doc.get("text") or ""), "duration_s": doc.get("duration"),
             "per_sentence": [{"text": s.get("text"), "start_s": s.get("start"), "end_s": s.get("end")}
                              for s in doc.get("segments") or []]}
-        view.finish(result.get("final"))
+        view.finish(result.get("final"), texts_of(result))
         return dict(result)
     try:
         return _follow_sse(resp.sse(), view)

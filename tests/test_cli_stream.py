@@ -337,7 +337,9 @@ def test_stream_shows_the_progress_and_the_draft_before_the_final_text(tmux: lis
     assert first(w, False, "s audio") >= 0, w  # the progress line was drawn ...
     assert first_final > 0 and "今天" in dimmed(w, 0, first_final), w  # ... the draft, dimmed, before the sentence
     assert "我们" in dimmed(w, first_final, first(w, False, "我们去公园散步")), w  # ... and then the next one
-    assert [_plain(ln) for ln in lines] == ["今天天气很好。我们去公园散步"], lines  # only the final text stays
+    # only the final text stays, a sentence a line (issue 32 #2), then the summary line
+    assert [_plain(ln) for ln in lines[:2]] == ["今天天气很好。", "我们去公园散步"], lines
+    assert len(lines) == 3 and lines[2].startswith("hasrctl: ") and "s of audio" in lines[2], lines
     no_dim_left(lines)
 
 
@@ -370,7 +372,8 @@ def test_progress_shows_on_a_terminal_while_stdout_goes_to_a_file(tmux: list[str
     finally:
         assert d.stop() == 0
     assert any("[#" in text and "/3.0 s audio" in text for _dim, text in runs(t.stream())), t.stream()
-    assert lines == []  # erased when done: the terminal is left clean
+    # the progress line is erased when done: only the summary line is left (issue 32 #8: every file says it)
+    assert len(lines) == 1 and lines[0].startswith("hasrctl: ") and "3.0 s of audio" in lines[0], lines
     assert Path(out).read_text().splitlines() == ["今天天气很好。", "我们去公园散步"]  # the transcript alone
 
 
@@ -402,10 +405,12 @@ def test_stream_with_the_whisper_engine_shows_progress_and_sentences_while_the_j
     assert seen_running, "no sentence was on screen while the job ran"
     w = runs(t.stream())
     assert 0 <= first(w, False, "transcribing") < first(w, False, "Hello world"), w  # progress came first
-    final = json.loads(Path(out).read_text())["hasr"]["final"]
+    result = json.loads(Path(out).read_text())["hasr"]
+    final = result["final"]
     assert final.lower().count("hello world") >= 5, final  # the whole file, six times the same words
-    assert _plain(lines[0]) == final, lines  # the final text, once, then the summary (-o) and nothing else
-    assert len(lines) == 2 and lines[1].startswith("hasrctl: ") and "s of audio" in lines[1], lines
+    # the final text, once, a sentence a line (issue 32 #2), then the summary (-o) and nothing else
+    assert [_plain(ln) for ln in lines[:-1]] == [s["text"] for s in result["per_sentence"]], lines
+    assert lines[-1].startswith("hasrctl: ") and "s of audio" in lines[-1], lines
     no_dim_left(lines)
 
 
@@ -415,18 +420,19 @@ def test_english_speech_streams_exactly_the_final_text_once(tmux: list[str], sho
     d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_ENGINE": "whisper", **_fw_env()})
     try:
         env = cli_env(short_tmp, HASR_SOCKET=d.sock)
-        plain = hasrctl("transcribe", "-f", "json", wav, env=env, timeout=LIMIT)
+        plain = hasrctl("transcribe", "-f", "verbose_json", wav, env=env, timeout=LIMIT)
         assert plain.returncode == 0, show(plain)
         final = json.loads(plain.stdout)["text"]
+        sentences = [s["text"] for s in json.loads(plain.stdout)["hasr"]["per_sentence"]]
         t = Term(tmux, short_tmp, env, ["transcribe", "--stream", wav])
         assert t.wait() == 0
         shown = [_plain(ln) for ln in t.final_lines()]
     finally:
         assert d.stop() == 0
     assert final.count(". ") >= 3, final  # several sentences, joined with spaces
-    assert shown[0] == final  # the live view left exactly the final text, once
+    assert shown[:-1] == sentences  # the live view left exactly the final text, once, a sentence a line
     # then the stderr summary: no --language was given, so it says which language was heard and how surely
-    assert len(shown) == 2 and "ok, 11.2 s of audio" in shown[1] and "English (detected, p=" in shown[1], shown
+    assert "ok, 11.2 s of audio" in shown[-1] and "English (detected, p=" in shown[-1], shown
 
 
 def test_stream_with_the_hybrid_engine_shows_its_draft_then_the_final_text(tmux: list[str], short_tmp: str) -> None:
@@ -446,8 +452,9 @@ def test_stream_with_the_hybrid_engine_shows_its_draft_then_the_final_text(tmux:
     first_final = first(w, False, result["per_sentence"][0]["text"].strip())
     assert first_final > 0 and "今天" in dimmed(w, 0, first_final), w  # the scripted draft, dimmed, first
     assert first(w, False, "s audio") >= 0, w
-    assert [_plain(ln) for ln in lines[:1]] == [result["final"]], lines  # then the summary (-o), nothing else
-    assert len(lines) == 2 and lines[1].startswith("hasrctl: ") and "s of audio" in lines[1], lines
+    # a sentence a line (issue 32 #2), then the summary (-o), nothing else
+    assert [_plain(ln) for ln in lines[:-1]] == [s["text"] for s in result["per_sentence"]], lines
+    assert lines[-1].startswith("hasrctl: ") and "s of audio" in lines[-1], lines
     no_dim_left(lines)
 
 
