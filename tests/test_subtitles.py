@@ -184,6 +184,34 @@ def test_chinese_is_cut_between_words_never_inside_one() -> None:
     assert all("发布计划" in line or "发布" not in line for c in out for line in c.lines)
 
 
+def test_sixteen_chinese_characters_stay_long_enough_to_read_at_nine_a_second() -> None:
+    """16 characters spoken in 0.5 s were shown for 0.83 s (19 a second): now 16 / 9 s, into the pause."""
+    text = "我们会在下周公布新版的发布计划。"
+    out = cues([{"start": 0.0, "end": 0.5, "text": text}, {"start": 3.0, "end": 4.0, "text": "好的。"}], until=4.5)
+    assert len(text) == 16 and out[0].lines == [text]
+    assert out[0].end - out[0].start == pytest.approx(16 / 9)
+    assert subtitles.reading_chars(out[0].text) / (out[0].end - out[0].start) <= 9 + 1e-9
+
+
+def test_reading_time_comes_from_the_pause_after_then_before_and_never_past_the_audio() -> None:
+    text = "Please remember to bring your tickets."  # 38 characters: 38 / 17 = 2.24 s to read
+    out = cues([{"start": 1.0, "end": 1.5, "text": text}, {"start": 2.5, "end": 3.5, "text": "Fine, thanks."}],
+               until=3.6)
+    assert out[0].end == pytest.approx(2.5)  # up to the next cue, not over it
+    assert out[0].start == pytest.approx(2.5 - 38 / 17)  # the rest from the silence before it
+    last = cues([{"start": 5.0, "end": 5.4, "text": text}], until=5.5)[0]
+    assert last.end == pytest.approx(5.5) and last.end - last.start == pytest.approx(38 / 17)
+
+
+def test_fast_speech_with_no_room_keeps_its_text_whole_and_its_time() -> None:
+    """No pause around it: the cue cannot be held longer, so it is read faster than the cap, but nothing is
+    cut from it and it does not move over its neighbours."""
+    a, b = "Please remember to bring your tickets.", "And do not be late tomorrow morning."
+    out = cues([{"start": 0.0, "end": 1.0, "text": a}, {"start": 1.0, "end": 2.0, "text": b}], until=2.0)
+    assert _texts(out) == [a, b]
+    assert (out[0].start, out[0].end, out[1].start, out[1].end) == (0.0, 1.0, 1.0, 2.0)
+
+
 def test_the_two_lines_of_a_cue_are_even_the_lower_one_longer_and_never_one_word() -> None:
     out = cues([{"start": 0.0, "end": 5.0, "text": "This restaurant serves delicious food at a fair price."}])
     assert out[0].lines == ["This restaurant serves", "delicious food at a fair price."]
