@@ -2,19 +2,45 @@
 
 A cue holds at most ``max_line_count`` lines (2) of at most ``max_line_width`` characters (42 for Latin and
 other spaced scripts, 16 for Chinese and Japanese), stays on screen at most ``max_cue_sec`` (7 s) and at least
-0.83 s (20 frames at 24 fps), and never overlaps the next. A sentence that does not fit one cue is cut between
-words (between characters in CJK), preferably after a clause mark; lines are broken where the two halves are
-most even, preferably after punctuation. Times come from the sentence's words where the engine timed them,
-else they are interpolated over the sentence by character count.
+0.83 s (20 frames at 24 fps), never overlaps the next and never ends after the audio.
 
-Pure functions over ``formats.segments`` dicts, standard library only (the CLI renders subtitles too). The
-writers stay hand-made in formats.py: pysubs2, tried for them, drops any ``{...}`` from the text as an ASS
-override tag when it writes SRT or WebVTT, and writes ``<`` and ``&`` unescaped into WebVTT.
+A sentence that does not fit one cue is split where a viewer reads best, chosen over all the ways to split it
+(not filled greedily): as few cues as the limits allow, cut after a sentence end first, then after a clause
+mark (``, ; :`` and ``、，；：``), then between words; of those, the cues most even in length, so that no short
+tail is left (``tickets.`` alone for 0.83 s). A cue of one word is never left where joining it to its
+neighbour fits the limits. Within a cue the lines are as even as possible, the lower one the longer when they
+differ (a pyramid), broken after punctuation where it can, never leaving one word alone on a line when the cue
+has three or more, and not after an English article, preposition or conjunction where another break does as
+well.
+
+Chinese and Japanese are never cut inside a word. Chinese words come from jieba (a segmenter made for it,
+imported and loaded only when a Chinese sentence has to be cut: its dictionary costs about a second the first
+time in a process, and it is kept quiet). Japanese has no equally light segmenter: it is cut where kana turn
+into kanji, katakana or Latin letters (after the particle or ending of one phrase, before the next), never
+inside a run of one script. Punctuation stays with the word before it, an opening bracket or quote with the
+word after it. A word longer than a line is cut between its characters.
+
+Reading speed: a cue is held long enough to read (``CueRules.cps``: 17 characters a second for Latin and other
+scripts, 12 for Korean, 9 for Chinese and Japanese), extended first into the silence after it, then into the
+silence before it; never over the next cue, never past the audio's end, never over ``max_cue_sec``. Where the
+speech leaves no room (fast speech with no pause around it), the text is still shown whole, at its speech's
+time, faster than the cap.
+
+Times come from the sentence's words where the engine timed them, else they are interpolated over the sentence
+by character count.
+
+Pure functions over ``formats.segments`` dicts, standard library only but for jieba (the CLI renders subtitles
+too). The writers stay hand-made in formats.py: pysubs2, tried for them, drops any ``{...}`` from the text as an
+ASS override tag when it writes SRT or WebVTT, and writes ``<`` and ``&`` unescaped into WebVTT.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+import unicodedata
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,13 +55,24 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_line_count": (1, 4),
     "max_cue_sec": (1.0, 60.0),
 }
-CLAUSE_END = ",，、;；:：.。!！?？…)）」』”\"'"
+# reading speed, characters a second (Netflix's adult figures; its Japanese guide asks for 4, which transcribed
+# speech rarely leaves room for: Japanese takes Chinese's 9)
+LATIN_CPS = 17.0
+HANGUL_CPS = 12.0
+CJK_CPS = 9.0
 SENTENCE_END = ".。!！?？…"
+CLAUSE_MARK = ",，、;；:："
+CLOSERS = "\"'”’)）]」』】》"
 OPTIONS = tuple(RANGES)
 _IDEO = "\u2e80-\u2fff\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff"
-_PUNCT = "\u3000-\u303f\uff00-\uffef,.!?;:\"'”’)\\]」』】》…"
-# a unit to cut between: one CJK character with the marks after it, or a run of anything else but blanks
-_TOKEN = re.compile(f"\\s*(?:[{_IDEO}][{_PUNCT}]*|[^\\s{_IDEO}]+)")
+_HAS_IDEO = re.compile(f"[{_IDEO}]")
+_KANA = re.compile("[\u3040-\u30ff\uff66-\uff9f]")
+_CHUNK = re.compile(r"\s*\S+")
+# English words a line or a cue should not end on (the style guides: keep an article, a preposition or a
+# conjunction with what follows it)
+_WEAK_END = frozenset(["a", "an", "the", "of", "to", "in", "on", "at", "by", "for", "with", "from", "into", "as",
+                       "and", "or", "but", "nor", "if", "that", "than", "my", "your", "his", "her", "its", "our",
+                       "their", "this", "these", "those", "i"])
 
 
 @dataclass(frozen=True)
@@ -44,11 +81,23 @@ class CueRules:
     max_line_count: int = 2
     max_cue_sec: float = 7.0
     min_cue_sec: float = MIN_CUE_SEC
+    max_cps: float = 0.0  # 0: by the cue's script (LATIN_CPS, HANGUL_CPS, CJK_CPS)
 
     def width(self, text: str) -> int:
         if self.max_line_width:
             return self.max_line_width
         return CJK_WIDTH if is_cjk_text(text) else LATIN_WIDTH
+
+    def cps(self, text: str) -> float:
+        """Characters a second a viewer reads the cue's text at, at most."""
+        if self.max_cps:
+            return self.max_cps
+        if is_cjk_text(text):
+            return CJK_CPS
+        letters = [ch for ch in text if ch.isalpha()]
+        hangul = sum("\uac00" <= ch <= "\ud7af" or "\u1100" <= ch <= "\u11ff" or "\u3130" <= ch <= "\u318f"
+                     for ch in letters)
+        return HANGUL_CPS if letters and hangul * 2 >= len(letters) else LATIN_CPS
 
 
 @dataclass
@@ -119,6 +168,126 @@ def is_cjk_text(text: str) -> bool:
     return bool(letters) and sum(is_cjk(ch) for ch in letters) * 2 >= len(letters)
 
 
+def reading_chars(text: str) -> int:
+    """The characters a viewer reads in a cue: a line break is not one; in Chinese and Japanese blanks are not
+    either (those scripts use none between words)."""
+    flat = " ".join(text.split())
+    return len(flat.replace(" ", "")) if is_cjk_text(flat) else len(flat)
+
+
+# --- words -------------------------------------------------------------------------------------------------
+
+_jieba: Any = None
+_jieba_lock = threading.Lock()
+
+
+def _zh_words(text: str) -> list[str]:
+    """Chinese words by jieba: imported and its dictionary loaded on the first call only (about a second),
+    without its chatter on stderr (its own handler is removed: its warnings and errors go to the process's
+    logging like any other library's)."""
+    global _jieba
+    if _jieba is None:
+        with _jieba_lock:
+            if _jieba is None:
+                with warnings.catch_warnings():  # an old jieba imports pkg_resources, deprecated in setuptools
+                    warnings.simplefilter("ignore")
+                    import jieba
+                log = logging.getLogger("jieba")
+                for handler in list(log.handlers):
+                    log.removeHandler(handler)
+                log.setLevel(logging.WARNING)
+                jieba.initialize()
+                _jieba = jieba
+    return [w for w in _jieba.lcut(text) if w]
+
+
+def _script(ch: str) -> str:
+    o = ord(ch)
+    if 0x3040 <= o <= 0x309F:
+        return "hiragana"
+    if 0x30A0 <= o <= 0x30FF or 0xFF66 <= o <= 0xFF9F:
+        return "katakana"
+    if unicodedata.category(ch).startswith("P"):
+        return "mark"
+    if is_cjk(ch) or ch in "々〆〇":
+        return "kanji"
+    return "other"
+
+
+def _ja_words(text: str) -> list[str]:
+    """Japanese phrases without a segmenter: a new one starts where kana turn into kanji, katakana or Latin
+    letters (so 東京に|行きます, 私は|学生です), or where one of those scripts turns into another."""
+    out: list[str] = []
+    prev = ""
+    for ch in text:
+        kind = _script(ch)
+        if out and kind not in ("hiragana", "mark") and kind != prev:
+            out.append(ch)
+        elif out:
+            out[-1] += ch
+        else:
+            out.append(ch)
+        if kind != "mark":
+            prev = kind
+    return out
+
+
+def _is_mark(text: str) -> bool:
+    return all(unicodedata.category(ch).startswith("P") or ch.isspace() for ch in text)
+
+
+def _glue(words: list[str]) -> list[str]:
+    """Punctuation kept with the word before it, an opening bracket or quote with the word after it: no line
+    or cue starts with a comma or ends with an opening quote."""
+    out: list[str] = []
+    opening = ""
+    for w in words:
+        if _is_mark(w) and all(unicodedata.category(ch) in ("Ps", "Pi") for ch in w):
+            opening += w
+        elif _is_mark(w) and out and not opening:
+            out[-1] += w
+        else:
+            out.append(opening + w)
+            opening = ""
+    if opening:
+        if out:
+            out[-1] += opening
+        else:
+            out.append(opening)
+    return out
+
+
+def _is_japanese(text: str, language: str | None) -> bool:
+    lang = (language or "").lower()
+    if lang.startswith(("ja", "jp")):
+        return True
+    if lang.startswith(("zh", "chinese", "mandarin", "cantonese", "yue", "cmn")):
+        return False
+    return bool(_KANA.search(text))
+
+
+def _words(text: str, width: int, language: str | None) -> list[str]:
+    """``text`` as the words it may be cut between, each with the blank before it: words between blanks, and
+    inside a run of Chinese or Japanese the words a segmenter finds (``_zh_words``, ``_ja_words``)."""
+    japanese = _is_japanese(text, language)
+    out: list[str] = []
+    for m in _CHUNK.finditer(text):
+        chunk = m.group()
+        body = chunk.lstrip()
+        if not _HAS_IDEO.search(body):
+            out.append(chunk)
+            continue
+        found = _glue(_ja_words(body) if japanese else _zh_words(body))
+        pieces: list[str] = []
+        for w in found:  # a word longer than a line: between its characters (punctuation still kept with one)
+            pieces.extend(_glue(list(w)) if len(w) > width else [w])
+        pieces[0] = chunk[:len(chunk) - len(body)] + pieces[0]
+        out.extend(pieces)
+    return out
+
+
+# --- units: timed words ------------------------------------------------------------------------------------
+
 @dataclass
 class _Unit:
     text: str  # with the space before it, as it joins its neighbour
@@ -126,27 +295,46 @@ class _Unit:
     end: float
 
 
-def _units(seg: Mapping[str, Any]) -> list[_Unit]:
-    """What a sentence may be cut between, timed: its words where the engine timed them (when they spell its
-    text), else words (or CJK characters) with times interpolated by character count."""
-    text = " ".join(str(seg.get("text") or "").split())
-    start, end = float(seg.get("start") or 0.0), float(seg.get("end") or 0.0)
-    end = max(end, start)
+def _char_times(seg: Mapping[str, Any], text: str, start: float, end: float) -> list[tuple[float, float]]:
+    """A time span for each character of ``text``: from the engine's words where they spell the text, else
+    interpolated over the sentence by character count."""
     words = seg.get("words")
     if isinstance(words, list) and words and \
             "".join(str(w.get("word") or "") for w in words).split() == text.split():
-        out = [_Unit(str(w.get("word") or ""), float(w.get("start") or start), float(w.get("end") or start))
-               for w in words if str(w.get("word") or "").strip()]
-        if out:
-            out[0].text = out[0].text.lstrip()
-            return out
-    merged = _TOKEN.findall(text)
-    total = sum(len(m) for m in merged) or 1
+        spans: list[tuple[float, float]] = []
+        for w in words:
+            chars = [ch for ch in str(w.get("word") or "") if not ch.isspace()]
+            a = float(w["start"]) if w.get("start") is not None else start
+            b = max(float(w["end"]) if w.get("end") is not None else a, a)
+            spans.extend((a + (b - a) * k / len(chars), a + (b - a) * (k + 1) / len(chars))
+                         for k in range(len(chars)))
+        out: list[tuple[float, float]] = []
+        it = 0
+        for ch in text:
+            span = spans[min(it, len(spans) - 1)]
+            out.append(span if not ch.isspace() else (span[0], span[0]))
+            it += not ch.isspace()
+        return out
+    n = len(text) or 1
+    return [(start + (end - start) * p / n, start + (end - start) * (p + 1) / n) for p in range(len(text))]
+
+
+def _units(seg: Mapping[str, Any], rules: CueRules, language: str | None = None) -> list[_Unit]:
+    """What a sentence may be cut between, timed. A sentence that fits one line and one cue's time is one unit:
+    it is not segmented (so jieba is loaded only when a Chinese sentence has to be cut)."""
+    text = " ".join(str(seg.get("text") or "").split())
+    if not text:
+        return []
+    start, end = float(seg.get("start") or 0.0), float(seg.get("end") or 0.0)
+    end = max(end, start)
+    times = _char_times(seg, text, start, end)
+    width = rules.width(text)
+    if len(text) <= width and times[-1][1] - times[0][0] <= rules.max_cue_sec:
+        return [_Unit(text, times[0][0], times[-1][1])]
     out, pos = [], 0
-    for m in merged:
-        a = start + (end - start) * pos / total
-        pos += len(m)
-        out.append(_Unit(m, a, start + (end - start) * pos / total))
+    for w in _words(text, width, language):  # from the blank before it (cues of one sentence meet) to its end
+        out.append(_Unit(w, times[pos][0], times[pos + len(w.rstrip()) - 1][1]))
+        pos += len(w)
     return out
 
 
@@ -154,10 +342,112 @@ def _join(units: list[_Unit]) -> str:
     return "".join(u.text for u in units).strip()
 
 
+# --- where to cut ------------------------------------------------------------------------------------------
+
+def _end_kind(text: str) -> str:
+    """What a cut after this word would be: after a sentence, a clause, a weak word (an English article,
+    preposition or conjunction), or plainly between words."""
+    bare = text.rstrip().rstrip(CLOSERS)
+    last = bare[-1:]
+    if last and last in SENTENCE_END:
+        return "sentence"
+    if last and last in CLAUSE_MARK:
+        return "clause"
+    if bare.strip().lower() in _WEAK_END:
+        return "weak"
+    return "word"
+
+
+# the cost of a split into cues, in units of one cue: each cue costs 1 plus its fill squared (so that of the
+# splits into as many cues, the most even wins), plus the kind of cut that ends it: a cut between words costs
+# more than one more cue, so a sentence is cut at its sentence ends and clause marks first
+_CUT_COST = {"sentence": 0.0, "clause": 0.2, "word": 1.2, "weak": 1.5}
+_ORPHAN = 100.0  # a cue of one word where the sentence has more: only where nothing else fits
+_SHORT = 0.5  # a cue under a quarter full, scaled by how far under
+
+
+class _Fill:
+    """Greedy line filling, one word at a time: how many lines of ``width`` the words need (greedy gives the
+    fewest), and whether they still fit ``lines`` lines."""
+
+    def __init__(self, width: int, lines: int) -> None:
+        self.width, self.lines = width, lines
+        self.used, self.cur, self.ok = 0, 0, True
+
+    def add(self, text: str) -> None:
+        if not self.ok:
+            return
+        if self.used and self.cur + len(text) <= self.width:
+            self.cur += len(text)
+            return
+        self.used += 1
+        self.cur = len(text.lstrip())
+        self.ok = self.cur <= self.width and self.used <= self.lines
+
+
+def split_sentence(units: list[_Unit], rules: CueRules) -> list[list[_Unit]]:
+    """A sentence's units as cues, the best of all the ways to split it that keep the limits (lines, line width
+    and a cue's time; one word alone always goes): fewest cues, cut after sentence ends and clause marks
+    first, cues as even as they can be, no one-word cue where its neighbour can take it (``_CUT_COST``)."""
+    n = len(units)
+    if n <= 1:
+        return [units] if units else []
+    lines = rules.max_line_count
+    widths = (rules.max_line_width or LATIN_WIDTH, rules.max_line_width or CJK_WIDTH)
+    script = [(sum(ch.isalpha() for ch in u.text), sum(ch.isalpha() and is_cjk(ch) for ch in u.text))
+              for u in units]
+    inf = float("inf")
+    best = [inf] * (n + 1)
+    back = [0] * (n + 1)
+    best[0] = 0.0
+    for j in range(n):
+        if best[j] == inf:
+            continue
+        fills = [_Fill(w, lines) for w in widths]
+        letters = cjk = chars = 0
+        for i in range(j + 1, n + 1):
+            u = units[i - 1]
+            text = u.text.lstrip() if i == j + 1 else u.text
+            chars += len(text)
+            letters += script[i - 1][0]
+            cjk += script[i - 1][1]
+            for f in fills:
+                f.add(text)
+            cjk_cue = bool(letters) and cjk * 2 >= letters
+            if i - j > 1:
+                if u.end - units[j].start > rules.max_cue_sec or not any(f.ok for f in fills):
+                    break  # only more lines and more time from here on
+                if not fills[cjk_cue].ok:
+                    continue
+            cap = widths[cjk_cue] * lines
+            cost = 1.0 + (chars / cap) ** 2
+            if i - j == 1:
+                cost += _ORPHAN
+            elif chars < cap / 4:
+                cost += _SHORT * (1 - chars / (cap / 4))
+            if i < n:
+                cost += _CUT_COST[_end_kind(u.text)]
+            if best[j] + cost < best[i]:
+                best[i], back[i] = best[j] + cost, j
+    out: list[list[_Unit]] = []
+    i = n
+    while i:
+        out.append(units[back[i]:i])
+        i = back[i]
+    return out[::-1]
+
+
+# the cost of a line break, in units of one full line squared: after punctuation is cheaper, after a weak word
+# dearer; a line of one word where the cue has three or more is avoided
+_BREAK_COST = {"sentence": -0.5, "clause": -0.3, "word": 0.0, "weak": 0.3}
+_LONE_WORD = 2.0
+
+
 def wrap(units: list[_Unit], width: int, max_lines: int) -> list[str] | None:
     """The units as at most ``max_lines`` lines of at most ``width`` characters, or None when they do not fit.
-    Of the ways that fit, the one with the most even lines (least sum of squared lengths), a line that ends
-    after punctuation counting as shorter."""
+    One line where it fits; else, of the ways that fit, the one with the most even lines (least sum of
+    squared lengths; a top line weighs a little more, so the lower line is the longer of two nearly even),
+    broken after punctuation where it can, and without a line of one word when the cue has three or more."""
     texts = [u.text for u in units]
     whole = "".join(texts).strip()
     if len(whole) <= width:
@@ -176,12 +466,13 @@ def wrap(units: list[_Unit], width: int, max_lines: int) -> list[str] | None:
             line = (line + texts[k - 1]) if line else texts[k - 1].lstrip()
             if len(line) > width:
                 break
+            cost = (len(line) / width) ** 2 * (1 + 0.05 * left) + (_LONE_WORD if k - i == 1 and n > 2 else 0.0)
             if k == n:
-                cand: tuple[float, list[str]] | None = (float(len(line) ** 2), [line])
+                cand: tuple[float, list[str]] | None = (cost, [line])
             elif left > 1:
                 rest = best(k, left - 1)
-                bonus = (width / 2) ** 2 if line[-1] in CLAUSE_END else 0.0
-                cand = None if rest is None else (len(line) ** 2 - bonus + rest[0], [line] + rest[1])
+                cand = None if rest is None else \
+                    (cost + _BREAK_COST[_end_kind(texts[k - 1])] + rest[0], [line] + rest[1])
             else:
                 cand = None
             if cand is not None and (found is None or cand[0] < found[0]):
@@ -193,46 +484,16 @@ def wrap(units: list[_Unit], width: int, max_lines: int) -> list[str] | None:
     return None if got is None else got[1]
 
 
-def _fits(units: list[_Unit], rules: CueRules) -> bool:
-    text = _join(units)
-    if units[-1].end - units[0].start > rules.max_cue_sec and len(units) > 1:
-        return False
-    return wrap(units, rules.width(text), rules.max_line_count) is not None
-
-
-def split_sentence(units: list[_Unit], rules: CueRules) -> list[list[_Unit]]:
-    """A sentence's units as cues that each fit: as few cues as the rules allow, each cut after a clause mark
-    where one lies in the cue's last half."""
-    out: list[list[_Unit]] = []
-    i = 0
-    while i < len(units):
-        j = i + 1
-        while j < len(units) and _fits(units[i:j + 1], rules):
-            j += 1
-        if j < len(units):
-            j = _better_cut(units, i, j)
-        out.append(units[i:j])
-        i = j
-    return out
-
-
-def _better_cut(units: list[_Unit], i: int, j: int) -> int:
-    """Where to end the cue units[i:j] that cannot take units[j]: after a sentence end in its last three
-    quarters, else after a clause mark in its last half, else at j."""
-    for marks, floor in ((SENTENCE_END, i + (j - i) // 4), (CLAUSE_END, i + (j - i) // 2)):
-        for k in range(j - 1, floor, -1):
-            if units[k].text.rstrip()[-1:] in marks:
-                return k + 1
-    return j
-
-
-def cues(segments: list[dict[str, Any]], rules: CueRules | None = None, until: float | None = None) -> list[Cue]:
+def cues(segments: list[dict[str, Any]], rules: CueRules | None = None, until: float | None = None,
+         language: str | None = None) -> list[Cue]:
     """Cues for ``formats.segments`` (sentences with start, end, text and maybe words), in time order, that
-    follow ``rules``, never overlap and never end after ``until`` (the audio's end, when known)."""
+    follow ``rules``, never overlap and never end after ``until`` (the audio's end, when known). ``language``
+    (a code or name, as the result gives it) says whether text in Chinese characters is Japanese when it has
+    no kana; without it, kana decide."""
     rules = rules or CueRules()
     out: list[Cue] = []
     for seg in segments:
-        units = _units(seg)
+        units = _units(seg, rules, language)
         if not units:
             continue
         for part in split_sentence(units, rules):
@@ -245,18 +506,21 @@ def cues(segments: list[dict[str, Any]], rules: CueRules | None = None, until: f
 
 
 def settle_times(cs: list[Cue], rules: CueRules, until: float | None = None) -> list[Cue]:
-    """No overlaps; each cue at least ``min_cue_sec`` where the gap to its neighbours allows (extended into the
-    silence after it first, then before it); the last one ends by ``until`` (a 7.017-7.847 s cue came out for a
-    7.068 s file: issue 31 #12)."""
+    """No overlaps; each cue on screen long enough to read (``rules.cps``) and at least ``min_cue_sec``, at
+    most ``max_cue_sec``, where the gaps to its neighbours allow: extended into the silence after it first,
+    then into the silence before it; the last one ends by ``until`` (a 7.017-7.847 s cue came out for a
+    7.068 s file: issue 31 #12). Where there is no room, the cue keeps its text whole and its speech's time,
+    read faster than the cap."""
     for k, c in enumerate(cs):
         nxt = cs[k + 1].start if k + 1 < len(cs) else until
         prev = cs[k - 1].end if k else 0.0
         c.start = max(c.start, prev)
         if nxt is not None:
             c.end = min(c.end, nxt)
-        if c.end - c.start < rules.min_cue_sec:
-            c.end = c.start + rules.min_cue_sec if nxt is None else min(c.start + rules.min_cue_sec, nxt)
-        if c.end - c.start < rules.min_cue_sec:
-            c.start = max(prev, c.end - rules.min_cue_sec)
+        need = min(max(rules.min_cue_sec, reading_chars(c.text) / rules.cps(c.text)), rules.max_cue_sec)
+        if c.end - c.start < need:
+            c.end = c.start + need if nxt is None else max(c.end, min(c.start + need, nxt))
+        if c.end - c.start < need:
+            c.start = max(prev, c.end - need)
         c.end = max(c.end, c.start + 0.001)
     return cs
