@@ -173,7 +173,7 @@ def _audio_end(result: Transcript) -> float | None:
 
 def _srt(result: Transcript, rules: subtitles.CueRules | None) -> str:
     blocks = []
-    for k, cue in enumerate(subtitles.cues(segments(result), rules, _audio_end(result)), 1):
+    for k, cue in enumerate(subtitles.cues(segments(result), rules, _audio_end(result), result.language), 1):
         span = f"{timestamp(cue.start)} --> {timestamp(cue.end)}"
         blocks.append(f"{k}\n{span}\n{_cue_text(cue.text)}\n")
     return "\n".join(blocks)
@@ -186,7 +186,7 @@ def _vtt_escape(text: str) -> str:
 
 def _vtt(result: Transcript, rules: subtitles.CueRules | None) -> str:
     blocks = ["WEBVTT\n"]
-    for cue in subtitles.cues(segments(result), rules, _audio_end(result)):
+    for cue in subtitles.cues(segments(result), rules, _audio_end(result), result.language):
         span = f"{timestamp(cue.start, '.')} --> {timestamp(cue.end, '.')}"
         blocks.append(f"{span}\n{_vtt_escape(_cue_text(cue.text))}\n")
     return "\n".join(blocks)
