@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
 BUFFER_S = 20.0
 TAIL_S = 3.0
 FINAL_PAD = int(0.2 * SR)
+FINAL_LEAD = int(1.0 * SR)  # a final's decode starts this much before the utterance (see _final_from)
 PAUSE_WINDOWS = 5  # 160 ms of quiet: a pause (see _advance)
 PAUSE_BEAM = 5
 FIRST_S = 0.3  # an utterance's first decode: once this much audio has come past the VAD's onset
@@ -173,6 +175,7 @@ class WhisperLive(LiveBase):
         self.loops = resegment.LoopFilter()
         self.decodes = 0
         self.language = ""
+        self.lead_from = 0  # where the open utterance's final decode starts (_final_from)
 
     def language_code(self) -> str:
         return self.code or ""
@@ -213,6 +216,7 @@ class WhisperLive(LiveBase):
         return words
 
     def _opened(self, seg: int, start: int) -> None:
+        self.lead_from = max(self.last_end, start - FINAL_LEAD)
         self.buf_start = self.decoded_to = start
         self.due = self.onset + int(FIRST_S * SR)  # no decode of the onset alone: it hears no word yet
         self.paused_at = -1
@@ -223,6 +227,10 @@ class WhisperLive(LiveBase):
         if self.open is None or self.hurry:
             return  # hurry: the commit behind this audio decodes the whole utterance at once (_closed)
         pause = self.vad.speaking and self.vad.quiet >= PAUSE_WINDOWS
+        if not pause and self.vad.speaking and self.vad.quiet > 0:
+            # the speech may be ending: no greedy step now, whose decode a commit would wait behind (issue 31
+            # #4); the pause's beam decode comes in PAUSE_WINDOWS, or the speech goes on and so do the steps
+            return
         if pause:
             if self.paused_at == self.vad.quiet_from:
                 return  # still the same pause, already decoded: nothing new to show
@@ -233,9 +241,14 @@ class WhisperLive(LiveBase):
         elif upto < self.due:
             return
         self.check()
-        words = self._decode(self.buf_start, min(upto, self.audio.end), PAUSE_BEAM if pause else 1)
+        t0 = time.monotonic()
+        words = self._decode(self._final_from() if pause else self.buf_start, min(upto, self.audio.end),
+                             PAUSE_BEAM if pause else 1)
+        took = time.monotonic() - t0
         self.decoded_to = self.audio.end if pause else upto
-        self.due = self.decoded_to + self.step
+        # a machine slower than the step: the next step waits as long as this one took (drafts that queue up
+        # behind each other are stale when they show, and the end of the utterance waits behind them)
+        self.due = self.decoded_to + max(self.step, 0 if pause else int(took * SR))
         if pause:
             self.paused_at = self.vad.quiet_from
         stable = agreed(self.prev, words)
@@ -248,6 +261,20 @@ class WhisperLive(LiveBase):
             self.buf_start = done[-1].end
         self.prev = words
         self._draft(collapse_loops(join(words)), self.open)
+
+    def _final_from(self) -> int:
+        """Where a final's decode starts: nothing of the utterance said yet, up to FINAL_LEAD of the audio
+        before it (never into the utterance before), as a client that commits its buffer hears it decoded
+        (wyoming-faster-whisper decodes everything since the stream began); else where the said part ended.
+        Whisper's text on the same speech changes with the silence in front of it ("The weather is nice" or
+        "But wherever is ice" for 48 ms less, measured on whisper base), so the final is decoded over what the
+        client sent rather than from where the VAD heard the onset (issue 31 #4)."""
+        return self.lead_from if self.buf_start == self.open_start else self.buf_start
+
+    def _keep_from(self) -> int:
+        if self.open is not None:
+            return min(self.open_start, self.lead_from)
+        return max(0, self.audio.end - FINAL_LEAD)
 
     def _say_sentences(self, seg: int, words: list[Word]) -> None:
         """One sentence per end mark; what follows the last mark is a sentence too. The file path's loop rules
@@ -280,7 +307,7 @@ class WhisperLive(LiveBase):
             self.paused_at == end and self.decoded_to >= end
             or self.vad.speaking and self.vad.quiet > 0 and self.vad.quiet_from == self.paused_at)
         if self.final_beam or not same_pause:
-            words = self._decode(self.buf_start, min(self.audio.end, end + FINAL_PAD),
+            words = self._decode(self._final_from(), min(self.audio.end, end + FINAL_PAD),
                                  self.final_beam or PAUSE_BEAM)
         self._say_sentences(seg, words)
         self._say_held(seg)
