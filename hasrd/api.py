@@ -22,11 +22,10 @@ from starlette.responses import Response, StreamingResponse
 
 from hasrd import __version__, errors, gpu
 from hasrd import protocol as proto
-from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl, resolve_model,
-                           shown)
+from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl, preload,
+                           resolve_model, shown)
 from hasrd.intake import check_path, read_json
 from hasrd.jobevents import StreamEvent, to_json
-from hasrd.jobs import Job, admitted
 from hasrd.lifecycle import KeepAlive
 from hasrd.modelspec import ModelSpec
 from hasrd.options import parse as parse_options
@@ -108,6 +107,9 @@ async def transcribe(request: Request) -> Response:
     check_language(language)
     check_path_access(d, request)
     await check_path(path)
+    await preload("hasrd.jobs")  # the job pipeline (formats, subtitles): not imported by a daemon that only idles
+    from hasrd.jobs import Job, admitted
+
     name = shown(os.path.basename(path))
     job = Job(name=name, audio_path=path, language=language, options=options, model=spec)
     stream = "application/x-ndjson" in request.headers.get("accept", "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import grp
+import importlib
 import json
 import os
 import pwd
@@ -27,6 +28,18 @@ from hasrd.scheduler import Pool
 from hasrd.transcript import numbers
 
 DECODES_AT_ONCE = 2
+
+_IMPORTED: set[str] = set()
+
+
+async def preload(*modules: str) -> None:
+    """Import what a route needs the first time it runs, in a thread: the daemon starts without it (issue 32
+    #10) and /health keeps answering while it loads (PyAV, for one, takes a tenth of a second). Concurrent
+    first calls wait on Python's import lock; later calls return at once."""
+    missing = [m for m in modules if m not in _IMPORTED]
+    if missing:
+        await asyncio.to_thread(lambda: [importlib.import_module(m) for m in missing])
+        _IMPORTED.update(missing)
 
 
 @dataclass

@@ -29,21 +29,26 @@ T = TypeVar("T")
 
 async def check_path(path: str) -> None:
     """A named file's checks (absolute, exists, regular, readable, non-empty) before the request waits for
-    anything: a typo is answered at once, not after the decodes ahead of it."""
-    from hasrd import audio
+    anything: a typo is answered at once, not after the decodes ahead of it. audio.py (PyAV) is imported in
+    the thread, the first time: the daemon starts without it and the loop never waits for it."""
 
-    await asyncio.to_thread(audio.check_path, path)
+    def check() -> None:
+        from hasrd import audio
+
+        audio.check_path(path)
+
+    await asyncio.to_thread(check)
 
 
 async def decode(d: Daemon, source: Any, name: str) -> tuple[PcmBuffer, dict[str, Any]]:
     """Decode to a memfd in a thread, at most DECODES_AT_ONCE at a time (a burst of long files cannot pin all
     memory and cores); map every failure to a typed 4xx. Cancelling stops the decode at its next packet."""
-    from hasrd import audio
-
     async with d.decode_slots:
         stop = threading.Event()
 
         def work() -> tuple[PcmBuffer, dict[str, Any]]:
+            from hasrd import audio  # in the thread, as check_path does
+
             fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name,
                                              stop=stop.is_set)
             buf = PcmBuffer(fd)

@@ -1,6 +1,7 @@
 """Model management over the API (docs/API.md "Model management"): ``POST /api/pull`` downloads a faster-whisper
 model into the local Hugging Face cache with streamed progress (as Ollama's /api/pull; the download itself is
-hasrd/download.py), ``DELETE /api/delete`` removes an installed one.
+hasrd/download.py), ``DELETE /api/delete`` removes an installed one. Imported when one of them first runs
+(app.py), with download.py: a daemon that pulls nothing never imports either.
 
 Delete. A name under ``$XDG_DATA_HOME/hasr/models/`` or a repo in the Hugging Face cache (resolved as a request's
 ``model`` is), or an absolute path inside one of those two places; the workers running it are unloaded first.
@@ -22,7 +23,6 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
 from hasrd import errors, models, modelspec
 from hasrd.context import JSONResponse, check_access, jsonl
@@ -326,8 +326,3 @@ async def delete(request: Request) -> Response:
     log.info("removed model %s: %s", name, ", ".join(map(str, target.paths)))
     return JSONResponse({"status": "success", "model": name, "kind": target.kind,
                          "removed": [str(p) for p in target.paths], "size_mb": freed // 2**20})
-
-
-def routes() -> list[Route]:
-    """The model-management routes (make_app adds them)."""
-    return [Route("/api/pull", pull, methods=["POST"]), Route("/api/delete", delete, methods=["DELETE"])]

@@ -32,17 +32,22 @@ def client(sock: str, timeout: float = 60.0) -> httpx.Client:
 
 
 class Hasrd:
-    """``hasrd --socket PATH`` as a subprocess; ``env`` adds HASR_* settings and fake-engine knobs."""
+    """``hasrd --socket PATH`` as a subprocess; ``env`` adds HASR_* settings and fake-engine knobs; ``prelude``
+    is Python run in the daemon's process before hasrd.server (to look inside it)."""
 
-    def __init__(self, sock: str, env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
+    def __init__(self, sock: str, env: dict[str, str] | None = None, args: list[str] | None = None,
+                 prelude: str = "") -> None:
         self.sock = sock
         self.log_path = sock + ".log"
         full = dict(os.environ)
         full.update({"HASR_ENGINE": "fake", "HASR_BACKOFF_BASE_SEC": "0.05"})
         full.update(env or {})
         self.logf = open(self.log_path, "ab")  # noqa: SIM115 - the daemon's log, closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "hasrd.server", "--socket", sock, *(args or [])],
-                                     env=full, stdout=self.logf, stderr=subprocess.STDOUT)
+        run = ([sys.executable, "-c", prelude + "\nimport runpy\n"
+                "runpy.run_module('hasrd.server', run_name='__main__', alter_sys=True)\n"] if prelude
+               else [sys.executable, "-m", "hasrd.server"])
+        self.proc = subprocess.Popen([*run, "--socket", sock, *(args or [])], env=full, stdout=self.logf,
+                                     stderr=subprocess.STDOUT)
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 20.0) -> None:

@@ -231,6 +231,7 @@ def test_an_unreadable_file_is_permission_denied_for_a_daemon_running_as_nobody(
     import hasrd.api
     import hasrd.app
     import hasrd.audio
+    import hasrd.jobs  # noqa: F401  (the routes' modules load when a route first runs: here, before the fork)
     import hasrd.server
 
     wav = write_wav(os.path.join(tmpdir_m, "secret.wav"), 0.5)
