@@ -48,9 +48,12 @@ SAMPLE_RATE = 16_000
 BYTES_PER_FRAME = 4  # float32
 PATH_CODES = AUDIO_PATH_CODES
 DECODE_CODES = AUDIO_DECODE_CODES
-# A header may only estimate the duration (VBR mp3): refuse early only when it is clearly over the limit;
-# the exact limit is enforced on the decoded frames.
+# A header may only estimate the duration (a VBR mp3's is its size over the first frame's bitrate; ADTS, MPEG
+# streams, raw AC-3 likewise): there refuse early only when it is clearly over the limit. Other containers
+# (WAV, FLAC, Ogg, MP4, Matroska, ...) state it: refused at once (a 5-hour WAV was decoded for 27 s first, issue
+# 32 #8). The exact limit is enforced on the decoded frames either way.
 _EARLY_SLACK = 1.25
+_ESTIMATED = frozenset({"mp3", "aac", "mpeg", "mpegts", "ac3", "eac3", "dts", "amr", "mp2"})
 # Give up on input whose first packets all fail (random bytes that probe as mp3): no need to walk 1 GB of it.
 _MAX_LEADING_FAILURES = 64
 _LITTLE = sys.byteorder == "little"
@@ -359,7 +362,7 @@ def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t
         stream = container.streams.audio[0]
         ctx = stream.codec_context
         declared = _declared_seconds(container, stream)
-        if max_sec is not None and declared is not None and declared > max_sec * _EARLY_SLACK + 1:
+        if max_sec is not None and declared is not None and declared > _early_limit(container, max_sec):
             raise _too_long(shown, declared, max_sec)
         max_frames = None if max_sec is None else int(max_sec * SAMPLE_RATE) + 1
         frames, damaged = _pump(container, stream, out, shown, max_frames, max_sec, stop)
@@ -373,6 +376,14 @@ def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t
                          channels=int(ctx.layout.nb_channels if ctx.layout else 0),
                          container=container.format.name, codec=ctx.name,
                          decode_s=time.perf_counter() - t0, damaged=damaged)
+
+
+def _early_limit(container: Any, max_sec: float) -> float:
+    """The declared duration past which a file is refused before decoding (see _ESTIMATED)."""
+    names = set(str(container.format.name or "").split(","))
+    if names & _ESTIMATED:
+        return max_sec * _EARLY_SLACK + 1
+    return max_sec + 0.05  # a header's rounding
 
 
 def _declared_seconds(container: Any, stream: Any) -> float | None:

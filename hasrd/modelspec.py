@@ -133,7 +133,7 @@ def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
     if name in ("",) + DEFAULT_IDS:
         return default_spec(settings)
     if name in (EMBEDDED, "embedded"):
-        return _whisper(EMBEDDED, "embedded", 145, settings)
+        return _whisper(EMBEDDED, "embedded", models.embedded_mb(), settings)
     if settings.engine == "fake" and name.startswith("fake:") and name[5:].isdigit():
         # the fake engine holding N MB of GPU memory with torch (GPU placement runs, benchmarks/gpu_pool.py)
         return ModelSpec(name, "fake", name, int(name[5:]) + FAKE_OVERHEAD_MB, gpu_only=True)
@@ -161,7 +161,7 @@ def installed() -> list[dict[str, Any]]:
     """Every model a request may name: the default's ids, the embedded base, the data directory's models and
     the faster-whisper models in the local Hugging Face cache, each with where it lives and its size."""
     out: list[dict[str, Any]] = [{"id": i, "kind": "default", "path": None, "size_mb": None} for i in DEFAULT_IDS]
-    out.append({"id": EMBEDDED, "kind": "embedded", "path": None, "size_mb": 145})
+    out.append({"id": EMBEDDED, "kind": "embedded", "path": None, "size_mb": models.embedded_mb()})
     root = data_dir()
     if root.is_dir():
         for d in sorted(root.iterdir()):
