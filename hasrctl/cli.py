@@ -31,7 +31,7 @@ Shell completion (add to your shell's rc file):
 class LazyGroup(click.Group):
     """Imports a command's module only when that command runs (or help lists them): status stays fast."""
 
-    COMMANDS = {"transcribe": "hasrctl.commands:transcribe", "status": "hasrctl.commands:status",
+    COMMANDS = {"transcribe": "hasrctl.commands:transcribe", "status": "hasrctl.status:status",
                 "load": "hasrctl.commands:load", "unload": "hasrctl.commands:unload",
                 "stop": "hasrctl.commands:stop", "doctor": "hasrctl.doctor:doctor",
                 "setup": "hasrctl.install:setup", "eval": "hasrctl.evalcmd:eval_command",

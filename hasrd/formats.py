@@ -1,19 +1,21 @@
 """Output formats shared by the daemon (``response_format``) and ``hasrctl`` (``--format``).
 
 Pure functions over the result object of docs/API.md (``hasrd.transcript.Transcript``), importing only the
-standard library and msgspec so that the CLI stays fast to start. Every rendering ends with a newline, so that
-it pipes and concatenates cleanly.
+standard library at import (subtitles and msgspec once a rendering needs them) so that the CLI stays fast to
+start. Every rendering ends with a newline, so that it pipes and concatenates cleanly.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hasrd import subtitles
 from hasrd.errors import UnknownFormat
-from hasrd.transcript import Transcript, UnsetType, to_json
+
+if TYPE_CHECKING:  # the CLI imports this module at start (FORMATS): subtitles and msgspec load when used
+    from hasrd import subtitles
+    from hasrd.transcript import Transcript, UnsetType
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 
@@ -172,6 +174,8 @@ def _audio_end(result: Transcript) -> float | None:
 
 
 def _srt(result: Transcript, rules: subtitles.CueRules | None) -> str:
+    from hasrd import subtitles
+
     blocks = []
     for k, cue in enumerate(subtitles.cues(segments(result), rules, _audio_end(result), result.language), 1):
         span = f"{timestamp(cue.start)} --> {timestamp(cue.end)}"
@@ -185,6 +189,8 @@ def _vtt_escape(text: str) -> str:
 
 
 def _vtt(result: Transcript, rules: subtitles.CueRules | None) -> str:
+    from hasrd import subtitles
+
     blocks = ["WEBVTT\n"]
     for cue in subtitles.cues(segments(result), rules, _audio_end(result), result.language):
         span = f"{timestamp(cue.start, '.')} --> {timestamp(cue.end, '.')}"
@@ -231,6 +237,8 @@ def verbose(result: Transcript) -> dict[str, Any]:
     ws = words(result)
     if ws is not None:
         doc["words"] = ws
+    from hasrd.transcript import to_json
+
     doc["hasr"] = to_json(result)
     return doc
 

@@ -356,7 +356,7 @@ def test_status_watch_follows_the_events(base: str, wav: str) -> None:
 
 
 def test_status_names_the_selected_engine_its_models_and_why() -> None:
-    from hasrctl.commands import _describe
+    from hasrctl.status import _describe
 
     ps = {"state": "ready", "pid": 42, "engine": "auto", "load_s": 61.5, "queue": 0, "in_flight": 0,
           "identity": {"engine": "hybrid", "device": "cuda", "compute_type": "float16", "selected_by": "auto",

@@ -245,6 +245,22 @@ def test_the_client_never_imports_the_server_or_gpu_stacks(env: dict[str, str], 
     assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout + res.stderr
 
 
+def test_status_imports_nothing_of_transcription(env: dict[str, str]) -> None:
+    """Issue 32 #10: ``hasrctl status`` loaded the transcribe command's modules (the subtitle splitter, msgspec,
+    the output planner) before it asked the daemon anything; it has a 0.1 s budget."""
+    import subprocess
+    import sys
+
+    light = ("msgspec", "hasrd.subtitles", "hasrd.transcript", "hasrctl.commands", "hasrctl.output",
+             "hasrctl.terminal", "jieba")
+    code = ("import sys\nsys.argv = ['hasrctl', 'status']\nfrom hasrctl.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in sys.modules if m in {light!r} or m.split('.')[0] in {light!r}))")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout + res.stderr
+    assert "hasrd is not running" in res.stderr  # it did run: status, without a daemon
+
+
 # --- where transcripts may be written ------------------------------------------------------------------------------
 def test_dash_and_dev_stdout_as_output_mean_stdout(wav: str) -> None:
     for out in ("-", "/dev/stdout"):

@@ -1,0 +1,119 @@
+"""``hasrctl status``: the daemon's state in a few lines (or /api/ps as JSON), and ``--watch``.
+
+Its own light module (json, time, click, the client): ``status`` is what scripts and the tray's users type
+most, and must answer within 0.1 s (issue 32 #10), so it imports nothing of transcription.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import click
+
+from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, Client, Unreachable
+from hasrctl.common import Daemon, not_running, say, socket_option
+
+
+def duration_text(seconds: Any) -> str:
+    s = max(0, int(float(seconds)))
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
+
+
+def _model(value: Any) -> str:
+    """One model of an identity as ``name@revision (path)``: revisions shortened, repeated parts left out."""
+    if not isinstance(value, dict):
+        return str(value)
+    path = str(value.get("path") or "")
+    name = str(value.get("name") or (os.path.basename(path.rstrip("/")) if path else "?"))
+    rev = str(value.get("revision") or "")
+    text = name + (f"@{rev[:12]}" if rev and rev[:8] not in name else "")
+    if path and not path.startswith("(") and path not in (name, rev):
+        text += f" ({path})"
+    return text
+
+
+def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
+    rows = [("state", str(ps.get("state")) + (f" (worker pid {ps['pid']})" if ps.get("pid") else ""))]
+    if ps.get("phase"):
+        rows.append(("phase", str(ps["phase"])))
+    ident = ps.get("identity") or {}
+    configured = str(ps.get("engine") or "")
+    selected = str(ident.get("engine") or "")
+    if selected:
+        parts = [selected]
+        if ident.get("device"):
+            parts.append(f"on {ident['device']}" + (f" ({ident['compute_type']})" if ident.get("compute_type") else ""))
+        if configured and configured != selected:
+            parts.append(f"(HASR_ENGINE={configured})")
+        rows.append(("engine", " ".join(parts)))
+    elif configured:
+        chosen = "; chosen when the models load" if configured == "auto" else "; models not loaded"
+        rows.append(("engine", f"{configured}{chosen}"))
+    models = ident.get("models")
+    if isinstance(models, dict) and models:
+        rows.append(("models", ", ".join(f"{role} {_model(m)}" for role, m in models.items())))
+    if ident.get("auto_reason"):
+        rows.append(("why", str(ident["auto_reason"])))
+    if ps.get("load_s") is not None:
+        rows.append(("loaded in", f"{float(ps['load_s']):.1f} s"))
+    if ps.get("vram_mb") is not None:
+        rows.append(("vram", f"{float(ps['vram_mb']) / 1024:.1f} GiB"))
+    workers = ps.get("workers") or []
+    if workers:
+        each = ", ".join(f"{w.get('model')} (pid {w.get('pid') or '-'}, {'busy' if w.get('busy') else w.get('state')})"
+                         for w in workers)
+        rows.append(("workers", f"{len(workers)} of {ps.get('max_workers') or len(workers)}: {each}"))
+    rows.append(("queue", f"{ps.get('queue') or 0} waiting, {ps.get('in_flight') or 0} running"))
+    if ps.get("expires_in_s") is not None:
+        rows.append(("unload in", duration_text(ps["expires_in_s"])))
+    if ps.get("error"):
+        rows.append(("error", str(ps["error"])))
+    rows.append(("socket", socket))
+    return rows
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, envvar="HASR_STATUS_JSON", show_envvar=True,
+              help="Print /api/ps as JSON (plus the socket).")
+@click.option("--watch", is_flag=True, envvar="HASR_STATUS_WATCH", show_envvar=True,
+              help="Follow state changes (one line each; with --json the raw events) until Ctrl-C.")
+@socket_option
+def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
+    """Show the daemon's state: worker, engine and models, load time, VRAM, the workers, queue, time until unload.
+
+    Does not start a daemon: exit 3 when none runs.
+    """
+    try:
+        client = daemon.client(autostart=False)
+    except Unreachable as e:
+        say(f"hasrd is not running: {not_running(e)}")
+        return EXIT_UNREACHABLE
+    if watch:
+        return _watch(client, as_json)
+    ps = client.get("/api/ps", timeout=10.0)
+    if as_json:
+        click.echo(json.dumps({**ps, "socket": client.path}, ensure_ascii=False))
+    else:
+        for key, value in _describe(ps, client.path):
+            click.echo(f"{key:<10} {value}")
+    return EXIT_FAILED if ps.get("state") == "fatal" else EXIT_OK
+
+
+def _watch(client: Client, as_json: bool) -> int:
+    try:
+        for ev in client.request("GET", "/api/events", timeout=None).ndjson():
+            if as_json:
+                click.echo(json.dumps(ev, ensure_ascii=False))
+                continue
+            line = str(ev.get("status_text") or ev.get("state"))
+            click.echo(f"{time.strftime('%H:%M:%S')}  {ev.get('health', '?'):<8} {line}  "
+                       f"(queue {ev.get('queue') or 0}, running {ev.get('in_flight') or 0})")
+    except KeyboardInterrupt:
+        return EXIT_OK
+    say("hasrd closed the event stream (it exited)")
+    return EXIT_OK
