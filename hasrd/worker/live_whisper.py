@@ -59,6 +59,7 @@ BUFFER_S = 20.0
 TAIL_S = 3.0
 FINAL_PAD = int(0.2 * SR)
 FINAL_LEAD = int(1.0 * SR)  # a final's decode starts this much before the utterance (see _final_from)
+DRAFT_DUTY = 2.0  # a greedy draft is due again after this many times the last one took, at the least
 PAUSE_WINDOWS = 5  # 160 ms of quiet: a pause (see _advance)
 PAUSE_BEAM = 5
 FIRST_S = 0.3  # an utterance's first decode: once this much audio has come past the VAD's onset
@@ -246,9 +247,10 @@ class WhisperLive(LiveBase):
                              PAUSE_BEAM if pause else 1)
         took = time.monotonic() - t0
         self.decoded_to = self.audio.end if pause else upto
-        # a machine slower than the step: the next step waits as long as this one took (drafts that queue up
-        # behind each other are stale when they show, and the end of the utterance waits behind them)
-        self.due = self.decoded_to + max(self.step, 0 if pause else int(took * SR))
+        # a machine slower than the step: drafts take at most half of the worker's time (the next one is due
+        # after twice what this one took), so drafts do not queue up behind each other, stale when they show,
+        # and a commit finds the worker idle half the time instead of waiting for a draft in flight (issue 31 #4)
+        self.due = self.decoded_to + max(self.step, 0 if pause else int(DRAFT_DUTY * took * SR))
         if pause:
             self.paused_at = self.vad.quiet_from
         stable = agreed(self.prev, words)
