@@ -326,18 +326,36 @@ class WhisperEngine:
                     heard(emit, code)
 
             def clips() -> Iterator[tuple[float, float] | Passed]:
-                """Each piece's clips on the file's clock, its silences told to the sentence cutter first; then
-                that the piece passed (where a first batch may stop, and progress moves: see _batched)."""
+                """The file's speech clips on its clock, each piece's silences told to the sentence cutter first;
+                and how far the stream passed (where a first batch may stop, and progress moves: see _batched).
+                A clip may cross a piece's end: the spans are merged over the whole file (vad.merge_clips'
+                rule), so that a piece's last words do not make a short clip of their own, each paying a whole
+                30 s window of the encoder and the decoder (16 clips for a 5-minute file where 10 hold it)."""
                 nonlocal calls
+                clip: list[float] | None = None  # the clip still growing
+                last: tuple[float, float] | None = None  # the last span seen, on the file's clock
                 for start, end, spans in itertools.chain(ahead, parts):
                     if cancelled():
                         raise EngineError("cancelled", "the request was cancelled")
                     offset = start / SR
                     if spans:
                         calls += 1
-                        cuts.add_pauses((offset + a, offset + b) for a, b in silences(spans))
-                        yield from ((offset + c0, offset + c1) for c0, c1 in merge_clips(spans))
-                    yield Passed(end / SR)
+                        timed = [(offset + a, offset + b) for a, b in spans]
+                        # the silence across the pieces' cut, where there is one (a cut may fall inside speech)
+                        across = [last] if last and timed[0][0] - last[1] >= vad.MIN_SILENCE else []
+                        cuts.add_pauses(silences(across + timed))
+                        last = timed[-1]
+                        for s0, s1 in timed:
+                            if clip is not None and s1 - clip[0] <= CLIP_SEC:
+                                clip[1] = s1
+                                continue
+                            if clip is not None:
+                                yield clip[0], clip[1]
+                            clip = [s0, s1]
+                    yield Passed(end / SR if clip is None else clip[0])  # all before the growing clip
+                if clip is not None:
+                    yield clip[0], clip[1]
+                    yield Passed(n / SR)
 
             for s in self._decode(pcm, fw_code, options, clips(), track):  # lazy: decoding while iterating
                 if cancelled():
