@@ -97,6 +97,16 @@ def inside_one(start: float, end: float, spans: list[tuple[float, float]]) -> bo
     return any(s - TOLERANCE <= start and end <= e + TOLERANCE for s, e in spans)
 
 
+def within_its_sentence(start: float, end: float, spans: list[tuple[float, float]]) -> bool:
+    """A cue starts inside one sentence's audio and ends before the next sentence begins: it may stay on into
+    the silence after its own sentence, for the reading speed (issue 32 #4), never into the next one."""
+    for k, (s, e) in enumerate(spans):
+        if s - TOLERANCE <= start <= e + TOLERANCE:
+            nxt = spans[k + 1][0] if k + 1 < len(spans) else float("inf")
+            return end <= max(e + TOLERANCE, nxt)
+    return False
+
+
 def check_cues(cues: list[tuple[float, float, str]], spans: list[tuple[float, float]], width: int) -> None:
     """The subtitle rules, and each cue inside one sentence's audio."""
     assert cues
@@ -104,7 +114,7 @@ def check_cues(cues: list[tuple[float, float, str]], spans: list[tuple[float, fl
         lines = text.split("\n")
         assert len(lines) <= 2 and all(len(line) <= width for line in lines), text
         assert 0.83 - 1e-3 <= end - start <= 7.0 + 1e-3, (start, end, text)
-        assert inside_one(start, end, spans), (start, end, text, spans)
+        assert within_its_sentence(start, end, spans), (start, end, text, spans)
         if k:
             assert cues[k - 1][1] <= start
 
