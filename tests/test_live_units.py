@@ -317,3 +317,73 @@ def test_a_language_detected_on_too_little_speech_is_checked_again_once_there_is
     for i in range(0, len(pcm), 2560):
         asked.feed(pcm[i:i + 2560])
     assert asked.finish().language_code == "zh"  # a language asked for is never detected
+
+
+class Located:
+    """faster-whisper's ``transcribe`` as far as times go: one word over where the audio is loud, at its true
+    place in the audio it was given ("hello there." with beam search, without its mark greedy)."""
+
+    def transcribe(self, audio: np.ndarray, **kw: Any) -> tuple[Any, Any]:
+        loud = np.nonzero(np.abs(audio) > 0.01)[0]
+        if not len(loud):
+            return iter([]), SimpleNamespace(language="en")
+        text = " hello there." if int(kw["beam_size"]) > 1 else " hello there"
+        return iter([FakeSegment([FakeWord(text, loud[0] / SR, loud[-1] / SR)])]), SimpleNamespace(language="en")
+
+
+class Timed(Events):
+    def __init__(self) -> None:
+        super().__init__()
+        self.timed: list[tuple[int, str, float, float]] = []
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
+        super().sentence(index, text, engine, start_s, end_s, segment)
+        self.timed.append((segment, text, start_s, end_s))
+
+
+def fed(live: WhisperLive, *chunks: np.ndarray) -> None:
+    for chunk in chunks:
+        for i in range(0, len(chunk), 1600):
+            live.feed(chunk[i:i + 1600])
+
+
+def test_a_final_decoded_from_before_the_utterance_keeps_the_words_true_times() -> None:
+    """Review of issue 31 #4: the final's decode starts up to a second before the utterance, but between
+    utterances less than that was kept: the decode got less audio than it counted, and its words came out up to
+    0.43 s early."""
+    for gap in (2.4, 2.6, 2.8, 3.7):
+        ev = Timed()
+        live = WhisperLive(Located(), "en", "transcribe", None, ev, lambda: False, {"vad": "energy"})
+        fed(live, quiet(0.5), tone(1.0), quiet(gap), tone(1.0), quiet(1.0))
+        live.finish()
+        (seg, _text, start, end) = ev.timed[-1]
+        assert seg == 1 and abs(start - (1.5 + gap)) < 0.05 and abs(end - (2.5 + gap)) < 0.05, (gap, ev.timed)
+
+
+def test_speech_after_a_commit_is_the_next_utterance_not_lost() -> None:
+    ev = Timed()
+    live = WhisperLive(Located(), "en", "transcribe", None, ev, lambda: False, {"vad": "energy"})
+    fed(live, quiet(0.5), tone(2.0))
+    live.commit()  # mid-speech: the speech goes on
+    fed(live, tone(2.0), quiet(1.0))
+    live.finish()
+    assert [t[:2] for t in ev.turns if t[1] == "completed"] == [(0, "completed"), (1, "completed")]
+    assert [(s, round(a, 1), round(b, 1)) for s, _t, a, b in ev.timed] == [(0, 0.5, 2.5), (1, 2.5, 4.5)]
+
+
+def test_a_commit_after_speech_the_vad_scored_between_its_thresholds_decodes_that_speech_too() -> None:
+    """A pause was decoded, then speech scored 0.35-0.5 (neither speech nor quiet to the VAD's hysteresis):
+    the commit took the pause's decode as the final and the last second was never decoded."""
+    ev = Timed()
+    live = WhisperLive(Located(), "en", "transcribe", None, ev, lambda: False, {"vad": "energy", "silence_ms": 2000})
+
+    def scores(windows: np.ndarray) -> np.ndarray:
+        base = live.vad.pos // FRAME
+        t = (base + np.arange(len(windows))) * FRAME / SR
+        return np.select([t < 0.5, t < 1.5, t < 1.8, t < 2.8], [0.0, 0.9, 0.0, 0.45], 0.0).astype(np.float32)
+
+    live.vad.scores = scores  # type: ignore[method-assign]
+    fed(live, quiet(0.5), tone(1.0), quiet(0.3), tone(1.0))
+    live.commit()
+    live.finish()
+    assert ev.timed and max(b for _s, _t, _a, b in ev.timed) > 2.7, ev.timed

@@ -213,10 +213,11 @@ class LiveBase(abc.ABC):
         self.emit.progress(round(self._done_to() / SR, 3), round(self.audio.end / SR, 3))
 
     def commit(self) -> None:
-        """End the open utterance now (the client said so)."""
+        """End the open utterance now (the client said so); speech that goes on opens the next one."""
         self.check()
         if self.open is not None:
             self._close(self.audio.end)
+            self.vad.speaking, self.vad.quiet = False, 0  # its next speech window is a start, not more of this
         self._poll()
 
     def finish(self) -> Transcript:

@@ -52,7 +52,7 @@ from hasrd.transcript import Transcript
 from hasrd.worker import resegment
 from hasrd.worker.engine import EngineError, LiveEmitter
 from hasrd.worker.textrules import clean_text, collapse_loops, token_cap
-from hasrd.worker.live import SR, LiveBase
+from hasrd.worker.live import FRAME, SR, LiveBase
 
 SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
 BUFFER_S = 20.0
@@ -177,6 +177,8 @@ class WhisperLive(LiveBase):
         self.decodes = 0
         self.language = ""
         self.lead_from = 0  # where the open utterance's final decode starts (_final_from)
+        self.pause_to = 0  # where the last beam decode (at a pause, or a final's own) ended
+        self.final_to = 0  # where the last utterance's final decode ended: the next one's lead stops there
 
     def language_code(self) -> str:
         return self.code or ""
@@ -187,6 +189,7 @@ class WhisperLive(LiveBase):
         return self.prompt or None
 
     def _decode(self, a: int, b: int, beam: int = 1) -> list[Word]:
+        a = max(a, self.audio.start)  # the words' times count from the audio really decoded
         audio = self.audio[a:b]
         if len(audio) < SR // 10:
             return []
@@ -217,7 +220,8 @@ class WhisperLive(LiveBase):
         return words
 
     def _opened(self, seg: int, start: int) -> None:
-        self.lead_from = max(self.last_end, start - FINAL_LEAD)
+        # not into what the last utterance's final decoded (up to FINAL_PAD past that utterance's end)
+        self.lead_from = min(start, max(self.final_to, start - FINAL_LEAD))
         self.buf_start = self.decoded_to = start
         self.due = self.onset + int(FIRST_S * SR)  # no decode of the onset alone: it hears no word yet
         self.paused_at = -1
@@ -228,9 +232,12 @@ class WhisperLive(LiveBase):
         if self.open is None or self.hurry:
             return  # hurry: the commit behind this audio decodes the whole utterance at once (_closed)
         pause = self.vad.speaking and self.vad.quiet >= PAUSE_WINDOWS
-        if not pause and self.vad.speaking and self.vad.quiet > 0:
+        if (not pause and self.vad.speaking and self.vad.quiet > 0
+                and self.audio.end - self.vad.quiet_from <= PAUSE_WINDOWS * FRAME):
             # the speech may be ending: no greedy step now, whose decode a commit would wait behind (issue 31
-            # #4); the pause's beam decode comes in PAUSE_WINDOWS, or the speech goes on and so do the steps
+            # #4); the pause's beam decode comes within PAUSE_WINDOWS, or the speech goes on and so do the steps
+            # (scores between the VAD's two thresholds neither end a quiet run nor add to it: past the pause's
+            # length the steps go on)
             return
         if pause:
             if self.paused_at == self.vad.quiet_from:
@@ -253,6 +260,7 @@ class WhisperLive(LiveBase):
         self.due = self.decoded_to + max(self.step, 0 if pause else int(DRAFT_DUTY * took * SR))
         if pause:
             self.paused_at = self.vad.quiet_from
+            self.pause_to = min(upto, self.audio.end)
         stable = agreed(self.prev, words)
         cut = sentence_cut(words, stable)
         if not cut and upto - self.buf_start > BUFFER_S * SR:  # a run-on: bound the buffer anyway
@@ -276,7 +284,8 @@ class WhisperLive(LiveBase):
     def _keep_from(self) -> int:
         if self.open is not None:
             return min(self.open_start, self.lead_from)
-        return max(0, self.audio.end - FINAL_LEAD)
+        # the next utterance opens up to PRE_ROLL (and a VAD window) before its onset, its final FINAL_LEAD before
+        return max(0, self.audio.end - FINAL_LEAD - self.PRE_ROLL - FRAME)
 
     def _say_sentences(self, seg: int, words: list[Word]) -> None:
         """One sentence per end mark; what follows the last mark is a sentence too. The file path's loop rules
@@ -307,10 +316,12 @@ class WhisperLive(LiveBase):
         # always decoded now, with beam N
         same_pause = self.paused_at >= 0 and (
             self.paused_at == end and self.decoded_to >= end
-            or self.vad.speaking and self.vad.quiet > 0 and self.vad.quiet_from == self.paused_at)
+            or self.vad.speaking and self.vad.quiet > 0 and self.vad.quiet_from == self.paused_at
+            and self.vad.pos - self.vad.quiet_from == self.vad.quiet * FRAME)  # every window since: quiet
         if self.final_beam or not same_pause:
-            words = self._decode(self._final_from(), min(self.audio.end, end + FINAL_PAD),
-                                 self.final_beam or PAUSE_BEAM)
+            self.pause_to = min(self.audio.end, end + FINAL_PAD)
+            words = self._decode(self._final_from(), self.pause_to, self.final_beam or PAUSE_BEAM)
+        self.final_to = max(self.final_to, self.pause_to)  # the audio this final heard
         self._say_sentences(seg, words)
         self._say_held(seg)
         self.prev = []
