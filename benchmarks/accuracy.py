@@ -87,7 +87,7 @@ def main() -> None:
         outs = []
         for _ in range(max(1, args.repeat)):
             res = engine.transcribe(pcm, lang, {}, NullEmitter(), lambda: False)
-            outs.append(res["final"])
+            outs.append(res.final)
         t_hasr = (time.monotonic() - t0) / max(1, args.repeat)
         t0 = time.monotonic()
         d_text, _d_lang = direct(model, pcm, code or None)
@@ -121,9 +121,9 @@ def main() -> None:
         if args.auto and lang:
             a = engine.transcribe(pcm, "", {}, NullEmitter(), lambda: False)
             _t, d_lang = direct(model, pcm, None)
-            print(f"{'':28} auto-detect: hasr {a.get('language_code')} ({a.get('language_probability')}), "
+            print(f"{'':28} auto-detect: hasr {a.language_code} ({a.language_probability}), "
                   f"direct {d_lang}, expected {code}", flush=True)
-            out_rows[-1].update(auto_hasr=a.get("language_code"), auto_direct=d_lang)
+            out_rows[-1].update(auto_hasr=a.language_code, auto_direct=d_lang)
     print()
     print(f"{'group':12} {'files':>5} {'hasr':>8} {'direct':>8} {'hasr s':>8} {'direct s':>8}  (error rate, or "
           f"characters on no speech)")

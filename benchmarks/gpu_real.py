@@ -600,7 +600,7 @@ def s_big(b: Bench) -> None:
             for line in resp.iter_lines():
                 if line.strip():
                     ev = json.loads(line)
-                    if ev.get("event") in ("loading", "queued") or ev.get("phase"):
+                    if ev.get("event") in ("loading", "queued"):  # progress events name a phase too
                         phases.append(ev.get("phase") or ev.get("event"))
         ps = d.get("/api/ps")
         w = next((x for x in ps.get("workers", []) if x.get("model") == big), {})

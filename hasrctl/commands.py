@@ -152,7 +152,10 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
             t0 = time.monotonic()
             result = _transcribe(client, item, language, view, options)
             # every format from the one result, as the daemon sent it
-            doc = from_json(result)
+            try:
+                doc = from_json(result)
+            except ValueError as e:  # a daemon of another version
+                raise CliError(str(e)) from None
             texts = {fmt: lines(doc) if fmt == "text" else render(doc, fmt, rules=rules) for fmt in formats}
             for fmt, target in item.targets:
                 output.write(target, texts[fmt], force)

@@ -132,7 +132,10 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
         from hasrd import formats
         from hasrd.transcript import from_json
 
-        doc = from_json(result)
+        try:
+            doc = from_json(result)
+        except ValueError as e:  # a daemon of another version
+            raise CliError(str(e)) from None
         text = formats.render(doc, fmt) if fmt != "text" else "\n".join(doc.texts()) + "\n"
         Path(output).write_text(text, encoding="utf-8")
     return EXIT_OK

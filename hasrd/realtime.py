@@ -295,7 +295,8 @@ class Live:
                     break
                 if kind in ("gone", "finish", "stop"):
                     if kind == "finish":
-                        self.send(event("hasr.done", result=transcript.to_json(Transcript(live=True))))
+                        nothing = Transcript(live=True, turns=[], segments=0, language_detected=False)
+                        self.send(event("hasr.done", result=transcript.to_json(nothing)))
                     if kind == "stop":
                         self.stopped(True)
                     return

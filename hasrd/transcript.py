@@ -151,6 +151,10 @@ def to_json(t: Transcript) -> dict[str, Any]:
 
 
 def from_json(obj: Any) -> Transcript:
-    """A result object the daemon sent (decoded JSON) as a Transcript; msgspec.ValidationError when it is not
-    one. Unknown fields are kept out, so a newer daemon's result still reads."""
-    return msgspec.convert(obj, Transcript)
+    """A result object the daemon sent (decoded JSON) as a Transcript; ValueError saying which field when it is
+    not one (a daemon of another version). Unknown fields are left out, so a newer daemon's result still reads."""
+    try:
+        return msgspec.convert(obj, Transcript)
+    except msgspec.ValidationError as e:
+        raise ValueError(f"the daemon's result cannot be read ({e}): is hasrd the same version as this "
+                         f"client? `hasrctl stop` restarts it on the next request") from None

@@ -180,3 +180,10 @@ def test_unknown_format_is_a_400_naming_the_valid_ones(call: Any, bad: str) -> N
     assert isinstance(err.value, BadRequest)
     assert err.value.code == "unknown_format" and err.value.status == 400
     assert "json, text, srt, vtt, verbose_json" in err.value.message
+
+
+def test_a_result_that_is_no_result_object_says_so_in_one_sentence() -> None:
+    """What hasrctl and the tray read back from the daemon: a daemon of another version must not be a traceback."""
+    with pytest.raises(ValueError, match="same version"):
+        from_json({"final": "x", "per_sentence": "not a list"})
+    assert from_json({"final": "x", "field_of_a_newer_daemon": 1}).final == "x"

@@ -126,6 +126,8 @@ class Jobs:
             return self._fail(job, e.message.replace(repr(str(job.path)), "the file"))
         except output.OutputError as e:
             return self._fail(job, str(e))
+        except ValueError as e:  # a result this tray cannot read (transcript.from_json: another hasrd version)
+            return self._fail(job, str(e))
         self.last_output = out
         self._update(job, state=DONE, progress=1.0, output=out, detail=f"→ {out.name}")
         text = str(result.get("final") or "").strip()
