@@ -32,8 +32,11 @@ def test_transcribe_starts_a_daemon_that_exits_when_idle(env: dict[str, str], sh
     res = hasrctl("transcribe", wav, env=env)
     assert res.returncode == 0, show(res)
     assert res.stdout == FINAL
-    line = one_line(res.stderr)  # said once, on stderr
+    started = [ln for ln in res.stderr.splitlines() if "started hasrd" in ln]
+    assert len(started) == 1, res.stderr  # said once, on stderr (then the file's summary line)
+    line = started[0]
     assert sock in line and "2 s idle" in line
+    assert [ln for ln in res.stderr.splitlines() if ln != line and "a.wav: ok" not in ln] == [], res.stderr
     pid = _started_pid(line)
     log = os.path.join(env["XDG_RUNTIME_DIR"], "hasr", "hasrd.log")
     assert os.path.isfile(log) and oct(os.stat(log).st_mode & 0o777) == "0o600"

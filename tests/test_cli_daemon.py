@@ -23,6 +23,7 @@ import srt
 import webvtt
 
 from hasrd.formats import lines, render
+from hasrd.transcript import from_json
 from tests.cliutil import REPO, cli_env, hasrctl, one_line, show
 from tests.daemon import Hasrd, write_wav
 
@@ -140,7 +141,7 @@ def test_several_formats_are_rendered_from_one_transcription(env: dict[str, str]
         assert relay.transcriptions == 2
     finally:
         relay.close()
-    result = json.loads(Path(work, "b.json").read_text())["hasr"]  # -f all's json is verbose_json: the result
+    result = from_json(json.loads(Path(work, "b.json").read_text())["hasr"])  # -f all's json: verbose_json
     assert Path(work, "b.txt").read_text() == lines(result) == Path(out, "a.txt").read_text()
     assert Path(work, "b.srt").read_text() == render(result, "srt") == Path(out, "a.srt").read_text()
     assert Path(work, "b.vtt").read_text() == render(result, "vtt") == Path(out, "a.vtt").read_text()
@@ -191,7 +192,7 @@ def test_vtt_output_parses_and_matches_the_srt_times(env: dict[str, str], wav: s
 
 
 def test_every_format_equals_the_shared_renderer_of_the_result(env: dict[str, str], wav: str) -> None:
-    result = json.loads(hasrctl("transcribe", "-f", "verbose_json", wav, env=env).stdout)["hasr"]
+    result = from_json(json.loads(hasrctl("transcribe", "-f", "verbose_json", wav, env=env).stdout)["hasr"])
     for fmt in ("text", "json", "srt", "vtt"):
         want = lines(result) if fmt == "text" else render(result, fmt)
         assert hasrctl("transcribe", "-f", fmt, wav, env=env).stdout == want

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from speech import STAND_IN
 
+from hasrd.transcript import to_json
 from hasrd.worker import v2c
 from hasrd.worker.engines.r2t2 import observing
 
@@ -85,7 +86,7 @@ def run(m: Any, pcm: np.ndarray, language: str | None = "Chinese", fw: Any = Non
     rec = Rec()
     fw = FW() if fw is None else fw
     out = v2c.run(m, pcm, language, fw, emit=rec, mode="inline", **kw)
-    return v2c.result("hybrid-asr-v2c", language or "", "zh", out, len(pcm)), rec, fw
+    return to_json(v2c.result("hybrid-asr-v2c", language or "", "zh", out, len(pcm))), rec, fw
 
 
 # ---- properties ------------------------------------------------------------------------------------------
