@@ -36,16 +36,13 @@ ASS override tag when it writes SRT or WebVTT, and writes ``<`` and ``&`` unesca
 
 from __future__ import annotations
 
-import logging
-import re
-import threading
-import unicodedata
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hasrd.errors import InvalidOption
+from hasrd import textwords
+from hasrd.textwords import is_cjk, is_cjk_text, reading_chars
 
 LATIN_WIDTH = 42
 CJK_WIDTH = 16
@@ -64,10 +61,6 @@ SENTENCE_END = ".。!！?？…"
 CLAUSE_MARK = ",，、;；:："
 CLOSERS = "\"'”’)）]」』】》"
 OPTIONS = tuple(RANGES)
-_IDEO = "\u2e80-\u2fff\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff"
-_HAS_IDEO = re.compile(f"[{_IDEO}]")
-_KANA = re.compile("[\u3040-\u30ff\uff66-\uff9f]")
-_CHUNK = re.compile(r"\s*\S+")
 # English words a line or a cue should not end on (the style guides: keep an article, a preposition or a
 # conjunction with what follows it)
 _WEAK_END = frozenset(["a", "an", "the", "of", "to", "in", "on", "at", "by", "for", "with", "from", "into", "as",
@@ -156,136 +149,6 @@ def _range_text(name: str, raw: Any) -> str:
     return f"{name} {raw!r} is not valid: use {allowed}"
 
 
-def is_cjk(ch: str) -> bool:
-    o = ord(ch)
-    return (0x2E80 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0x3000 <= o <= 0x303F or 0xFF00 <= o <= 0xFFEF
-            or 0x20000 <= o <= 0x2FFFF or 0x3040 <= o <= 0x30FF)
-
-
-def is_cjk_text(text: str) -> bool:
-    """Mostly Chinese or Japanese characters (counting letters only): the 16-character rule applies."""
-    letters = [ch for ch in text if ch.isalpha()]
-    return bool(letters) and sum(is_cjk(ch) for ch in letters) * 2 >= len(letters)
-
-
-def reading_chars(text: str) -> int:
-    """The characters a viewer reads in a cue: a line break is not one; in Chinese and Japanese blanks are not
-    either (those scripts use none between words)."""
-    flat = " ".join(text.split())
-    return len(flat.replace(" ", "")) if is_cjk_text(flat) else len(flat)
-
-
-# --- words -------------------------------------------------------------------------------------------------
-
-_jieba: Any = None
-_jieba_lock = threading.Lock()
-
-
-def _zh_words(text: str) -> list[str]:
-    """Chinese words by jieba: imported and its dictionary loaded on the first call only (about a second),
-    without its chatter on stderr (its own handler is removed: its warnings and errors go to the process's
-    logging like any other library's)."""
-    global _jieba
-    if _jieba is None:
-        with _jieba_lock:
-            if _jieba is None:
-                with warnings.catch_warnings():  # an old jieba imports pkg_resources, deprecated in setuptools
-                    warnings.simplefilter("ignore")
-                    import jieba
-                log = logging.getLogger("jieba")
-                for handler in list(log.handlers):
-                    log.removeHandler(handler)
-                log.setLevel(logging.WARNING)
-                jieba.initialize()
-                _jieba = jieba
-    return [w for w in _jieba.lcut(text) if w]
-
-
-def _script(ch: str) -> str:
-    o = ord(ch)
-    if 0x3040 <= o <= 0x309F:
-        return "hiragana"
-    if 0x30A0 <= o <= 0x30FF or 0xFF66 <= o <= 0xFF9F:
-        return "katakana"
-    if unicodedata.category(ch).startswith("P"):
-        return "mark"
-    if is_cjk(ch) or ch in "々〆〇":
-        return "kanji"
-    return "other"
-
-
-def _ja_words(text: str) -> list[str]:
-    """Japanese phrases without a segmenter: a new one starts where kana turn into kanji, katakana or Latin
-    letters (so 東京に|行きます, 私は|学生です), or where one of those scripts turns into another."""
-    out: list[str] = []
-    prev = ""
-    for ch in text:
-        kind = _script(ch)
-        if out and kind not in ("hiragana", "mark") and kind != prev:
-            out.append(ch)
-        elif out:
-            out[-1] += ch
-        else:
-            out.append(ch)
-        if kind != "mark":
-            prev = kind
-    return out
-
-
-def _is_mark(text: str) -> bool:
-    return all(unicodedata.category(ch).startswith("P") or ch.isspace() for ch in text)
-
-
-def _glue(words: list[str]) -> list[str]:
-    """Punctuation kept with the word before it, an opening bracket or quote with the word after it: no line
-    or cue starts with a comma or ends with an opening quote."""
-    out: list[str] = []
-    opening = ""
-    for w in words:
-        if _is_mark(w) and all(unicodedata.category(ch) in ("Ps", "Pi") for ch in w):
-            opening += w
-        elif _is_mark(w) and out and not opening:
-            out[-1] += w
-        else:
-            out.append(opening + w)
-            opening = ""
-    if opening:
-        if out:
-            out[-1] += opening
-        else:
-            out.append(opening)
-    return out
-
-
-def _is_japanese(text: str, language: str | None) -> bool:
-    lang = (language or "").lower()
-    if lang.startswith(("ja", "jp")):
-        return True
-    if lang.startswith(("zh", "chinese", "mandarin", "cantonese", "yue", "cmn")):
-        return False
-    return bool(_KANA.search(text))
-
-
-def _words(text: str, width: int, language: str | None) -> list[str]:
-    """``text`` as the words it may be cut between, each with the blank before it: words between blanks, and
-    inside a run of Chinese or Japanese the words a segmenter finds (``_zh_words``, ``_ja_words``)."""
-    japanese = _is_japanese(text, language)
-    out: list[str] = []
-    for m in _CHUNK.finditer(text):
-        chunk = m.group()
-        body = chunk.lstrip()
-        if not _HAS_IDEO.search(body):
-            out.append(chunk)
-            continue
-        found = _glue(_ja_words(body) if japanese else _zh_words(body))
-        pieces: list[str] = []
-        for w in found:  # a word longer than a line: between its characters (punctuation still kept with one)
-            pieces.extend(_glue(list(w)) if len(w) > width else [w])
-        pieces[0] = chunk[:len(chunk) - len(body)] + pieces[0]
-        out.extend(pieces)
-    return out
-
-
 # --- units: timed words ------------------------------------------------------------------------------------
 
 @dataclass
@@ -332,7 +195,7 @@ def _units(seg: Mapping[str, Any], rules: CueRules, language: str | None = None)
     if len(text) <= width and times[-1][1] - times[0][0] <= rules.max_cue_sec:
         return [_Unit(text, times[0][0], times[-1][1])]
     out, pos = [], 0
-    for w in _words(text, width, language):  # from the blank before it (cues of one sentence meet) to its end
+    for w in textwords.words(text, width, language):  # from the blank before it (cues of one sentence meet) to its end
         out.append(_Unit(w, times[pos][0], times[pos + len(w.rstrip()) - 1][1]))
         pos += len(w)
     return out

@@ -15,7 +15,7 @@ import webvtt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasrd import formats, subtitles
+from hasrd import formats, subtitles, textwords
 from hasrd.transcript import from_json
 from hasrd.errors import InvalidOption
 from hasrd.subtitles import CueRules, cues, rules_from
@@ -230,7 +230,7 @@ def test_a_line_does_not_end_on_an_article_when_another_break_does_as_well() -> 
 
 
 def test_japanese_is_cut_where_kana_turn_into_kanji_or_katakana() -> None:
-    assert subtitles._glue(subtitles._ja_words("コンピューターを使って、データ分析をしています。")) == \
+    assert textwords._glue(textwords._ja_words("コンピューターを使って、データ分析をしています。")) == \
         ["コンピューターを", "使って、", "データ", "分析をしています。"]
     text = "明日は東京駅で友達と会って、一緒に新しいレストランに行く予定です。"
     out = cues([{"start": 0.0, "end": 5.0, "text": text}])
