@@ -141,6 +141,7 @@ def numbers(obj: Any) -> Any:
     list. Duck-typed, so that this module imports no numpy."""
     if hasattr(obj, "tolist"):
         return obj.tolist()
+    # msgspec's enc_hook protocol: NotImplementedError means "not mine", and msgspec raises its own TypeError
     raise NotImplementedError(f"cannot encode objects of type {type(obj).__name__}")
 
 
