@@ -133,7 +133,7 @@ def test_word_timestamps_come_on_request_inside_their_sentence(whisper: WhisperE
 
 
 @pytest.mark.parametrize("batch", ["0", "4"])
-def test_the_prompt_reaches_the_real_model_as_initial_prompt(batch: str) -> None:
+def test_the_prompt_reaches_the_real_model_as_initial_prompt(batch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from faster_whisper import BatchedInferencePipeline
 
     e = make(HASR_WHISPER_BATCH=batch)
@@ -152,8 +152,14 @@ def test_the_prompt_reaches_the_real_model_as_initial_prompt(batch: str) -> None
 
     if batch == "0":
         e.model = Spy(e.model)
-    else:
-        e.batched = Spy(BatchedInferencePipeline(e.model))
+    else:  # a pipeline per job (it keeps state between its batches): spy on the class
+        real = BatchedInferencePipeline.transcribe
+
+        def spied(self: Any, audio: np.ndarray, **kw: Any) -> Any:
+            seen.append(kw.get("initial_prompt"))
+            return real(self, audio, **kw)
+
+        monkeypatch.setattr(BatchedInferencePipeline, "transcribe", spied)
     r, _ = run(e, load("en_hello_world"), "English", prompt="Hello world.")
     assert seen and set(seen) == {"Hello world."}
     assert error_rate("en", CLIPS["en_hello_world"][1], r["final"]) <= MAX_WER

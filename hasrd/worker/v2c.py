@@ -80,6 +80,7 @@ import numpy as np
 
 from hasrd import transcript
 from hasrd.transcript import TimedSentence, Timings, Transcript
+from hasrd.worker import batcher
 from hasrd.worker.engine import Emitter, EngineError
 from hasrd.languages import join_sentences
 from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
@@ -281,7 +282,9 @@ class FinalStage:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         if mode == "thread" and window_fn is not None:
-            self.thread = threading.Thread(target=self._worker, name="hasr-v2c-final", daemon=True)
+            # its windows are the job's: they batch with it and leave when it is cancelled (batcher.JobTag)
+            self.thread = threading.Thread(target=self._worker, args=(batcher.current(),), name="hasr-v2c-final",
+                                           daemon=True)
             self.thread.start()
 
     def submit(self, w: Window) -> None:
@@ -329,15 +332,19 @@ class FinalStage:
         if self.thread is not None and self.thread.is_alive():
             self.queue.put(None)
 
-    def _worker(self) -> None:
+    def _worker(self, tag: batcher.JobTag | None = None) -> None:
         try:
-            while not self.stop.is_set():
-                k = self.queue.get()
-                if k is None or self.cancelled():
-                    return
-                self._settle(k)
+            with batcher.bound(tag):
+                self._settle_queued()
         except BaseException as e:  # handed to the draft loop via check()
             self.error = e
+
+    def _settle_queued(self) -> None:
+        while not self.stop.is_set():
+            k = self.queue.get()
+            if k is None or self.cancelled():
+                return
+            self._settle(k)
 
     def _settle(self, k: int) -> None:
         w = self.windows[k]

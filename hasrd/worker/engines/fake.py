@@ -9,6 +9,8 @@ the per-request ones can also be given in ``options["fake"]``:
     HASR_FAKE_CRASH_MID=1         die (SIGKILL) half-way through every request         options: {"crash": true}
     HASR_FAKE_HANG=1              hang in every request, ignoring Cancel                options: {"hang": true}
     HASR_FAKE_RTF=0.5             take audio_s x RTF seconds per request                options: {"rtf": 0.5}
+                                  (its draft chunks go through the worker's decode loop, where the chunks of
+                                  up to HASR_WORKER_BATCH streams (default 16) take one chunk's time)
     HASR_FAKE_IGNORE_SIGTERM=1    ignore SIGTERM and Shutdown (only SIGKILL ends it)
     HASR_FAKE_SCRIPT=...          the draft text, revealed over the audio (default below)
                                   options: {"script": "..."} for one request
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from hasrd.worker import v2c
+from hasrd.worker import batcher, v2c
 from hasrd.transcript import Transcript
 from hasrd.worker.engine import Emitter, EngineError
 from hasrd.languages import UnknownLanguage, resolve
@@ -44,6 +46,19 @@ from hasrd.worker.scripted import DEFAULT_SCRIPT, ScriptedDraft
 SR = v2c.SR
 
 SENT_END = v2c.SENT_END
+DRAFT_BATCH = 16
+"""Streams whose draft chunks one step takes when HASR_WORKER_BATCH is 0 (vLLM batches its requests itself)."""
+
+
+def _sleep_longest(payloads: list[float]) -> list[None]:
+    time.sleep(max(payloads))
+    return [None] * len(payloads)
+
+
+def draft_step(seconds: float) -> None:
+    """One draft chunk's model time, in the worker's decode loop: a batch of several streams' chunks costs one
+    chunk's time, as R2T2's requests batched by vLLM do (the stand-in for that; docs/CONFIG.md)."""
+    batcher.default().run(("fake-draft",), 1, seconds, _sleep_longest)
 class FakeEngine:
     name = "fake"
 
@@ -60,6 +75,7 @@ class FakeEngine:
         self.alloc_mb = int(e.get("HASR_FAKE_ALLOC_MB", "0") or 0)
         self.stderr_bytes = int(e.get("HASR_FAKE_STDERR_BYTES", "0") or 0)
         self.served = 0
+        self.batch = int(e.get("HASR_WORKER_BATCH", "0") or 0) or DRAFT_BATCH
         self._gpu_block: Any = None
         if self.ignore_term:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -78,6 +94,7 @@ class FakeEngine:
         if self.fail_load:
             code, _, msg = self.fail_load.partition(":")
             raise EngineError(code or "model_unavailable", msg or "the fake engine was told to fail its load")
+        batcher.default().max_items = self.batch
         device = "cpu"
         if self.alloc_mb:
             import torch  # only on a GPU host, for the VRAM-release check
@@ -118,7 +135,7 @@ class FakeEngine:
             if crash_mid and i >= total // 2:
                 os.kill(os.getpid(), signal.SIGKILL)
             if per_chunk:
-                time.sleep(per_chunk)
+                draft_step(per_chunk)
 
         try:
             _name, code = resolve(language)
@@ -153,7 +170,7 @@ class FakeEngine:
             if crash_mid and i >= 3:
                 os.kill(os.getpid(), signal.SIGKILL)
             if rtf:
-                time.sleep(v2c.CHUNK_SEC * rtf)
+                draft_step(v2c.CHUNK_SEC * rtf)
 
         try:
             name, code = resolve(language)

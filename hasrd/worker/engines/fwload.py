@@ -1,7 +1,8 @@
 """faster-whisper on a device: the compute type and batch by device, the model's load, the GPU warm-up, and CUDA's
 failures as the worker reports them (the whisper and hybrid engines load through this).
 
-The defaults by device are measured (docs/GPU.md): float16 and batches of 16 on CUDA, int8 and 2 on the CPU.
+The defaults by device are measured (docs/GPU.md): float16 and batches of 16 on CUDA, int8 and 2 on the CPU; across a
+worker's jobs, steps of up to 32 windows on CUDA and 8 on the CPU (docs/CONFIG.md).
 """
 
 from __future__ import annotations
@@ -35,6 +36,28 @@ def batch_for(device: str, setting: int) -> int:
     if setting >= 0:
         return setting
     return BATCH_BY_DEVICE.get(device, BATCH_BY_DEVICE["cpu"])
+
+
+BATCH_ITEMS = {"cpu": 8, "cuda": 32}
+"""Most windows one decode step takes across a worker's jobs when HASR_WORKER_BATCH is 0 (docs/CONFIG.md)."""
+
+
+def batch_items(device: str, setting: int) -> int:
+    """The decode loop's batch across jobs: the setting, or by device when it is 0 (pure)."""
+    if setting > 0:
+        return setting
+    return BATCH_ITEMS.get(device, BATCH_ITEMS["cpu"])
+
+
+def batched(model: Any, device: str, setting: int) -> Any:
+    """``model`` (a WhisperModel) with its model calls going through the worker's decode loop, which takes up to
+    :func:`batch_items` windows a step from all the jobs the worker holds (hasrd.worker.ct2batch)."""
+    from hasrd.worker import batcher, ct2batch
+
+    loop = batcher.default()
+    loop.max_items = batch_items(device, setting)
+    ct2batch.install(model, loop)
+    return model
 
 
 def warm_up(model: Any, name: str) -> float:

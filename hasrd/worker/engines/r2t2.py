@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,23 +104,44 @@ def cuda_usable() -> tuple[bool, str]:
 
 
 def observing(cls: Any) -> Any:
-    """``cls`` with its generate step observed (see the module docstring); ``cls`` itself if it has none."""
-    if not callable(getattr(cls, "_streaming_generate", None)):
-        return cls
+    """``cls`` with its generate step observed (see the module docstring) and its streaming calls taken one at a
+    time: a worker holds several jobs at once, each in its own thread, and vLLM's ``LLM`` is not made to be
+    called from several threads (it batches the requests of one call). Each thread reads its own
+    generations."""
+    observed = callable(getattr(cls, "_streaming_generate", None))
+    lock = threading.RLock()
 
     class Observed(cls):  # type: ignore[misc,valid-type]
-        def _streaming_generate(self, prompt: Any, audio: Any, max_new_tokens: Any = None) -> Any:
-            out = super()._streaming_generate(prompt, audio, max_new_tokens)
-            log = self.__dict__.setdefault("_hasr_generations", [])
-            log.append(str(out))
-            del log[:-GENERATIONS_KEPT]  # bounded when nobody takes them
-            return out
+        def streaming_transcribe(self, *args: Any, **kw: Any) -> Any:
+            with lock:
+                return super().streaming_transcribe(*args, **kw)
 
-        def take_generations(self) -> list[str]:
-            """The raw generations since the last take, oldest first."""
-            log: list[str] = self.__dict__.get("_hasr_generations") or []
-            self.__dict__["_hasr_generations"] = []
-            return log
+        def finish_streaming_transcribe(self, *args: Any, **kw: Any) -> Any:
+            with lock:
+                return super().finish_streaming_transcribe(*args, **kw)
+
+        if observed:
+            def _streaming_generate(self, prompt: Any, audio: Any, max_new_tokens: Any = None) -> Any:
+                out = super()._streaming_generate(prompt, audio, max_new_tokens)
+                log = self._hasr_log()
+                log.append(str(out))
+                del log[:-GENERATIONS_KEPT]  # bounded when nobody takes them
+                return out
+
+            def take_generations(self) -> list[str]:
+                """The raw generations of this thread's calls since its last take, oldest first."""
+                log = self._hasr_log()
+                out = list(log)
+                log.clear()
+                return out
+
+            def _hasr_log(self) -> list[str]:
+                logs: dict[int, list[str]] = self.__dict__.setdefault("_hasr_generations", {})
+                if len(logs) > 64:  # threads that ended
+                    alive = {t.ident for t in threading.enumerate()}
+                    for ident in [i for i in logs if i not in alive]:
+                        del logs[ident]
+                return logs.setdefault(threading.get_ident(), [])
 
     Observed.__name__ = Observed.__qualname__ = f"Observed{cls.__name__}"
     return Observed

@@ -53,7 +53,7 @@ from hasrd.config import Settings
 from hasrd.worker import resegment, segment, vad
 from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
 from hasrd.models import resolve_fw
-from hasrd.worker.engines.fwload import batch_for, load_model, warm_up
+from hasrd.worker.engines.fwload import batch_for, batched, load_model, warm_up
 from hasrd import transcript
 from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker.engine import Emitter, EngineError, heard
@@ -237,7 +237,6 @@ class WhisperEngine:
         self.compute_type = compute_type
         self.extra = dict(identity or {})
         self.model: Any = None
-        self.batched: Any = None
         self.warm_up_s: float | None = None
         self.vad_workers = vad.default_workers()
 
@@ -247,7 +246,8 @@ class WhisperEngine:
         # Silero's session is built beside the model's load (its first request would wait for it otherwise)
         primed = threading.Thread(target=vad.prime, name="hasr-vad-prime", daemon=True)
         primed.start()
-        self.model = load_model(self.model_ref, self.device, self.compute_type)
+        self.model = batched(load_model(self.model_ref, self.device, self.compute_type), self.device,
+                             int(getattr(self.settings, "worker_batch", 0)))
         if self.device == "cuda":
             phase("preparing the GPU's kernels (the first load on a machine compiles them: seconds, once)")
             self.warm_up_s = warm_up(self.model, self.model_ref.name)
@@ -441,8 +441,9 @@ class WhisperEngine:
         from faster_whisper import BatchedInferencePipeline
         from faster_whisper.transcribe import get_compression_ratio
 
-        if self.batched is None:
-            self.batched = BatchedInferencePipeline(self.model)
+        # one pipeline per job: it keeps the last word's time between its batches (last_speech_timestamp), and
+        # the worker runs several jobs at once (their model calls meet in the decode loop, hasrd.worker.batcher)
+        pipeline = BatchedInferencePipeline(self.model)
 
         def settle(group: list[Any], span: tuple[float, float]) -> Iterable[Any]:
             text = "".join(str(g.text) for g in group)
@@ -480,7 +481,7 @@ class WhisperEngine:
             first = False
             # a segment's seek is its clip's start in 10 ms frames, computed by the pipeline from whole samples
             by_start = {int(int(c0 * SR) / SR * 100): (c0, c1) for c0, c1 in batch}
-            segments, _info = self.batched.transcribe(
+            segments, _info = pipeline.transcribe(
                 pcm, clip_timestamps=[{"start": c0, "end": c1} for c0, c1 in batch], batch_size=self.batch,
                 vad_filter=False, **{**BATCHED_KW, **common})
             groups: dict[int, list[Any]] = {}
@@ -492,4 +493,3 @@ class WhisperEngine:
 
     def close(self) -> None:
         self.model = None
-        self.batched = None

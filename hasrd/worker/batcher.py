@@ -1,0 +1,196 @@
+"""One decode loop per worker: every job's model steps in, batched model calls out (vLLM's engine core in small).
+
+Each job runs in its own thread (hasrd.worker.serve) and calls the model as if it were alone; the calls that
+matter (faster-whisper's encode / generate / align through :class:`hasrd.worker.ct2batch.BatchedWhisper`, the
+stand-in draft's chunks) go through :meth:`Batcher.run`, which queues the step and blocks its job's thread until
+the loop has run a batch holding it. Which steps run together is :func:`hasrd.worker.batchpolicy.next_batch`
+(live first, files round robin, only steps with the same key share a call).
+
+- The job a step belongs to is the calling thread's :class:`JobTag` (:func:`bound`); a thread a job starts binds
+  the same tag (:func:`current` before the start). A thread with no tag is a job of its own, not live.
+- A cancelled job's waiting steps leave before the next batch is chosen (it frees its share within one batch);
+  its thread gets ``EngineError("cancelled")``.
+- A failed batch of several steps is run again step by step, so one job's bad input fails that job alone.
+- Bounded by construction: a job thread waits on one step at a time (the hybrid: one per thread it runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from hasrd.errors import EngineError
+from hasrd.worker.batchpolicy import Wait, next_batch
+
+Execute = Callable[[list[Any]], list[Any]]
+"""Runs one model call for several steps' payloads; returns one result per payload, in order."""
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class JobTag:
+    """Whose step this is: the request id, whether it is live, and how to ask whether it was cancelled."""
+
+    id: int
+    live: bool = False
+    cancelled: Callable[[], bool] = _never
+
+
+_local = threading.local()
+
+
+def current() -> JobTag | None:
+    """The job the calling thread works for (None: none was bound)."""
+    return getattr(_local, "tag", None)
+
+
+@contextlib.contextmanager
+def bound(tag: JobTag | None) -> Iterator[None]:
+    """Work for ``tag`` in this thread while the block runs."""
+    before = current()
+    _local.tag = tag
+    try:
+        yield
+    finally:
+        _local.tag = before
+
+
+@dataclass(eq=False)
+class _Step:
+    wait: Wait
+    payload: Any
+    execute: Execute
+    tag: JobTag
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+
+@dataclass
+class Stats:
+    """What the loop did (the worker's identity and the benchmarks read it)."""
+
+    batches: int = 0
+    steps: int = 0
+    items: int = 0
+    shared: int = 0  # batches that held steps of more than one job
+    largest: int = 0  # most items in one batch
+
+
+def _cancelled() -> EngineError:
+    return EngineError("cancelled", "the request was cancelled")
+
+
+class Batcher:
+    """The worker's decode loop (a daemon thread, started by the first step)."""
+
+    def __init__(self, max_items: int, *, poll_s: float = 0.1) -> None:
+        self.max_items = max(1, int(max_items))
+        self.poll_s = poll_s
+        self.stats = Stats()
+        self._cv = threading.Condition()
+        self._waiting: list[_Step] = []
+        self._served: dict[int, int] = {}
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def run(self, key: Hashable, items: int, payload: Any, execute: Execute) -> Any:
+        """One model step for the calling thread's job: wait until a batch ran it, return its result (or raise
+        its error; ``EngineError("cancelled")`` once the job is cancelled before its step ran)."""
+        tag = current() or JobTag(-threading.get_ident())
+        if tag.cancelled():
+            raise _cancelled()
+        step = _Step(Wait(next(self._seq), tag.id, tag.live, key, max(1, items)), payload, execute, tag)
+        with self._cv:
+            self._waiting.append(step)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="hasr-batcher", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+        while not step.done.wait(self.poll_s):
+            if tag.cancelled():
+                with self._cv:
+                    if step in self._waiting:  # not taken yet: leave now (a running batch is waited for)
+                        self._waiting.remove(step)
+                        step.finish(error=_cancelled())
+        if step.error is not None:
+            raise step.error
+        return step.result
+
+    def waiting(self) -> int:
+        with self._cv:
+            return len(self._waiting)
+
+    def _take(self) -> list[_Step]:
+        """The next batch, chosen under the lock; cancelled jobs' steps leave first."""
+        with self._cv:
+            while True:
+                for s in [s for s in self._waiting if s.tag.cancelled()]:
+                    self._waiting.remove(s)
+                    s.finish(error=_cancelled())
+                if self._waiting:
+                    break
+                self._cv.wait()
+            chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items)
+            by_wait = {id(s.wait): s for s in self._waiting}
+            steps = [by_wait[id(w)] for w in chosen]
+            self._waiting = [s for s in self._waiting if s not in steps]
+            n = self.stats.batches = self.stats.batches + 1
+            for s in steps:
+                self._served[s.wait.job] = n
+            if len(self._served) > 4096:  # forget jobs that wait for nothing (they have ended)
+                live_jobs = {s.wait.job for s in self._waiting} | {s.wait.job for s in steps}
+                self._served = {j: b for j, b in self._served.items() if j in live_jobs}
+            return steps
+
+    def _loop(self) -> None:
+        while True:
+            steps = self._take()
+            items = sum(s.wait.items for s in steps)
+            st = self.stats
+            st.steps += len(steps)
+            st.items += items
+            st.largest = max(st.largest, items)
+            if len({s.wait.job for s in steps}) > 1:
+                st.shared += 1
+            self._execute(steps)
+
+    @staticmethod
+    def _execute(steps: list[_Step]) -> None:
+        try:
+            results = steps[0].execute([s.payload for s in steps])
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting job threads
+            if len(steps) == 1:
+                steps[0].finish(error=e)
+                return
+            for s in steps:  # one job's bad input fails that job alone: run each again on its own
+                Batcher._execute([s])
+            return
+        for s, r in zip(steps, results, strict=True):
+            s.finish(result=r)
+
+
+
+_default: Batcher | None = None
+_default_lock = threading.Lock()
+
+
+def default() -> Batcher:
+    """The worker process's one decode loop: every engine's model steps share it (one model, one device, one
+    stream of batches). Its size is set by whoever loads the model (fwload.batched)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Batcher(1)
+        return _default

@@ -1,0 +1,72 @@
+"""What a worker decodes next: the batching policy as one pure function over plain values (issue 30).
+
+A worker holds many jobs (files, requests, live sessions, the hybrid's faster-whisper windows); each job's
+thread asks for one model step at a time (encode these windows, generate from them, align them) and waits. The
+decode loop (:mod:`hasrd.worker.batcher`) asks :func:`next_batch` which of the waiting steps run together:
+
+1. The lead: the oldest live step (a live session's latency matters most); else the step of the file job served
+   longest ago (round robin: a short file is never behind a long one; a job never served goes first, oldest
+   first).
+2. Steps join the lead only when they can share one model call: the same ``key`` (the step's kind and every
+   decode option that cannot vary per item: beam size, task's temperature, length limits, prompt shape).
+   Language and prompt text vary per item and are not in the key.
+3. The batch fills live steps first (oldest first), then files in round-robin order, while its items (30 s
+   windows) stay within ``max_items``; a step that does not fit waits for the next batch; the lead alone may
+   exceed ``max_items`` (a job's own step is never split, only never joined).
+
+Vocabulary: a *step* is one call one job waits on; its *items* are the windows the call carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One job's step waiting for the model."""
+
+    seq: int  # arrival order, over the whole worker
+    job: int
+    live: bool
+    key: Hashable  # steps with equal keys can share one model call
+    items: int = 1
+
+
+def order_jobs(waits: Sequence[Wait], served: Mapping[int, int]) -> list[int]:
+    """File jobs in round-robin order: never served first, then the one served longest ago; ties by the
+    oldest step waiting (so arrival order among new jobs)."""
+    first_seq: dict[int, int] = {}
+    for w in waits:
+        if not w.live:
+            first_seq[w.job] = min(first_seq.get(w.job, w.seq), w.seq)
+    return sorted(first_seq, key=lambda j: (served.get(j, -1), first_seq[j]))
+
+
+def next_batch(waits: Sequence[Wait], served: Mapping[int, int], max_items: int) -> list[Wait]:
+    """The steps the next model call runs, lead first (empty when nothing waits). ``served``: job -> the
+    number of the batch that last served it (absent: never)."""
+    if not waits:
+        return []
+    live = sorted((w for w in waits if w.live), key=lambda w: w.seq)
+    files = order_jobs(waits, served)
+    by_job: dict[int, list[Wait]] = {}
+    for w in sorted(waits, key=lambda w: w.seq):
+        if not w.live:
+            by_job.setdefault(w.job, []).append(w)
+    lead = live[0] if live else by_job[files[0]][0]
+    batch = [lead]
+    room = max_items - lead.items
+    # live steps first, oldest first; then one step per file job per round, in round-robin order
+    queue = list(live)
+    rounds = [list(by_job[j]) for j in files]
+    while any(rounds):
+        for steps in rounds:
+            if steps:
+                queue.append(steps.pop(0))
+    for w in queue:
+        if w is not lead and w.key == lead.key and w.items <= room:
+            batch.append(w)
+            room -= w.items
+    return batch

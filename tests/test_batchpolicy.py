@@ -1,0 +1,73 @@
+"""What a worker decodes next (hasrd/worker/batchpolicy.py): the policy with plain values, no models, no threads."""
+
+from __future__ import annotations
+
+from hasrd.worker.batchpolicy import Wait, next_batch, order_jobs
+
+ENC = ("encode", (80, 3000))
+
+
+def w(seq: int, job: int, *, live: bool = False, key: object = ENC, items: int = 1) -> Wait:
+    return Wait(seq, job, live, key, items)
+
+
+def jobs_of(batch: list[Wait]) -> list[int]:
+    return [x.job for x in batch]
+
+
+def test_nothing_waiting_gives_an_empty_batch() -> None:
+    assert next_batch([], {}, 8) == []
+
+
+def test_a_live_step_leads_even_when_files_waited_longer() -> None:
+    waits = [w(0, 1), w(1, 2), w(2, 9, live=True)]
+    assert next_batch(waits, {}, 1) == [waits[2]]
+
+
+def test_live_steps_lead_oldest_first_and_fill_before_files() -> None:
+    waits = [w(0, 1), w(1, 8, live=True), w(2, 9, live=True)]
+    assert jobs_of(next_batch(waits, {}, 2)) == [8, 9]
+    assert jobs_of(next_batch(waits, {}, 8)) == [8, 9, 1]
+
+
+def test_files_take_turns_so_a_short_file_is_not_behind_a_long_one() -> None:
+    # the long file (job 1) was served in the last batch; the short one (job 2) arrived later but goes first
+    waits = [w(0, 1), w(5, 2)]
+    assert jobs_of(next_batch(waits, {1: 7}, 1)) == [2]
+    assert jobs_of(next_batch(waits, {1: 7, 2: 8}, 1)) == [1]
+
+
+def test_a_job_never_served_goes_before_one_served_and_new_jobs_go_in_arrival_order() -> None:
+    waits = [w(3, 5), w(1, 4), w(0, 6)]
+    assert order_jobs(waits, {6: 1}) == [4, 5, 6]
+
+
+def test_only_steps_with_the_leads_key_share_its_batch() -> None:
+    gen = ("generate", "beam5")
+    waits = [w(0, 1, key=gen), w(1, 2, key=ENC), w(2, 3, key=gen), w(3, 4, key=("generate", "beam1"))]
+    assert jobs_of(next_batch(waits, {}, 8)) == [1, 3]
+
+
+def test_the_batch_stays_within_max_items_and_skips_a_step_that_does_not_fit() -> None:
+    waits = [w(0, 1, items=2), w(1, 2, items=4), w(2, 3, items=1)]
+    batch = next_batch(waits, {}, 4)
+    assert jobs_of(batch) == [1, 3]
+    assert sum(x.items for x in batch) <= 4
+
+
+def test_the_lead_runs_alone_when_it_alone_is_larger_than_max_items() -> None:
+    waits = [w(0, 1, items=16), w(1, 2, items=1)]
+    assert jobs_of(next_batch(waits, {}, 8)) == [1]
+
+
+def test_a_batch_takes_one_step_per_job_per_round() -> None:
+    # job 1 has three steps waiting (the hybrid's windows beside its draft), job 2 one: the batch alternates
+    waits = [w(0, 1), w(1, 1), w(2, 1), w(3, 2)]
+    assert jobs_of(next_batch(waits, {}, 3)) == [1, 2, 1]
+
+
+def test_the_policy_is_a_pure_function_of_its_arguments() -> None:
+    waits = [w(0, 1), w(1, 2, live=True), w(2, 3)]
+    served = {1: 3}
+    assert next_batch(waits, served, 2) == next_batch(list(waits), dict(served), 2)
+    assert served == {1: 3}
