@@ -75,9 +75,9 @@ class RunnerRef:
 
     def seat(self) -> placement.Seat:
         r = self.runner
-        busy = self.refs > 0 or self.retiring is not None or r.state == State.STOPPING or r.job is not None
-        return placement.Seat(self.key, self.spec.key, self.device, busy, r.state == State.READY,
-                              self.last_used, self.held_mb or self.need_mb)
+        return placement.Seat(self.key, self.spec.key, self.device, r.state == State.READY, self.last_used,
+                              self.held_mb or self.need_mb, jobs=self.refs,
+                              stopping=self.retiring is not None or r.state == State.STOPPING)
 
     @property
     def coming(self) -> bool:
