@@ -425,11 +425,6 @@ def test_a_worker_that_cannot_start_says_why(short_tmp: str) -> None:
     run(main())
 
 
-def test_max_concurrent_above_one_is_refused_at_configuration() -> None:
-    with pytest.raises(config.ConfigError, match="HASR_MAX_CONCURRENT"):
-        config.load(env={"HASR_MAX_CONCURRENT": "2"})
-
-
 def test_a_job_ignoring_cancel_is_killed_and_the_queued_job_gets_a_new_worker() -> None:
     async def main() -> None:
         sup, _ = make(cancel_grace_sec=0.5)
