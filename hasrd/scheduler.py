@@ -2,13 +2,14 @@
 which idle one stops, and every worker's keep-alive and TTL (Ollama's server/sched.go).
 
 Each worker is one process with one (model, device), its lifecycle owned by a :class:`~hasrd.runner.Runner`
-(states, load, backoff, fatal, crash, stop) that knows nothing of queues; the pool holds a :class:`RunnerRef`
-per runner (its reservations, its keep-alive and expiry timer) and makes runners with an injected factory, so
-routing, admission, eviction and the TTL are tested with plain fakes (tests/test_pool.py).
+(states, load, backoff, fatal, crash, stop) that knows nothing of queues; the pool holds a
+:class:`~hasrd.poolref.RunnerRef` per runner (its reservations, its keep-alive and expiry timer) and makes runners
+with an injected factory, so routing, admission, eviction and the TTL are tested with plain fakes
+(tests/test_pool_units.py).
 
-- A request is admitted (:meth:`Pool.admit`, a :class:`Lease`) before its audio is decoded and released exactly
-  once: the daemon's ``in_flight``, its queue bound (HASR_MAX_QUEUE) and its exit. While any request for a model
-  is admitted, that model's workers do not expire.
+- A request is admitted (:meth:`Pool.admit`, a :class:`~hasrd.poolref.Lease`) before its audio is decoded and
+  released exactly once: the daemon's ``in_flight``, its queue bound (HASR_MAX_QUEUE) and its exit. While any
+  request for a model is admitted, that model's workers do not expire.
 - It is routed by :func:`hasrd.placement.choose`: an idle worker of its model; else a new worker, while fewer
   than HASR_MAX_WORKERS run and a device holds the model; else the least recently used idle worker is stopped to
   make room; else it waits.
@@ -30,7 +31,6 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from hasrd import errors, gpu, placement, policy
@@ -40,6 +40,7 @@ from hasrd.lifecycle import SETTING, KeepAlive, State
 from hasrd.modelspec import ModelSpec
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
+from hasrd.poolref import Lease, RunnerRef, Waiter
 from hasrd.poolstatus import WorkerView, pool_json, pool_state, rss_mb, worker_row
 from hasrd.runner import Runner
 from hasrd.waitqueue import WaitQueue
@@ -52,60 +53,6 @@ MakeRunner = Callable[[ModelSpec, str], Runner]
 """(model, device) -> a stopped runner for that model on that device ("cpu" or a GPU UUID). The pool wires its
 ``on_change`` and ``waiters``."""
 Inventory = Callable[[], list[placement.Device]]
-
-
-@dataclass(eq=False)
-class RunnerRef:
-    """The pool's hold on one runner: its reservations, its keep-alive and its expiry timer."""
-
-    key: int
-    spec: ModelSpec
-    device: str
-    runner: Runner
-    need_mb: int
-    last_used: float
-    refs: int = 0  # requests handed this worker and not finished
-    retiring: asyncio.Task[None] | None = None  # being stopped (TTL, unload, eviction): nobody new gets it
-    after: asyncio.Future[None] | None = None  # an evicted worker whose memory this one waits for
-    held_mb: int = 0  # GPU memory its process group holds, measured once it is ready (0: not yet)
-    keep_alive: KeepAlive = SETTING
-    last_state: State = State.STOPPED
-    timer: asyncio.TimerHandle | None = None
-    free: asyncio.Event = field(default_factory=asyncio.Event)  # set while refs == 0
-
-    def seat(self) -> placement.Seat:
-        r = self.runner
-        return placement.Seat(self.key, self.spec.key, self.device, r.state == State.READY, self.last_used,
-                              self.held_mb or self.need_mb, jobs=self.refs,
-                              stopping=self.retiring is not None or r.state == State.STOPPING)
-
-    @property
-    def coming(self) -> bool:
-        """It will take memory the device's free figure does not show yet: loading, or about to."""
-        r = self.runner
-        return r.state == State.STARTING or (r.worker is None and self.refs > 0
-                                             and r.state in (State.STOPPED, State.BACKOFF))
-
-
-@dataclass
-class Waiter:
-    spec: ModelSpec
-    live: bool
-    fut: asyncio.Future[RunnerRef] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-
-
-class Lease:
-    """One admitted request: counted in the pool's ``in_flight`` until :meth:`release` (idempotent); while it
-    lasts, its model's workers do not expire (it may be decoding its audio, not routed yet)."""
-
-    def __init__(self, release: Callable[[], None]) -> None:
-        self._release = release
-        self.released = False
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self._release()
 
 
 class Pool:
