@@ -1,5 +1,5 @@
-"""The pool's small types (hasrd.scheduler): its hold on one runner (:class:`RunnerRef`: reservations, keep-alive
-and expiry timer, and the :class:`~hasrd.placement.Seat` placement sees), a request waiting for a worker
+"""The pool's small types (hasrd.scheduler): its hold on one runner (:class:`RunnerRef`: reservations, capacity,
+keep-alive and expiry timer, and the :class:`~hasrd.placement.Seat` placement sees), a request waiting for a worker
 (:class:`Waiter`) and one admitted request (:class:`Lease`)."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ class RunnerRef:
     runner: Runner
     need_mb: int
     last_used: float
-    refs: int = 0  # requests handed this worker and not finished
+    capacity: int = 1  # jobs its worker may hold at once (HASR_WORKER_PARALLEL for its device)
+    refs: int = 0  # requests handed this worker and not finished: its jobs, running or about to
     retiring: asyncio.Task[None] | None = None  # being stopped (TTL, unload, eviction): nobody new gets it
     after: asyncio.Future[None] | None = None  # an evicted worker whose memory this one waits for
     held_mb: int = 0  # GPU memory its process group holds, measured once it is ready (0: not yet)
@@ -34,9 +35,10 @@ class RunnerRef:
     free: asyncio.Event = field(default_factory=asyncio.Event)  # set while refs == 0
 
     def seat(self) -> placement.Seat:
+        """What placement sees: its jobs and capacity; one being retired or stopping has no room."""
         r = self.runner
         return placement.Seat(self.key, self.spec.key, self.device, r.state == State.READY, self.last_used,
-                              self.held_mb or self.need_mb, jobs=self.refs,
+                              self.held_mb or self.need_mb, jobs=self.refs, capacity=self.capacity,
                               stopping=self.retiring is not None or r.state == State.STOPPING)
 
     @property
