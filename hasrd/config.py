@@ -6,6 +6,7 @@ The TOML file uses the setting names in lower case without the prefix (``idle_tt
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -74,10 +75,14 @@ class Settings:
     live_max_pending_sec: float = _s(120.0, "audio a live session may have received and not yet decoded "
                                            "(queued, loading, or a worker behind, wherever it waits); appends "
                                            "past it are refused with an error event", since="0.2.0")
-    max_queue: int = _s(16, "requests waiting behind the running one before '503 queue full'")
-    max_concurrent: int = _s(1, "transcriptions one worker runs at once (the seed's single lock)")
+    max_queue: int = _s(16, "requests waiting, beyond those the workers hold, before '503 queue full'")
     max_workers: int = _s(0, "workers (each one model on one device) that may run at once; 0 = one per GPU, or 2 on "
                              "a CPU-only machine (a live session never waits behind a file)", since="0.2.0")
+    worker_parallel: int = _s(0, "jobs (files, requests, live sessions) one worker holds at once, decoded together "
+                                 "in batches; 0 = 4 for a worker on the CPU, 16 for a worker on a GPU",
+                              since="0.3.0")
+    worker_batch: int = _s(0, "most windows (30 s encoder inputs) one batched decode step takes across a worker's "
+                              "jobs; 0 = 8 on the CPU, 32 on a GPU", since="0.3.0")
     max_load_failures: int = _s(5, "consecutive failed loads before the fatal state")
     backoff_base_sec: float = _s(0.5, "first retry delay after a failed load (doubles each time)")
     backoff_max_sec: float = _s(30.0, "longest retry delay after failed loads")
@@ -170,6 +175,12 @@ TABLES = ("tray",)  # config.toml tables that belong to other hasr programs
 
 RETIRED = {"rtf_budget": "stall_sec", "budget_min_sec": "stall_sec", "budget_margin_sec": "stall_sec"}
 """Settings that are gone, and what replaced them (jobs stop only when they stop making progress)."""
+
+DEPRECATED = {"max_concurrent": "worker_parallel"}
+"""Old names still read, for old configs: the value becomes the new setting's (unless that one is set in the same
+place or the environment), with a warning."""
+
+NOT_NEGATIVE = ("worker_parallel", "worker_batch")  # counts where 0 means "by device"
 
 
 def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:
@@ -299,6 +310,9 @@ def markdown() -> str:
     out += [f"- `{name}`: {', '.join(f'`{v}`' for v in allowed)}" for name, allowed in CHOICES.items()]
     out += ["", "Retired settings (a config.toml key of these names is an error that names the replacement):", ""]
     out += [f"- `{old}` (`{env_name(old)}`): replaced by `{new}`" for old, new in RETIRED.items()]
+    out += ["", "Deprecated names (still read, with a warning; the environment wins over the file as for any "
+                "setting, and the new name over the old one in the same place):", ""]
+    out += [f"- `{old}` (`{env_name(old)}`): read as `{new}` (`{env_name(new)}`)" for old, new in DEPRECATED.items()]
     out += [
         "",
         "## The [tray] table",
@@ -350,7 +364,7 @@ def unknown_env(env: Mapping[str, str]) -> list[str]:
         if not name.startswith("HASR_") or name.startswith(NOT_SETTINGS):
             continue
         key = name[5:].lower()
-        if key not in known:
+        if key not in known and key not in DEPRECATED:  # a deprecated name is read, and load() warns
             out.append(f"{name} is not a setting{suggest(key, known, as_env=True)}")
     return out
 
@@ -375,18 +389,40 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {e}") from None
 
 
+_warned: set[str] = set()
+
+
+def _warn_deprecated(line: str) -> None:
+    """Log a deprecated name once per process (the CLI, the tray and the daemon's spawns load settings often)."""
+    if line not in _warned:
+        _warned.add(line)
+        logging.getLogger("hasrd.config").warning("%s", line)
+
+
 def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **overrides: Any) -> Settings:
     """Build Settings from defaults, the TOML file, the environment and explicit overrides (in that order)."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     known = {f.name: f.type for f in fields(Settings)}
     path = toml_path or config_file()
-    for key, raw in read_toml(path).items():
+    toml = read_toml(path)
+    for key, raw in toml.items():
         if key in TABLES and isinstance(raw, dict):
             continue  # another program's settings ([tray]: hasr-tray reads them)
+        if key in DEPRECATED:
+            new = DEPRECATED[key]
+            _warn_deprecated(f"{path}: {key!r} is deprecated; use {new!r}")
+            if new not in toml:
+                values[new] = _coerce(known[new], raw, key)
+            continue
         if key not in known:
             raise ConfigError(f"{path}: unknown setting {key!r}{suggest(key, known)}")
         values[key] = _coerce(known[key], raw, key)
+    for old, new in DEPRECATED.items():
+        raw = env.get(env_name(old))
+        if raw is not None and raw != "":
+            _warn_deprecated(f"{env_name(old)} is deprecated; use {env_name(new)}")
+            values[new] = _coerce(known[new], raw, old)  # HASR_<new>, when set, wins just below
     for name, kind in known.items():
         raw = env.get(env_name(name))
         if raw is not None and raw != "":
@@ -395,9 +431,10 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
         if val is not None:
             values[name] = val
     settings = Settings(**values)
-    if settings.max_concurrent != 1:
-        raise ConfigError(f"HASR_MAX_CONCURRENT={settings.max_concurrent}: one worker serves one transcription at "
-                          f"a time, so only 1 is supported (queue more with HASR_MAX_QUEUE)")
+    for name in NOT_NEGATIVE:
+        if getattr(settings, name) < 0:
+            raise ConfigError(f"{env_name(name)}={getattr(settings, name)} is not valid: use 0 (chosen by device) "
+                              f"or a positive number")
     for name, allowed in CHOICES.items():
         value = getattr(settings, name)
         if value not in allowed:

@@ -19,7 +19,7 @@ from starlette.responses import StreamingResponse
 
 from hasrd import errors
 from hasrd.pcm import PcmBuffer
-from hasrd.scheduler import Lease
+from hasrd.poolref import Lease
 
 if TYPE_CHECKING:
     from hasrd.context import Daemon

@@ -26,7 +26,7 @@ from hasrd.jobevents import Done, EventSink, Failed, JobEvent, StreamEvent
 from hasrd.modelspec import ModelSpec
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
-from hasrd.scheduler import Lease
+from hasrd.poolref import Lease
 from hasrd.transcript import Transcript
 
 log = logging.getLogger("hasrd.api")

@@ -3,14 +3,20 @@ NVML), so that every rule is tested with fake inventories (tests/test_placement.
 
 The rules (docs/ARCHITECTURE.md "The worker pool"; Ollama's scheduler is the model):
 
-1. A request goes to an idle worker of its model (ready before loading, then the most recently used).
-2. Otherwise a new worker starts, if fewer than ``max_workers`` run and a device can hold the model: the GPU with
-   the most free memory that fits it (a pinned GPU only), else the CPU when the model may run there.
+A worker holds up to ``capacity`` jobs at once (HASR_WORKER_PARALLEL, :func:`parallel_for`) and decodes them
+together; it is *busy* while it holds at least one job or is being stopped, *idle* otherwise.
+
+1. A request goes to a worker of its model with room (fewer jobs than its capacity, not being stopped): ready
+   before loading, then the one with fewer jobs, then the most recently used.
+2. Otherwise (every worker of its model is full, or it has none) a new worker starts, if fewer than
+   ``max_workers`` run and a device can hold the model: the GPU with the most free memory that fits it (a
+   pinned GPU only), else the CPU when the model may run there.
 3. Otherwise, when the model has no worker yet, the least recently used IDLE worker of another model is
-   stopped to make room, if stopping it makes room; a busy worker is never stopped for another request, and
-   none is stopped to start a second worker of a model whose worker is busy (that request waits for it).
-4. Otherwise the request waits (its queue position is reported) until a worker frees or stops; when none of
-   ours is busy (nothing will free), it starts where the most memory is free instead of waiting for ever.
+   stopped to make room, if stopping it makes room; a worker holding a job is never stopped for another
+   request, and none is stopped to start a second worker of a model whose workers are full (that request
+   waits for room in one of them).
+4. Otherwise the request waits (its queue position is reported) until a job ends or a worker stops; when none
+   of ours is busy (nothing will free), it starts where the most memory is free instead of waiting for ever.
 5. A model that no device could hold even empty is refused at once, with the numbers: waiting cannot help.
 """
 
@@ -39,10 +45,22 @@ class Seat:
     key: int
     model: str
     device: str
-    busy: bool  # running or reserved for a request, loading for one, or being stopped
     ready: bool
     last_used: float
     mb: int  # what it holds (measured, or the estimate until it is)
+    jobs: int = 0  # jobs running or reserved on it (loading for one counts)
+    capacity: int = 1  # jobs it may hold at once (its HASR_WORKER_PARALLEL)
+    stopping: bool = False  # being stopped (TTL, unload, eviction): nobody new gets it
+
+    @property
+    def busy(self) -> bool:
+        """It holds at least one job or is being stopped: never stopped for another request."""
+        return self.jobs > 0 or self.stopping
+
+    @property
+    def room(self) -> bool:
+        """It can take one more job now."""
+        return not self.stopping and self.jobs < self.capacity
 
 
 @dataclass(frozen=True)
@@ -74,9 +92,9 @@ def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[De
            gpu_only: bool = False, name: str = "") -> Decision:
     """The decision for one request for ``model`` (needing ``need_mb`` on a device), given the workers now;
     ``name`` is how a refusal names the model (default: ``model``)."""
-    mine = [s for s in seats if s.model == model and not s.busy]
+    mine = [s for s in seats if s.model == model and s.room]
     if mine:
-        best = max(mine, key=lambda s: (s.ready, s.last_used))
+        best = max(mine, key=lambda s: (s.ready, -s.jobs, s.last_used))
         return Decision("use", worker=best.key)
     candidates = [d for d in devices if d.name != CPU or not gpu_only]
     if not candidates or all(need_mb > d.total_mb for d in candidates):
@@ -89,9 +107,9 @@ def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[De
         if d is not None:
             return Decision("start", device=d.name)
     if any(s.model == model for s in seats):
-        # its own worker is busy and will be free soon: stopping another model's idle worker to start a second
-        # one of this model thrashed (two models, two workers: 89 evictions in 200 requests, issue 31 #19)
-        return Decision("wait", reason="its worker is busy")
+        # its own workers are full and will have room soon: stopping another model's idle worker to start a
+        # second one of this model thrashed (two models, two workers: 89 evictions in 200 requests, issue 31 #19)
+        return Decision("wait", reason="its workers are full")
     # make room: the least recently used idle worker whose stop lets the new one start (at the cap: any)
     by_name = {d.name: d for d in candidates}
     idle = sorted((s for s in seats if not s.busy and s.device in by_name), key=lambda s: s.last_used)
@@ -107,10 +125,36 @@ def choose(seats: Sequence[Seat], model: str, need_mb: int, devices: Sequence[De
             return Decision("start", device=most.name)
         if idle:
             return Decision("evict", victim=idle[0].key, device=idle[0].device)
-    return Decision("wait", reason="every worker is busy" if len(seats) >= max_workers
+    return Decision("wait", reason="every worker is full" if len(seats) >= max_workers
                     else "no device has room until a worker stops")
 
 
 def default_max_workers(gpus: int) -> int:
     """HASR_MAX_WORKERS=0: one per GPU; on a CPU-only machine 2, so live never waits behind a file."""
     return gpus if gpus > 0 else 2
+
+
+PARALLEL_CPU = 4
+PARALLEL_GPU = 16
+BATCH_CPU = 8
+BATCH_GPU = 32
+
+
+def parallel_for(device: str, setting: int) -> int:
+    """Jobs one worker on ``device`` ("cpu" or a GPU UUID) holds at once: HASR_WORKER_PARALLEL, or for 0 (auto)
+    4 on the CPU and 16 on a GPU."""
+    if setting < 0:
+        raise ValueError(f"HASR_WORKER_PARALLEL={setting}: must be 0 (auto) or more")
+    if setting > 0:
+        return setting
+    return PARALLEL_CPU if device == CPU else PARALLEL_GPU
+
+
+def batch_for(device: str, setting: int) -> int:
+    """Windows one batched decode step of a worker on ``device`` takes across its jobs: HASR_WORKER_BATCH, or for
+    0 (auto) 8 on the CPU and 32 on a GPU (the worker reads it)."""
+    if setting < 0:
+        raise ValueError(f"HASR_WORKER_BATCH={setting}: must be 0 (auto) or more")
+    if setting > 0:
+        return setting
+    return BATCH_CPU if device == CPU else BATCH_GPU

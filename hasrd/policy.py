@@ -28,7 +28,8 @@ def cancel_grace(configured: float, load_s: float | None, waiting: int) -> float
     and the worker loads again in a few seconds (whisper base on the CPU: about a second), killing it after
     QUICK_CANCEL_SEC and loading a new one is the faster way to serve them; a worker that loads slowly (vLLM
     compiles for 40-90 s) is worth waiting for, up to the configured grace (HASR_CANCEL_GRACE_SEC). Nobody
-    waiting: the worker finishes its call and stays warm.
+    waiting: the worker finishes its call and stays warm. A worker that holds other jobs besides the cancelled
+    one gets the configured grace whatever this says (hasrd.workerproc): killing it would fail them all.
     """
     if waiting > 0 and load_s is not None and 0 <= load_s <= CHEAP_RELOAD_SEC:
         return min(configured, QUICK_CANCEL_SEC)
@@ -91,7 +92,8 @@ def health_status(state: str, busy: bool = False) -> str:
 
 
 def status_text(snap: dict[str, Any]) -> str:
-    """The human STATUS= line: "idle", "loading models 12 s", "transcribing 会议.wav 40%", "unloading"."""
+    """The human STATUS= line: "idle", "loading models 12 s", "transcribing 会议.wav 40%" (" and 2 more" while
+    its worker holds others), "unloading"."""
     state = snap.get("state")
     job = snap.get("job")
     if job:
@@ -100,6 +102,9 @@ def status_text(snap: dict[str, Any]) -> str:
         text = f"transcribing {name} {pct}%"
         if job.get("live"):  # no end to be a percentage of: how long it has listened
             text = f"live session ({float(job.get('total_s') or 0.0):.0f} s of audio)"
+        more = int(snap.get("running") or 0) - 1  # the worker's other jobs, decoded beside it
+        if more > 0:
+            text += f" and {more} more"
         if snap.get("queue"):
             text += f" (+{snap['queue']} queued)"
         return text

@@ -47,11 +47,12 @@ def runner_json(st: RunnerStatus, *, engine: str, expires_in_s: float | None, tt
         "vram_mb": st.vram_mb,
         "expires_in_s": round(max(0.0, expires_in_s), 3) if expires_in_s is not None else None,
         "expires_at": (time.time() + max(0.0, expires_in_s)) if expires_in_s is not None else None,
-        "running": 1 if st.job else 0,
+        "running": len(st.jobs),
         "phase": st.phase,
         "elapsed_s": st.elapsed_s,
         "expected_s": st.expected_s,
-        "job": st.job.to_json() if st.job else None,
+        "job": st.job.to_json() if st.job else None,  # the first of "jobs" (a live session first)
+        "jobs": [j.to_json() for j in st.jobs],
         "error": st.error,
         "error_code": st.error_code,
         "idle_seconds": idle_seconds,
@@ -70,7 +71,8 @@ def worker_row(w: WorkerView) -> dict[str, Any]:
         "id": w.key, "pid": st.pid, "model": w.model, "engine": w.engine,
         "device": "cpu" if w.device == placement.CPU else "cuda",
         "gpu_uuid": None if w.device == placement.CPU else w.device, "state": st.state.value,
-        "busy": st.job is not None or w.reserved > 0, "job": snap["job"], "expires_in_s": snap["expires_in_s"],
+        "busy": st.job is not None or w.reserved > 0, "running": snap["running"], "job": snap["job"],
+        "jobs": snap["jobs"], "expires_in_s": snap["expires_in_s"],
         "load_s": st.load_s, "error": st.error, "need_mb": w.need_mb}
     if w.device == placement.CPU:
         row["rss_mb"] = w.rss_mb
@@ -90,7 +92,8 @@ def pool_state(states: list[State]) -> State:
 
 def pool_json(workers: list[WorkerView], *, engine: str, in_flight: int, queue: int, max_workers: int,
               ttl_setting: float, idle_seconds: float) -> dict[str, Any]:
-    """The most active worker's fields (what the tray and /health always had), the pool's counts, and every
+    """The most active worker's fields (what the tray and /health always had: its first job as ``job``), the
+    pool's counts (``running``: jobs on every worker; ``jobs``: all of them, live sessions first), and every
     worker under ``workers``."""
     ordered = sorted(workers, key=lambda w: (w.status.job is None, ORDER[w.status.state], w.key))
     if ordered:
@@ -101,10 +104,10 @@ def pool_json(workers: list[WorkerView], *, engine: str, in_flight: int, queue: 
         snap = runner_json(RunnerStatus(State.STOPPED), engine=engine, expires_in_s=None, ttl_sec=ttl_setting,
                            idle_seconds=idle_seconds if not in_flight else 0.0)
     state = pool_state([w.status.state for w in workers])
-    running = sum(1 for w in workers if w.status.job is not None)
+    jobs = sorted((j for w in sorted(workers, key=lambda w: w.key) for j in w.status.jobs), key=lambda j: not j.live)
     snap.update(in_flight=in_flight, queue=queue, workers=[worker_row(w) for w in sorted(workers, key=lambda w: w.key)],
-                max_workers=max_workers, running=running, state=state.value)
-    snap["health"] = "busy" if running and state == State.READY else policy.health_status(state.value)
+                max_workers=max_workers, running=len(jobs), jobs=[j.to_json() for j in jobs], state=state.value)
+    snap["health"] = "busy" if jobs and state == State.READY else policy.health_status(state.value)
     snap["status_text"] = policy.pool_status_text(snap)
     return snap
 

@@ -1,6 +1,7 @@
 """One worker process and its lifecycle: the only code that reads-then-acts on that process's state. It knows
-nothing of queues, admission, keep-alive or the TTL (the pool, hasrd.scheduler, owns those); whoever holds the
-runner runs one job on it at a time.
+nothing of queues, admission, keep-alive or the TTL (the pool, hasrd.scheduler, owns those). Its worker holds
+several jobs at once (files and live sessions, as many as the pool hands it: HASR_WORKER_PARALLEL), each a
+request id of its own on the worker's channel; a worker's death fails every job it held with worker_crashed.
 
 States, what happens in each, and the only transitions allowed (``lifecycle.TRANSITIONS``; any other raises
 :class:`~hasrd.lifecycle.IllegalTransition`):
@@ -10,9 +11,9 @@ States, what happens in each, and the only transitions allowed (``lifecycle.TRAN
               Ready                                                                 -> READY
               failure                                                               -> BACKOFF, or FATAL after N
               the daemon was forced to stop meanwhile                               -> STOPPED
-    READY     serving the job its holder runs.
+    READY     serving the jobs its holder runs (several at once).
               :meth:`Runner.stop` (the TTL, /api/unload, an eviction, daemon exit)  -> STOPPING
-              the worker died, stalled or ignored Cancel (the job fails)            -> STOPPED
+              the worker died, stalled or ignored Cancel (its jobs fail)            -> STOPPED
     STOPPING  Shutdown, SIGTERM, SIGKILL of the worker's process group              -> STOPPED
     BACKOFF   a load failed: the next ready() waits out the delay (doubling)        -> STARTING
               :meth:`Runner.clear_failure` (/api/unload)                             -> STOPPED
@@ -29,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +56,7 @@ SpawnFn = Callable[[Callable[[str], None]], Awaitable[WorkerProcess]]
 
 @dataclass(frozen=True)
 class JobStatus:
-    """The job a runner is running, as the status line and /api/ps show it."""
+    """A job a runner is running, as the status line and /api/ps show it."""
 
     name: str
     live: bool = False
@@ -81,10 +84,15 @@ class RunnerStatus:
     phase: str = ""  # STARTING only
     elapsed_s: float = 0.0  # STARTING only: since the load began
     expected_s: float = 0.0  # STARTING only: what the last load took, or what the engine expects
-    job: JobStatus | None = None
+    jobs: tuple[JobStatus, ...] = ()  # what its worker holds now: live sessions first, then in start order
     error: str | None = None  # BACKOFF and FATAL: the kept reason
     error_code: str | None = None
     failures: int = 0
+
+    @property
+    def job(self) -> JobStatus | None:
+        """The first of its jobs, a live session first, or None: what one status line shows."""
+        return next((j for j in self.jobs if j.live), self.jobs[0] if self.jobs else None)
 
     @property
     def vram_mb(self) -> int | None:
@@ -113,7 +121,9 @@ class Runner:
         self.phase = ""
         self.expected_s = 0.0
         self.load_started = 0.0
-        self.job: JobStatus | None = None
+        self.jobs: dict[int, JobStatus] = {}  # running on the worker now, by a counter of ours
+        self._job_ids = itertools.count(1)
+        self._reaping: weakref.WeakKeyDictionary[WorkerProcess, asyncio.Task[Any]] = weakref.WeakKeyDictionary()
         self.closing = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._load_task: asyncio.Task[None] | None = None
@@ -131,7 +141,8 @@ class Runner:
             state=self.state, pid=w.pid if w else None, identity=dict(self.identity) if w else {},
             load_s=self.load_s if w else None, phase=self.phase if starting else "",
             elapsed_s=round(self.clock() - self.load_started, 1) if starting else 0.0,
-            expected_s=self.expected_s if starting else 0.0, job=self.job,
+            expected_s=self.expected_s if starting else 0.0,
+            jobs=tuple(sorted(self.jobs.values(), key=lambda j: not j.live)),
             error=failed.message if failed else None, error_code=failed.code if failed else None,
             failures=self.failures)
 
@@ -298,7 +309,7 @@ class Runner:
         if self.worker is worker and self.state == State.READY:
             log.warning("worker %d died: %s", worker.pid, worker.death_reason)
             self._forget_worker()
-        await worker.stop(grace=0.5)  # always: reap it and clear its process group (vLLM helpers)
+        await self._reap(worker)  # always: reap it and clear its process group (vLLM helpers)
 
     def _forget_worker(self) -> None:
         self.worker = None
@@ -323,23 +334,34 @@ class Runner:
             self.last_error = None
             self._set(State.STOPPED)
 
-    # ---- one job at a time ------------------------------------------------------------------------------
+    # ---- jobs: several at once on the one worker ----------------------------------------------------------
+
+    def _job(self, status: JobStatus) -> int:
+        """Count a job as running (its status shown until :meth:`_job_done`); returns its local id."""
+        jid = next(self._job_ids)
+        self.jobs[jid] = status
+        self._changed()
+        return jid
+
+    def _job_done(self, jid: int) -> None:
+        self.jobs.pop(jid, None)
+        self._changed()
 
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
                          options: Options | None = None, on_event: EventSink | None = None
                          ) -> Transcript:
-        """Run one transcription on the worker (loading it if needed) and return the worker's result. A
-        failure after some sentences were final carries them in ``error.partial``."""
+        """Run one transcription on the worker (loading it if needed), beside any other job it holds, and return
+        the worker's result. A failure after some sentences were final carries them in ``error.partial``."""
         worker = await self.ready(on_event)
-        self.job = JobStatus(name, total_s=round(pcm.duration_s, 3))
-        self._changed()
+        jid = self._job(JobStatus(name, total_s=round(pcm.duration_s, 3)))
         partial = Partial()
 
         def relay(ev: JobEvent) -> None:
             partial.add(ev)
-            if isinstance(ev, p.Progress) and self.job is not None:
+            job = self.jobs.get(jid)
+            if isinstance(ev, p.Progress) and job is not None:
                 progress = round(min(1.0, ev.done_s / (ev.total_s or 1.0)), 3)
-                self.job = dataclasses.replace(self.job, done_s=ev.done_s, progress=progress, phase=ev.phase)
+                self.jobs[jid] = dataclasses.replace(job, done_s=ev.done_s, progress=progress, phase=ev.phase)
                 self._changed()
             if on_event:
                 on_event(ev)
@@ -359,22 +381,21 @@ class Runner:
                 self._forget_worker()  # it ignored Cancel and was killed: the next job needs a new one
             raise
         finally:
-            self.job = None
-            self._changed()
+            self._job_done(jid)
 
     @contextlib.asynccontextmanager
     async def live(self, *, language: str = "", options: Options | None = None,
                    on_event: EventSink | None = None) -> AsyncIterator[LiveSession]:
-        """A live session on the worker (loading it if needed). Leaving the block without
-        :meth:`LiveSession.end` (the client went away, an error) cancels the session; the worker stays loaded
-        unless it ignores the cancel."""
+        """A live session on the worker (loading it if needed), beside any other job it holds. Leaving the block
+        without :meth:`LiveSession.end` (the client went away, an error) cancels the session; the worker stays
+        loaded unless it ignores the cancel."""
         worker = await self.ready(on_event)
-        self.job = JobStatus("live session", live=True)
-        self._changed()
+        jid = self._job(JobStatus("live session", live=True))
 
         def relay(ev: JobEvent) -> None:
-            if isinstance(ev, p.Progress) and self.job is not None:
-                self.job = dataclasses.replace(self.job, done_s=ev.done_s, total_s=ev.total_s)
+            job = self.jobs.get(jid)
+            if isinstance(ev, p.Progress) and job is not None:
+                self.jobs[jid] = dataclasses.replace(job, done_s=ev.done_s, total_s=ev.total_s)
             if on_event:
                 on_event(ev)
 
@@ -382,29 +403,35 @@ class Runner:
             session = await worker.live(language=language, options=options, on_event=relay,
                                         stall_sec=self.s.stall_sec)
         except BaseException:
-            self.job = None
-            self._changed()
+            self._job_done(jid)
             raise
         try:
             yield session
         finally:
             if not session.done.done() and not worker.dead.is_set():
-                await run_to_end(session.cancel())  # the runner stays the holder's until the worker stopped it
+                await run_to_end(session.cancel())  # the job is the holder's until the worker stopped it
             session.close()
-            self.job = None
             if worker.dead.is_set():
                 await self._worker_failed(worker)
-            self._changed()
+            self._job_done(jid)
 
     async def _worker_failed(self, worker: WorkerProcess) -> None:
+        """A job saw its worker die, stall or time out: forget it and reap it. Every job it held comes here
+        (and the death watch), so this is idempotent: one reap, however many ask."""
         if self.worker is worker and self.state == State.READY:
             self._forget_worker()
-        await worker.stop(grace=0.5)
+        await self._reap(worker)
+
+    async def _reap(self, worker: WorkerProcess) -> None:
+        task = self._reaping.get(worker)
+        if task is None:
+            task = self._reaping[worker] = self._task(worker.stop(grace=0.5), f"hasr-reap-{worker.pid}")
+        await asyncio.shield(task)
 
     # ---- stopping ---------------------------------------------------------------------------------------
 
     async def stop(self) -> None:
-        """Stop the worker (after a load under way); the holder has made sure no job runs."""
+        """Stop the worker (after a load under way); the holder has made sure none of its jobs runs."""
         if self._load_task and not self._load_task.done():
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self._load_task)

@@ -2,22 +2,26 @@
 which idle one stops, and every worker's keep-alive and TTL (Ollama's server/sched.go).
 
 Each worker is one process with one (model, device), its lifecycle owned by a :class:`~hasrd.runner.Runner`
-(states, load, backoff, fatal, crash, stop) that knows nothing of queues; the pool holds a :class:`RunnerRef`
-per runner (its reservations, its keep-alive and expiry timer) and makes runners with an injected factory, so
-routing, admission, eviction and the TTL are tested with plain fakes (tests/test_pool.py).
+(states, load, backoff, fatal, crash, stop) that knows nothing of queues; the pool holds a
+:class:`~hasrd.poolref.RunnerRef` per runner (its reservations, its keep-alive and expiry timer) and makes runners
+with an injected factory, so routing, admission, eviction and the TTL are tested with plain fakes
+(tests/test_pool_units.py).
 
-- A request is admitted (:meth:`Pool.admit`, a :class:`Lease`) before its audio is decoded and released exactly
-  once: the daemon's ``in_flight``, its queue bound (HASR_MAX_QUEUE) and its exit. While any request for a model
-  is admitted, that model's workers do not expire.
-- It is routed by :func:`hasrd.placement.choose`: an idle worker of its model; else a new worker, while fewer
-  than HASR_MAX_WORKERS run and a device holds the model; else the least recently used idle worker is stopped to
-  make room; else it waits.
+- A request is admitted (:meth:`Pool.admit`, a :class:`~hasrd.poolref.Lease`) before its audio is decoded and
+  released exactly once: the daemon's ``in_flight``, its exit, and its bound: HASR_MAX_QUEUE waiting beyond the
+  jobs the workers may hold (HASR_MAX_WORKERS x HASR_WORKER_PARALLEL). While any request for a model is
+  admitted, that model's workers do not expire.
+- It is routed by :func:`hasrd.placement.choose`: a worker of its model with room; else a new worker, while
+  fewer than HASR_MAX_WORKERS run and a device holds the model; else the least recently used idle worker is
+  stopped to make room; else it waits.
 - Waiting is one FIFO for the whole pool, live sessions ahead of files (hasrd.waitqueue): every change (a job
-  ends, a worker stops or fails) hands free workers to waiters in order, each told its new position. A waiter
+  ends, a worker stops or fails) hands room on workers to waiters in order, each told its new position. A waiter
   whose model cannot be placed yet does not hold up one behind it whose model can.
-- A worker serves one request at a time: the pool reserves it for the request it hands it to.
+- A worker holds up to HASR_WORKER_PARALLEL jobs at once (:func:`hasrd.placement.parallel_for`: by its
+  device when 0), decoded together: the pool reserves a place on it for each request it hands it (``refs``),
+  and hands it no more than that; a worker being stopped takes none.
 - A worker's TTL runs only while nothing holds it (no reservation, no admitted request for its model); when it
-  runs out the worker stops and leaves the pool. /api/unload stops workers once their running job is done
+  runs out the worker stops and leaves the pool. /api/unload stops workers once their running jobs are done
   (queued requests wait, then start new ones). A worker whose loads failed until FATAL stays, so its model's
   requests get the kept reason until ``hasrctl load`` clears it.
 """
@@ -30,7 +34,6 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from hasrd import errors, gpu, placement, policy
@@ -40,6 +43,7 @@ from hasrd.lifecycle import SETTING, KeepAlive, State
 from hasrd.modelspec import ModelSpec
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
+from hasrd.poolref import Lease, RunnerRef, Waiter
 from hasrd.poolstatus import WorkerView, pool_json, pool_state, rss_mb, worker_row
 from hasrd.runner import Runner
 from hasrd.waitqueue import WaitQueue
@@ -54,69 +58,19 @@ MakeRunner = Callable[[ModelSpec, str], Runner]
 Inventory = Callable[[], list[placement.Device]]
 
 
-@dataclass(eq=False)
-class RunnerRef:
-    """The pool's hold on one runner: its reservations, its keep-alive and its expiry timer."""
-
-    key: int
-    spec: ModelSpec
-    device: str
-    runner: Runner
-    need_mb: int
-    last_used: float
-    refs: int = 0  # requests handed this worker and not finished
-    retiring: asyncio.Task[None] | None = None  # being stopped (TTL, unload, eviction): nobody new gets it
-    after: asyncio.Future[None] | None = None  # an evicted worker whose memory this one waits for
-    held_mb: int = 0  # GPU memory its process group holds, measured once it is ready (0: not yet)
-    keep_alive: KeepAlive = SETTING
-    last_state: State = State.STOPPED
-    timer: asyncio.TimerHandle | None = None
-    free: asyncio.Event = field(default_factory=asyncio.Event)  # set while refs == 0
-
-    def seat(self) -> placement.Seat:
-        r = self.runner
-        busy = self.refs > 0 or self.retiring is not None or r.state == State.STOPPING or r.job is not None
-        return placement.Seat(self.key, self.spec.key, self.device, busy, r.state == State.READY,
-                              self.last_used, self.held_mb or self.need_mb)
-
-    @property
-    def coming(self) -> bool:
-        """It will take memory the device's free figure does not show yet: loading, or about to."""
-        r = self.runner
-        return r.state == State.STARTING or (r.worker is None and self.refs > 0
-                                             and r.state in (State.STOPPED, State.BACKOFF))
-
-
-@dataclass
-class Waiter:
-    spec: ModelSpec
-    live: bool
-    fut: asyncio.Future[RunnerRef] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-
-
-class Lease:
-    """One admitted request: counted in the pool's ``in_flight`` until :meth:`release` (idempotent); while it
-    lasts, its model's workers do not expire (it may be decoding its audio, not routed yet)."""
-
-    def __init__(self, release: Callable[[], None]) -> None:
-        self._release = release
-        self.released = False
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self._release()
-
-
 class Pool:
     def __init__(self, settings: Settings, make_runner: MakeRunner, default: ModelSpec, *,
                  inventory: Inventory, max_workers: int, clock: Callable[[], float] = time.monotonic,
-                 on_change: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_change: Callable[[dict[str, Any]], None] | None = None,
+                 default_device: str = placement.CPU) -> None:
+        """``default_device``: where the default model's workers run ("cpu" or a GPU UUID), for the admission
+        bound (how many jobs the workers may hold)."""
         self.s = settings
         self.make_runner = make_runner
         self.default = default
         self.inventory = inventory
         self.max_workers = max(1, max_workers)
+        self.default_device = default_device
         self.clock = clock
         self.on_change = on_change
         self.refs: dict[int, RunnerRef] = {}
@@ -135,13 +89,20 @@ class Pool:
 
     # ---- admission --------------------------------------------------------------------------------------
 
+    @property
+    def capacity(self) -> int:
+        """Jobs the pool's workers may hold at once: HASR_MAX_WORKERS x HASR_WORKER_PARALLEL (for the default
+        model's device)."""
+        return self.max_workers * placement.parallel_for(self.default_device, self.s.worker_parallel)
+
     def check_admission(self) -> None:
         """Raise what admit() would raise, without admitting."""
         if self.closing:
             raise errors.ShuttingDown("the daemon is shutting down", retry_after=1)
-        if self.in_flight >= self.s.max_queue + self.max_workers:
+        if self.in_flight >= self.s.max_queue + self.capacity:
             raise errors.QueueFull(f"the queue is full: {self.in_flight} transcriptions are already running or "
-                                   f"waiting (HASR_MAX_QUEUE={self.s.max_queue}); try again later", retry_after=5)
+                                   f"waiting ({self.capacity} may run at once, HASR_MAX_QUEUE={self.s.max_queue} "
+                                   f"more may wait); try again later", retry_after=5)
 
     def admit(self, model: ModelSpec | None = None) -> Lease:
         """Admit a request for ``model`` (the default) from now (before its audio is decoded) until its lease
@@ -252,7 +213,7 @@ class Pool:
         estimate = spec.gpu_need_mb if spec.gpu_need_mb and device != placement.CPU else spec.need_mb
         runner = self.make_runner(spec, device)
         ref = RunnerRef(key, spec, device, runner, self.measured.get(spec.key) or estimate, self.clock(),
-                        after=after)
+                        capacity=placement.parallel_for(device, self.s.worker_parallel), after=after)
         ref.free.set()
         runner.on_change = lambda: self._runner_changed(ref)
         runner.waiters = lambda: len(self.waiting)
@@ -275,15 +236,15 @@ class Pool:
                 return self._take(spec, d)
         w = Waiter(spec, live)
         self.waiting.add(w, live=live, on_event=on_event)
-        self._changed()
+        self._dispatch()  # those ahead wait for their models; this one may have room on a worker of its own
         try:
             return await (asyncio.wait_for(asyncio.shield(w.fut), max_wait) if max_wait > 0 else w.fut)
         except asyncio.TimeoutError:
             if w.fut.done() and not w.fut.cancelled() and w.fut.exception() is None:
                 self._release(w.fut.result())  # handed a worker just as the wait ran out
-            busy = ", ".join(sorted({r.runner.job.name for r in self.refs.values() if r.runner.job}))
-            raise errors.QueueFull(f"every worker is busy ({busy or 'loading'}): this live session waited "
-                                   f"{max_wait:g} s (HASR_LIVE_QUEUE_SEC); try again once one is free",
+            busy = ", ".join(sorted({j.name for r in self.refs.values() for j in r.runner.jobs.values()}))
+            raise errors.QueueFull(f"every worker is full ({busy or 'loading'}): this live session waited "
+                                   f"{max_wait:g} s (HASR_LIVE_QUEUE_SEC); try again once one has room",
                                    retry_after=5) from None
         except BaseException:
             if w.fut.done() and not w.fut.cancelled() and w.fut.exception() is None:
@@ -318,7 +279,7 @@ class Pool:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Hand free workers (or room for new ones) to waiters, in queue order."""
+        """Hand room on workers (or new workers) to waiters, in queue order."""
         self._prune()
         for w in list(self.waiting):
             if w.fut.done():
@@ -420,7 +381,7 @@ class Pool:
         self._retire(ref)
 
     def _retire(self, ref: RunnerRef) -> asyncio.Task[None]:
-        """Stop ``ref``'s worker once its running job is done (nobody new is handed it), then drop it."""
+        """Stop ``ref``'s worker once its running jobs are done (nobody new is handed it), then drop it."""
         if ref.retiring is None:
             self._disarm(ref)
             ref.retiring = self._spawn_task(self._do_retire(ref), f"hasr-retire-{ref.key}")
@@ -441,7 +402,8 @@ class Pool:
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
                          options: Options | None = None, on_event: EventSink | None = None,
                          lease: Lease | None = None, model: ModelSpec | None = None) -> Transcript:
-        """Wait for a worker of ``model``, load it if needed, run one transcription and return its result,
+        """Wait for room on a worker of ``model``, load it if needed, run one transcription (beside the worker's
+        other jobs) and return its result,
         with the time spent queued, loading and working (``timings``). ``lease``: the request's admission,
         taken before its audio was decoded; without one, it is admitted here."""
         if lease is None:
@@ -474,8 +436,8 @@ class Pool:
     async def live(self, *, language: str = "", options: Options | None = None,
                    on_event: EventSink | None = None, lease: Lease, max_wait: float = 0.0,
                    model: ModelSpec | None = None) -> AsyncIterator[LiveSession]:
-        """A live session on a worker of ``model``, under ``lease``. It goes ahead of queued files (QueueFull
-        after ``max_wait`` s, if > 0, while every worker is busy); the worker serves only it until it ends."""
+        """A live session on a worker of ``model``, under ``lease``, beside the worker's other jobs. It goes
+        ahead of queued files (QueueFull after ``max_wait`` s, if > 0, while every worker is full)."""
         assert not lease.released, "live() on a released lease"
         await self._loading(model or self.default, on_event)
         ref = await self._acquire(model or self.default, on_event, live=True, max_wait=max_wait)
@@ -502,7 +464,7 @@ class Pool:
         return self.snapshot()
 
     async def unload(self, model: ModelSpec | None = None) -> None:
-        """Stop every worker (of ``model``) once its running job is done; clears FATAL and BACKOFF. Queued
+        """Stop every worker (of ``model``) once its running jobs are done; clears FATAL and BACKOFF. Queued
         requests wait, then start new workers."""
         chosen = [r for r in self.refs.values() if model is None or r.spec.key == model.key]
         await asyncio.gather(*(asyncio.shield(self._retire(r)) for r in chosen), return_exceptions=True)
@@ -521,8 +483,8 @@ class Pool:
 
     @property
     def running(self) -> int:
-        """Jobs and live sessions running now."""
-        return sum(1 for r in self.refs.values() if r.runner.job is not None)
+        """Jobs and live sessions running now, on every worker."""
+        return sum(len(r.runner.jobs) for r in self.refs.values())
 
     def unload_in(self) -> float | None:
         """Seconds until the last loaded worker's TTL ends (None: one is kept for ever, or busy)."""

@@ -253,9 +253,11 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
         events.publish(snap)
         poke.set()
 
-    max_workers = settings.max_workers or placement.default_max_workers(len(inventory.gpus()))
+    gpus = inventory.gpus()
+    max_workers = settings.max_workers or placement.default_max_workers(len(gpus))
     pool = Pool(settings, make_runner_factory(settings, lambda: bool(inventory.gpus())),
-                modelspec.default_spec(settings), inventory=inventory, max_workers=max_workers, on_change=changed)
+                modelspec.default_spec(settings), inventory=inventory, max_workers=max_workers, on_change=changed,
+                default_device=gpus[0].uuid if gpus else placement.CPU)
     events.on_subscribers = poke.set
     group_socket = False
     for s in sockets:

@@ -319,14 +319,20 @@ class WorkerProcess:
         return errors.Stalled(f"the worker reported no progress for {stall_sec:g} s (HASR_STALL_SEC) and was "
                               f"killed; raise HASR_STALL_SEC if this machine is that slow")
 
+    def _grace(self) -> float:
+        """How long a cancelled job may take to stop now: the runner's grace (short while someone waits and a
+        new worker loads fast), but the full HASR_CANCEL_GRACE_SEC while this worker holds other jobs: killing
+        it would fail them all."""
+        return self.cancel_grace if len(self.pending) > 1 else self.grace_now()
+
     async def _cancel_and_wait(self, req_id: int, fut: asyncio.Future[Transcript]) -> None:
         """Cancel a job and wait for the worker to stop it, for the grace that holds at each moment (someone
-        may start waiting meanwhile); past it the worker is killed."""
+        may start waiting meanwhile, the worker's other jobs may end); past it the worker is killed."""
         t0 = time.monotonic()
         try:
             await self._send(p.Cancel(id=req_id))
             while not fut.done():
-                left = t0 + self.grace_now() - time.monotonic()
+                left = t0 + self._grace() - time.monotonic()
                 if left <= 0:
                     break
                 await asyncio.wait([fut], timeout=min(left, 0.1))
@@ -346,8 +352,8 @@ class WorkerProcess:
 
     async def live(self, *, language: str = "", options: Options | None = None,
                    on_event: EventSink | None = None, stall_sec: float = 0.0) -> LiveSession:
-        """Start a live session on this worker (it serves nothing else until the session ends), under the
-        live stall watchdog (:class:`LiveSession`)."""
+        """Start a live session on this worker (beside any other job it holds), under the live stall watchdog
+        (:class:`LiveSession`)."""
         req_id = next(self.ids)
         fut: asyncio.Future[Transcript] = asyncio.get_running_loop().create_future()
         pend = Pending(fut, on_event, last_seen=time.monotonic())

@@ -59,3 +59,36 @@ def test_unknown_hasr_variables_are_named_with_the_closest_setting_and_knobs_are
     lines = config.unknown_env({"HASR_IDLE_TTL": "5", "HASR_FAKE_RTF": "1", "HASR_FORMAT": "srt",
                                 "HASR_ENGINE": "fake", "PATH": "/bin"})
     assert lines == ["HASR_IDLE_TTL is not a setting; did you mean HASR_IDLE_TTL_SEC?"]
+
+
+def test_worker_parallel_and_batch_default_to_0_which_is_by_device(tmp_path: Path) -> None:
+    s = config.load(env={}, toml_path=tmp_path / "absent.toml")
+    assert (s.worker_parallel, s.worker_batch) == (0, 0)
+    s = config.load(env={"HASR_WORKER_PARALLEL": "3", "HASR_WORKER_BATCH": "12"}, toml_path=tmp_path / "absent.toml")
+    assert (s.worker_parallel, s.worker_batch) == (3, 12)
+
+
+@pytest.mark.parametrize("name", ["HASR_WORKER_PARALLEL", "HASR_WORKER_BATCH", "HASR_MAX_CONCURRENT"])
+def test_a_negative_worker_parallel_or_batch_is_refused_with_what_is_valid(tmp_path: Path, name: str) -> None:
+    with pytest.raises(config.ConfigError, match=r"=-1 is not valid: use 0 \(chosen by device\) or a positive"):
+        config.load(env={name: "-1"}, toml_path=tmp_path / "absent.toml")
+
+
+def test_max_concurrent_is_read_as_worker_parallel_with_a_warning_and_the_new_name_wins(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    absent = tmp_path / "absent.toml"
+    config._warned.clear()
+    with caplog.at_level("WARNING", logger="hasrd.config"):
+        assert config.load(env={"HASR_MAX_CONCURRENT": "2"}, toml_path=absent).worker_parallel == 2
+    assert "HASR_MAX_CONCURRENT is deprecated; use HASR_WORKER_PARALLEL" in caplog.text
+    env = {"HASR_MAX_CONCURRENT": "2", "HASR_WORKER_PARALLEL": "6"}
+    assert config.load(env=env, toml_path=absent).worker_parallel == 6
+    toml = tmp_path / "config.toml"
+    toml.write_text("max_concurrent = 3\n")
+    assert config.load(env={}, toml_path=toml).worker_parallel == 3
+    toml.write_text("max_concurrent = 3\nworker_parallel = 5\n")
+    assert config.load(env={}, toml_path=toml).worker_parallel == 5
+    assert config.load(env={"HASR_MAX_CONCURRENT": "1"}, toml_path=toml).worker_parallel == 1  # env over file
+    with pytest.raises(config.ConfigError, match="HASR_MAX_CONCURRENT='x' is not a valid int"):
+        config.load(env={"HASR_MAX_CONCURRENT": "x"}, toml_path=absent)
+    assert config.unknown_env({"HASR_MAX_CONCURRENT": "2"}) == []  # read, not unknown (load warned)

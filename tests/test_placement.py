@@ -4,16 +4,20 @@ GPUs, 1 x 8 GB, and a CPU-only machine."""
 from __future__ import annotations
 
 from hasrd.gpu import Gpu, Inventory
-from hasrd.placement import CPU, Decision, Device, Seat, best_device, choose, default_max_workers
+import pytest
+
+from hasrd.placement import (CPU, Decision, Device, Seat, batch_for, best_device, choose, default_max_workers,
+                             parallel_for)
 
 TWO_24 = [Device("GPU-a", 24000, 24000), Device("GPU-b", 24000, 24000), Device(CPU, 16000, 24000)]
 ONE_8 = [Device("GPU-x", 8000, 8000), Device(CPU, 16000, 24000)]
 CPU_ONLY = [Device(CPU, 16000, 24000)]
 
 
-def seat(key: int, model: str, device: str, *, busy: bool = False, ready: bool = True, last_used: float = 0.0,
-         mb: int = 1000) -> Seat:
-    return Seat(key, model, device, busy, ready, last_used, mb)
+def seat(key: int, model: str, device: str, *, jobs: int = 0, capacity: int = 1, ready: bool = True,
+         last_used: float = 0.0, mb: int = 1000, stopping: bool = False) -> Seat:
+    """A worker; by default one that holds one job at most, so ``jobs=1`` is a full one."""
+    return Seat(key, model, device, ready, last_used, mb, jobs, capacity, stopping)
 
 
 def test_an_idle_worker_of_the_model_is_used_ready_first_then_most_recent() -> None:
@@ -22,8 +26,8 @@ def test_an_idle_worker_of_the_model_is_used_ready_first_then_most_recent() -> N
     assert choose(seats, "base", 700, CPU_ONLY, 8) == Decision("use", worker=3)
 
 
-def test_a_busy_worker_is_never_used_and_another_starts_while_the_cap_allows() -> None:
-    seats = [seat(1, "base", CPU, busy=True)]
+def test_a_full_worker_is_never_used_and_another_starts_while_the_cap_allows() -> None:
+    seats = [seat(1, "base", CPU, jobs=1)]
     assert choose(seats, "base", 700, CPU_ONLY, 2) == Decision("start", device=CPU)
     assert choose(seats, "base", 700, CPU_ONLY, 1).kind == "wait"
 
@@ -42,7 +46,7 @@ def test_two_40_gb_workers_on_two_gpus_then_a_third_evicts_the_least_recently_us
     first = choose([], "m40", 40000, gpus, 2, gpu_only=True)
     assert first == Decision("start", device="GPU-a")
     after_one = [Device("GPU-a", 100000, 140000), Device("GPU-b", 140000, 140000)]
-    second = choose([seat(1, "m40", "GPU-a", busy=True, mb=40000)], "m40", 40000, after_one, 2, gpu_only=True)
+    second = choose([seat(1, "m40", "GPU-a", jobs=1, mb=40000)], "m40", 40000, after_one, 2, gpu_only=True)
     assert second == Decision("start", device="GPU-b")  # not beside the first: the most free memory
     both = [Device("GPU-a", 100000, 140000), Device("GPU-b", 100000, 140000)]
     seats = [seat(1, "m40", "GPU-a", last_used=10, mb=40000), seat(2, "m40", "GPU-b", last_used=5, mb=40000)]
@@ -56,25 +60,25 @@ def test_two_40_gb_workers_on_two_gpus_then_a_third_evicts_the_least_recently_us
 
 def test_a_busy_worker_is_never_stopped_for_another_the_request_waits() -> None:
     both = [Device("GPU-a", 100000, 140000), Device("GPU-b", 100000, 140000)]
-    seats = [seat(1, "m40", "GPU-a", busy=True, mb=40000), seat(2, "m40", "GPU-b", busy=True, mb=40000)]
+    seats = [seat(1, "m40", "GPU-a", jobs=1, mb=40000), seat(2, "m40", "GPU-b", jobs=1, mb=40000)]
     assert choose(seats, "m120", 120000, both, 3, gpu_only=True).kind == "wait"
     seats[1] = seat(2, "m40", "GPU-b", last_used=1, mb=40000)
     assert choose(seats, "m120", 120000, both, 3, gpu_only=True) == Decision("evict", victim=2, device="GPU-b")
 
 
 def test_a_model_no_device_could_hold_is_refused_at_once_with_the_numbers() -> None:
-    d = choose([seat(1, "x", "GPU-x", busy=True)], "huge", 30000, ONE_8, 4, gpu_only=True)
+    d = choose([seat(1, "x", "GPU-x", jobs=1)], "huge", 30000, ONE_8, 4, gpu_only=True)
     assert d.kind == "refuse" and "30000 MB" in d.reason and "8000 MB" in d.reason
     assert choose([], "big", 12000, ONE_8, 4) == Decision("start", device=CPU)  # not GPU-only: the CPU holds it
     # no device has 20 GB free and no worker of ours will free any: it starts where the most is free (a wait
     # would be for ever); with a busy worker that may free memory it waits
     assert choose([], "big", 20000, ONE_8, 4) == Decision("start", device=CPU)
-    assert choose([seat(1, "x", CPU, busy=True)], "big", 20000, ONE_8, 4).kind == "wait"
+    assert choose([seat(1, "x", CPU, jobs=1)], "big", 20000, ONE_8, 4).kind == "wait"
 
 
 def test_never_two_models_on_a_gpu_that_cannot_hold_both() -> None:
     after = [Device("GPU-x", 3000, 8000), Device(CPU, 16000, 24000)]
-    seats = [seat(1, "a", "GPU-x", busy=True, mb=5000)]
+    seats = [seat(1, "a", "GPU-x", jobs=1, mb=5000)]
     assert choose(seats, "b", 5000, after, 4, gpu_only=True).kind == "wait"
     assert choose(seats, "b", 3000, after, 4, gpu_only=True) == Decision("start", device="GPU-x")
 
@@ -115,10 +119,55 @@ def test_no_idle_worker_is_stopped_to_start_a_second_worker_of_a_model_whose_wor
     """Issue 31 #19: two models on two workers, a request for the one whose worker was busy stopped the other's
     idle worker to start a second one of its own, and the next request for the other did the same: 89
     evictions in 200 requests. It waits for its own worker instead; a model without any worker still evicts."""
-    seats = [Seat(1, "a", CPU, busy=True, ready=True, last_used=1.0, mb=700),
-             Seat(2, "b", CPU, busy=False, ready=True, last_used=0.0, mb=700)]
+    seats = [Seat(1, "a", CPU, ready=True, last_used=1.0, mb=700, jobs=1),
+             Seat(2, "b", CPU, ready=True, last_used=0.0, mb=700)]
     full = [Device(CPU, 100, 24000)]  # no room for a third worker's memory
     assert choose(seats, "a", 700, full, max_workers=2).kind == "wait"
     assert choose(seats, "a", 700, [Device(CPU, 16000, 24000)], max_workers=2).kind == "wait"  # at the cap too
     d = choose(seats, "c", 700, full, max_workers=2)
     assert d.kind == "evict" and d.victim == 2  # a model with no worker at all makes room, as before
+
+
+def test_a_worker_with_room_takes_another_job_of_its_model_before_any_new_worker_starts() -> None:
+    seats = [seat(1, "base", CPU, jobs=1, capacity=4)]
+    assert choose(seats, "base", 700, CPU_ONLY, 2) == Decision("use", worker=1)
+    assert choose([seat(1, "base", CPU, jobs=3, capacity=4)], "base", 700, CPU_ONLY, 2) == Decision("use", worker=1)
+
+
+def test_among_workers_with_room_ready_comes_first_then_fewer_jobs_then_the_most_recently_used() -> None:
+    seats = [seat(1, "base", CPU, jobs=3, capacity=4, last_used=9),
+             seat(2, "base", CPU, jobs=1, capacity=4, last_used=1),
+             seat(3, "base", CPU, jobs=1, capacity=4, last_used=5), seat(4, "base", CPU, capacity=4, ready=False)]
+    assert choose(seats, "base", 700, CPU_ONLY, 8) == Decision("use", worker=3)
+    assert choose(seats[:1] + seats[3:], "base", 700, CPU_ONLY, 8) == Decision("use", worker=1)  # loading last
+
+
+def test_a_second_worker_of_a_model_starts_only_when_every_worker_of_it_is_full() -> None:
+    full = [seat(1, "base", CPU, jobs=4, capacity=4), seat(2, "base", CPU, jobs=2, capacity=2)]
+    assert choose(full, "base", 700, CPU_ONLY, 3) == Decision("start", device=CPU)
+    assert choose(full, "base", 700, CPU_ONLY, 2) == Decision("wait", reason="its workers are full")
+    roomy = [full[0], seat(2, "base", CPU, jobs=1, capacity=2)]
+    assert choose(roomy, "base", 700, CPU_ONLY, 3) == Decision("use", worker=2)
+
+
+def test_a_worker_being_stopped_has_no_room_and_is_not_stopped_again() -> None:
+    stopping = [seat(1, "base", CPU, capacity=4, stopping=True)]
+    assert stopping[0].busy and not stopping[0].room
+    assert choose(stopping, "base", 700, CPU_ONLY, 2) == Decision("start", device=CPU)
+    assert choose(stopping, "small", 700, [Device(CPU, 100, 24000)], 1).kind == "wait"
+
+
+def test_a_worker_holding_a_job_is_never_stopped_for_another_model_even_with_room_left() -> None:
+    seats = [seat(1, "base", CPU, jobs=1, capacity=4)]
+    assert seats[0].busy and seats[0].room
+    assert choose(seats, "small", 900, CPU_ONLY, 1).kind == "wait"
+    assert choose([seat(1, "base", CPU, capacity=4)], "small", 900, CPU_ONLY, 1) == \
+        Decision("evict", victim=1, device=CPU)
+
+
+def test_worker_parallel_and_batch_are_the_setting_or_by_device_when_0() -> None:
+    assert parallel_for(CPU, 0) == 4 and parallel_for("GPU-aaaa", 0) == 16
+    assert parallel_for(CPU, 1) == 1 and parallel_for("GPU-aaaa", 3) == 3
+    assert batch_for(CPU, 0) == 8 and batch_for("GPU-aaaa", 0) == 32 and batch_for(CPU, 5) == 5
+    with pytest.raises(ValueError, match="HASR_WORKER_PARALLEL"):
+        parallel_for(CPU, -1)

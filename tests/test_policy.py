@@ -56,6 +56,8 @@ def test_status_lines_say_the_state_in_words() -> None:
         "live session (42 s of audio) (+1 queued)"
     assert policy.status_text({"state": "starting", "phase": "loading fake models 0.4 s", "elapsed_s": 0.4}) == \
         "loading fake models 0.4 s"
+    assert policy.status_text({"state": "ready", "job": {"name": "a.wav", "progress": 0.4}, "running": 3}) == \
+        "transcribing a.wav 40% and 2 more"  # the worker holds two more jobs beside it
     assert policy.status_text({"state": "stopping"}) == "unloading"
     assert policy.status_text({"state": "fatal", "error": "no GPU"}) == "error: no GPU"
 

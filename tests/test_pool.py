@@ -56,7 +56,7 @@ async def until(pred: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 def busy(pool: Pool) -> int:
-    return sum(1 for r in pool.refs.values() if r.runner.job is not None)
+    return sum(1 for r in pool.refs.values() if r.runner.jobs)
 
 
 def test_two_requests_run_at_once_on_two_workers() -> None:

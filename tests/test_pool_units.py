@@ -32,17 +32,22 @@ class FakeProcess:
 
 class FakeRunner:
     """What the pool sees of a runner (hasrd.runner.Runner), without a process: loads take ``load_s``, jobs
-    take ``job_s``; ``fail_loads`` loads fail first; ``gate`` (if set) holds every job until it is set."""
+    take ``job_s``, several at once as the pool hands them; ``fail_loads`` loads fail first; ``gate`` (if set)
+    holds every job until it is set, ``gates[name]`` the job of that name."""
 
     pids = iter(range(1000, 100000))
 
     def __init__(self, spec: ModelSpec, device: str, *, load_s: float = 0.01, job_s: float = 0.01,
-                 fail_loads: int = 0, gate: asyncio.Event | None = None) -> None:
+                 fail_loads: int = 0, gate: asyncio.Event | None = None,
+                 gates: dict[str, asyncio.Event] | None = None) -> None:
         self.spec, self.device = spec, device
         self.load_s, self.job_s, self.fail_loads, self.gate = load_s, job_s, fail_loads, gate
+        self.gates = gates or {}
         self.state = State.STOPPED
         self.worker: FakeProcess | None = None
-        self.job: JobStatus | None = None
+        self.jobs: dict[int, JobStatus] = {}
+        self.most = 0  # the most jobs it held at once
+        self._ids = iter(range(1, 1000000))
         self.on_change: Callable[[], None] | None = None
         self.waiters: Callable[[], int] = lambda: 0
         self.spawns = self.stops = 0
@@ -56,7 +61,7 @@ class FakeRunner:
             self.on_change()
 
     def status(self) -> RunnerStatus:
-        return RunnerStatus(self.state, pid=self.worker.pid if self.worker else None, job=self.job,
+        return RunnerStatus(self.state, pid=self.worker.pid if self.worker else None, jobs=tuple(self.jobs.values()),
                             error="no weights" if self.state == State.FATAL else None)
 
     async def _do_load(self) -> None:
@@ -90,27 +95,35 @@ class FakeRunner:
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
                          options: Any = None, on_event: Any = None) -> Transcript:
         await self.ready(on_event)
-        self.job = JobStatus(name)
-        self._set(self.state)
+        jid = self._hold(JobStatus(name))
         try:
             if self.gate is not None:
                 await self.gate.wait()
+            if name in self.gates:
+                await self.gates[name].wait()
             await asyncio.sleep(self.job_s)
             self.ran.append(name)
             return Transcript(final=name)
         finally:
-            self.job = None
+            del self.jobs[jid]
             self._set(self.state)
+
+    def _hold(self, job: JobStatus) -> int:
+        jid = next(self._ids)
+        self.jobs[jid] = job
+        self.most = max(self.most, len(self.jobs))
+        self._set(self.state)
+        return jid
 
     @contextlib.asynccontextmanager
     async def live(self, **kw: Any) -> AsyncIterator[str]:
         await self.ready()
-        self.job = JobStatus("live session", live=True)
+        jid = self._hold(JobStatus("live session", live=True))
         self.ran.append("live")
         try:
             yield "session"
         finally:
-            self.job = None
+            del self.jobs[jid]
 
     def retry_now(self) -> None:
         if self.state == State.FATAL:
@@ -136,7 +149,9 @@ class FakeRunner:
         await self.stop()
 
 
-def make(max_workers: int = 2, **fake: Any) -> tuple[Pool, list[FakeRunner]]:
+def make(max_workers: int = 2, parallel: int = 1, **fake: Any) -> tuple[Pool, list[FakeRunner]]:
+    """A pool of fake runners on a CPU-only machine; ``parallel``: HASR_WORKER_PARALLEL (1: one job per worker,
+    what the tests before issue 30 pin)."""
     made: list[FakeRunner] = []
 
     def make_runner(spec: ModelSpec, device: str) -> Any:
@@ -144,7 +159,7 @@ def make(max_workers: int = 2, **fake: Any) -> tuple[Pool, list[FakeRunner]]:
         made.append(r)
         return r
 
-    settings = config.Settings(engine="fake", idle_ttl_sec=60.0)
+    settings = config.Settings(engine="fake", idle_ttl_sec=60.0, worker_parallel=parallel)
     return Pool(settings, make_runner, A, inventory=lambda: [Device(CPU, 16000, 24000)],
                 max_workers=max_workers), made
 
@@ -189,7 +204,7 @@ def test_a_second_model_evicts_the_idle_lru_worker_with_one_worker_allowed_and_l
 def test_an_idle_worker_expires_after_its_ttl_but_not_while_a_request_for_its_model_is_admitted() -> None:
     async def main() -> None:
         pool, made = make()
-        pool.s = config.Settings(engine="fake", idle_ttl_sec=0.1)
+        pool.s = config.Settings(engine="fake", idle_ttl_sec=0.1, worker_parallel=1)
         with pcm() as buf:
             await pool.transcribe(buf)
         lease = pool.admit(A)  # decoding its audio, say: the worker of its model is held
@@ -205,7 +220,7 @@ def test_an_idle_worker_expires_after_its_ttl_but_not_while_a_request_for_its_mo
 def test_a_keep_alive_forever_holds_an_idle_worker_past_the_ttl() -> None:
     async def main() -> None:
         pool, made = make()
-        pool.s = config.Settings(engine="fake", idle_ttl_sec=0.05)
+        pool.s = config.Settings(engine="fake", idle_ttl_sec=0.05, worker_parallel=1)
         snap = await pool.load(FOREVER)
         assert snap["ttl_sec"] is None
         await asyncio.sleep(0.3)
@@ -253,7 +268,7 @@ def test_a_full_queue_refuses_at_admission_and_loses_nothing_admitted() -> None:
     async def main() -> None:
         gate = asyncio.Event()
         pool, _ = make(max_workers=1, gate=gate)
-        pool.s = config.Settings(engine="fake", max_queue=1)
+        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=1)
         with pcm() as buf:
             tasks = [asyncio.create_task(pool.transcribe(buf, name=str(i))) for i in range(2)]
             await until(lambda: pool.in_flight == 2)
@@ -352,5 +367,154 @@ def test_while_a_model_is_withdrawn_its_requests_get_model_busy_and_its_worker_l
             leave.set()
             await deleting
             assert (await pool.transcribe(buf, name="again", model=A)).final == "again"
+        await pool.close()
+    run(main())
+
+
+# ---- several jobs on one worker (HASR_WORKER_PARALLEL, issue 30) -------------------------------------------------
+
+def gated(*names: str) -> dict[str, asyncio.Event]:
+    return {n: asyncio.Event() for n in names}
+
+
+def test_two_requests_for_one_model_go_to_the_same_worker_while_it_has_room() -> None:
+    async def main() -> None:
+        gates = gated("x", "y")
+        pool, made = make(max_workers=2, parallel=2, gates=gates)
+        with pcm() as buf:
+            tasks = [asyncio.create_task(pool.transcribe(buf, name=n)) for n in "xy"]
+            await until(lambda: pool.running == 2)
+            assert len(made) == 1 and len(made[0].jobs) == 2 and not pool.waiting
+            row = pool.workers()[0]
+            assert row["running"] == 2 and [j["name"] for j in row["jobs"]] == ["x", "y"] and row["job"]["name"] == "x"
+            snap = pool.snapshot()
+            assert snap["running"] == 2 and len(snap["jobs"]) == 2
+            assert snap["status_text"] == "transcribing x 0% and 1 more"
+            for g in gates.values():
+                g.set()
+            assert [r.final for r in await asyncio.gather(*tasks)] == ["x", "y"]
+        assert len(made) == 1 and made[0].most == 2 and made[0].spawns == 1
+        await pool.close()
+    run(main())
+
+
+def test_with_capacity_2_and_one_worker_a_third_request_waits_and_starts_once_one_finishes() -> None:
+    async def main() -> None:
+        gates = gated("0", "1", "2")
+        pool, made = make(max_workers=1, parallel=2, gates=gates)
+        with pcm() as buf:
+            tasks = [asyncio.create_task(pool.transcribe(buf, name=str(i))) for i in range(3)]
+            await until(lambda: pool.running == 2 and len(pool.waiting) == 1)
+            assert sorted(j.name for j in made[0].jobs.values()) == ["0", "1"]
+            gates["0"].set()
+            assert (await tasks[0]).final == "0"
+            await until(lambda: not pool.waiting and pool.running == 2)  # the third took the room it left
+            assert sorted(j.name for j in made[0].jobs.values()) == ["1", "2"]
+            gates["1"].set()
+            gates["2"].set()
+            await asyncio.gather(*tasks)
+        assert len(made) == 1 and made[0].most == 2 and sorted(made[0].ran) == ["0", "1", "2"]
+        await pool.close()
+    run(main())
+
+
+def test_a_second_worker_of_a_model_starts_only_when_the_first_is_full() -> None:
+    async def main() -> None:
+        gates = gated("a", "b", "c")
+        pool, made = make(max_workers=2, parallel=2, gates=gates)
+        with pcm() as buf:
+            tasks = [asyncio.create_task(pool.transcribe(buf, name=n)) for n in "ab"]
+            await until(lambda: pool.running == 2)
+            assert len(made) == 1
+            tasks.append(asyncio.create_task(pool.transcribe(buf, name="c")))
+            await until(lambda: pool.running == 3)
+            assert len(made) == 2 and [j.name for j in made[1].jobs.values()] == ["c"]
+            for g in gates.values():
+                g.set()
+            await asyncio.gather(*tasks)
+            assert (await pool.transcribe(buf, name="d")).final == "d"  # a worker with room: none starts
+        assert len(made) == 2
+        await pool.close()
+    run(main())
+
+
+def test_eviction_never_stops_a_worker_that_holds_a_job_even_with_room_left() -> None:
+    async def main() -> None:
+        gates = gated("a1", "a2")
+        pool, made = make(max_workers=1, parallel=4, gates=gates)
+        with pcm() as buf:
+            a1 = asyncio.create_task(pool.transcribe(buf, name="a1", model=A))
+            await until(lambda: pool.running == 1)
+            b = asyncio.create_task(pool.transcribe(buf, name="b", model=B))
+            await until(lambda: len(pool.waiting) == 1)
+            a2 = asyncio.create_task(pool.transcribe(buf, name="a2", model=A))
+            await until(lambda: pool.running == 2)  # a's worker has room: a2 joins it, b still waits
+            await asyncio.sleep(0.05)
+            assert made[0].stops == 0 and made[0].state == State.READY and len(made) == 1 and not b.done()
+            gates["a1"].set()
+            gates["a2"].set()
+            await asyncio.gather(a1, a2)
+            assert (await b).final == "b"  # once a's jobs ended, its idle worker made room
+        assert made[0].stops == 1 and [r.spec.name for r in made] == ["a", "b"]
+        await pool.close()
+    run(main())
+
+
+def test_a_worker_being_unloaded_takes_no_new_job_though_it_has_room() -> None:
+    async def main() -> None:
+        gates = gated("first")
+        pool, made = make(max_workers=1, parallel=4, gates=gates)
+        with pcm() as buf:
+            first = asyncio.create_task(pool.transcribe(buf, name="first"))
+            await until(lambda: pool.running == 1)
+            unload = asyncio.create_task(pool.unload())
+            await asyncio.sleep(0.02)
+            later = asyncio.create_task(pool.transcribe(buf, name="later"))
+            await until(lambda: len(pool.waiting) == 1)
+            assert len(made[0].jobs) == 1
+            gates["first"].set()
+            await asyncio.gather(first, unload)
+            assert (await later).final == "later"
+        assert made[0].stops == 1 and len(made) == 2 and made[1].ran == ["later"]
+        await pool.close()
+    run(main())
+
+
+def test_the_admission_bound_is_the_queue_beyond_what_every_worker_may_hold() -> None:
+    async def main() -> None:
+        pool, _ = make(max_workers=2, parallel=3)
+        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=3)
+        assert pool.capacity == 6
+        leases = [pool.admit() for _ in range(7)]  # 2 workers x 3 jobs, and 1 waiting
+        with pytest.raises(errors.QueueFull) as e:
+            pool.admit()
+        assert "7 transcriptions" in e.value.message and "6 may run at once" in e.value.message
+        assert "HASR_MAX_QUEUE=1" in e.value.message
+        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=0)  # by device: 4 on the CPU
+        assert pool.capacity == 8
+        leases.append(pool.admit())
+        for lease in leases:
+            lease.release()
+        on_gpu, _ = make(max_workers=1, parallel=0)
+        on_gpu.default_device = "GPU-a"  # the daemon's default model on a GPU (server.py passes it)
+        assert on_gpu.capacity == 16  # by device: 16 on a GPU
+        await pool.close()
+    run(main())
+
+
+def test_a_live_session_joins_a_worker_running_a_file_when_it_has_room() -> None:
+    async def main() -> None:
+        gates = gated("long.wav")
+        pool, made = make(max_workers=1, parallel=2, gates=gates)
+        with pcm() as buf:
+            running = asyncio.create_task(pool.transcribe(buf, name="long.wav"))
+            await until(lambda: pool.running == 1)
+            lease = pool.admit()
+            async with pool.live(lease=lease, max_wait=0.05):
+                assert pool.running == 2 and pool.workers()[0]["job"]["live"] is True  # the session shows first
+            lease.release()
+            gates["long.wav"].set()
+            await running
+        assert made[0].ran == ["live", "long.wav"] and len(made) == 1
         await pool.close()
     run(main())

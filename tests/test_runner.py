@@ -29,9 +29,11 @@ from tests.conftest import pid_alive, run
 
 
 def settings(**kw: Any) -> config.Settings:
+    # worker_parallel=1: these real fake-engine workers serve one request after another until issue 30's worker
+    # lands, and the tests here (and test_pool.py's) pin one job per worker: the queue, cancel, live first
     base = dict(engine="fake", idle_ttl_sec=60.0, load_timeout_sec=20.0, hello_timeout_sec=20.0,
                 stall_sec=20.0, backoff_base_sec=0.05, backoff_max_sec=0.2,
-                stop_grace_sec=0.5, max_load_failures=3)
+                stop_grace_sec=0.5, max_load_failures=3, worker_parallel=1)
     base.update(kw)
     return config.Settings(**base)
 
@@ -425,9 +427,31 @@ def test_a_worker_that_cannot_start_says_why(short_tmp: str) -> None:
     run(main())
 
 
-def test_max_concurrent_above_one_is_refused_at_configuration() -> None:
-    with pytest.raises(config.ConfigError, match="HASR_MAX_CONCURRENT"):
-        config.load(env={"HASR_MAX_CONCURRENT": "2"})
+def test_with_worker_parallel_2_one_worker_holds_two_jobs_and_its_death_fails_both_with_worker_crashed() -> None:
+    """HASR_WORKER_PARALLEL=2: both requests go to the one worker at once (this tree's worker serves them one
+    after the other; issue 30's decodes them together), its status shows both, and a kill -9 fails each with
+    worker_crashed (each job reaps the dead worker; once is enough); the next request gets a new worker."""
+    async def main() -> None:
+        sup, knobs = make(worker_parallel=2)
+        await sup.load()
+        pid = process_of(sup).pid if process_of(sup) else 0
+        jobs = [asyncio.create_task(transcribe(sup, 5.0, name=f"{n}.wav", options={"fake": {"rtf": 1.0}}))
+                for n in "ab"]
+        while sup.running < 2:
+            await asyncio.sleep(0.01)
+        assert not sup.waiting and len(sup.refs) == 1
+        st = knobs.runners[0].status()
+        assert [j.name for j in st.jobs] == ["a.wav", "b.wav"] and st.job is not None and st.job.name == "a.wav"
+        row = sup.workers()[0]
+        assert row["running"] == 2 and [j["name"] for j in row["jobs"]] == ["a.wav", "b.wav"]
+        os.kill(pid, signal.SIGKILL)
+        outcomes = await asyncio.gather(*jobs, return_exceptions=True)
+        assert all(isinstance(o, errors.WorkerCrashed) and str(pid) in o.message for o in outcomes), outcomes
+        assert sup.running == 0 and not pid_alive(pid)
+        assert (await transcribe(sup, 0.2)).final and process_of(sup) and process_of(sup).pid != pid
+        assert spawns(knobs) == 2
+        await sup.close()
+    run(main())
 
 
 def test_a_job_ignoring_cancel_is_killed_and_the_queued_job_gets_a_new_worker() -> None:
