@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # first: benchmarks/daemon.py would sha
 
 import corpus  # noqa: E402
 from daemon import Hasrd  # noqa: E402
-from live_client import LiveClient, pcm16_24k  # noqa: E402
+from live_client import pcm16_24k  # noqa: E402
 from speech import cache_home, load, model_dir  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -78,49 +78,57 @@ def wav(tmp: str, name: str, pcm: np.ndarray) -> str:
     return str(path)
 
 
-def short_behind_long(h: Hasrd, long_path: str, short_path: str, long_alone: str) -> tuple[float, bool]:
-    """Seconds from sending the short file (3 s after the long one) to its answer; the long file's text right."""
-    long_job: dict[str, Any] = {}
+def short_behind_long(h: Hasrd, long_paths: list[str], short_path: str, long_alone: str) -> tuple[float, bool]:
+    """Seconds from sending the short file (3 s after the long ones) to its answer; the first long file's text
+    the same as alone."""
+    jobs: list[dict[str, Any]] = [{} for _ in long_paths]
     short_job: dict[str, Any] = {}
-    t = threading.Thread(target=post, args=(h, long_path, long_job))
-    t.start()
+    threads = [threading.Thread(target=post, args=(h, p, j)) for p, j in zip(long_paths, jobs, strict=True)]
+    for t in threads:
+        t.start()
     time.sleep(3.0)
     post(h, short_path, short_job)
-    t.join(7200)
-    assert short_job["code"] == 200 and long_job["code"] == 200, (short_job, long_job)
-    return short_job["wall_s"], long_job["text"] == long_alone
+    for t in threads:
+        t.join(7200)
+    assert short_job["code"] == 200 and all(j["code"] == 200 for j in jobs), (short_job, jobs)
+    return short_job["wall_s"], jobs[0]["text"] == long_alone
 
 
-def live_beside_file(h: Hasrd, long_path: str) -> float | None:
-    """Seconds from a live clip's speech onset to its first draft while a long file is being transcribed."""
-    job: dict[str, Any] = {}
-    t = threading.Thread(target=post, args=(h, long_path, job))
-    t.start()
-    while h.get("/api/ps")["running"] < 1:
-        time.sleep(0.05)
+def live_beside_files(h: Hasrd, long_paths: list[str], sessions: int, minutes: float
+                      ) -> tuple[list[float], list[float], int]:
+    """``sessions`` live sessions streaming clips at real time, opened 2 s after ``long_paths`` were sent: every
+    clip's seconds from its speech onset to its first words, and from its end to its final; clips with none."""
+    import live as livebench
+
+    jobs: list[dict[str, Any]] = [{} for _ in long_paths]
+    threads = [threading.Thread(target=post, args=(h, p, j)) for p, j in zip(long_paths, jobs, strict=True)]
+    for t in threads:
+        t.start()
     time.sleep(2.0)
-    clip = np.concatenate([np.zeros(int(GAP_S * SR), np.float32), load("en_espeak_park"),
-                           np.zeros(int(GAP_S * SR), np.float32)])
-    lc = LiveClient(h.sock)
-    lc.update(language="en")
-    start = time.monotonic()
-    feeder = threading.Thread(target=lc.feed, args=(pcm16_24k(clip),), daemon=True)
-    feeder.start()
-    onset = start + GAP_S
-    first = None
-    deadline = time.monotonic() + 900
-    while first is None and time.monotonic() < deadline and not lc.closed.is_set():
-        with lc.lock:
-            texts = [e for e in lc.events if e["type"] in ("hasr.draft", "hasr.sentence") and e.get("text")]
-        if texts:
-            first = lc.t0 + texts[0]["_t"] - onset
-        time.sleep(0.02)
-    feeder.join()
-    lc.finish(timeout=900)
-    lc.close()
-    t.join(7200)
-    assert job.get("code") == 200, job
-    return first
+    audio, spans = livebench.stream(minutes)
+    pcm = pcm16_24k(audio)
+    got: list[Any] = [None] * sessions
+
+    def one(i: int) -> None:
+        got[i] = livebench.run_session(h.sock, pcm, spans, "en", False)
+
+    live_threads = [threading.Thread(target=one, args=(i,)) for i in range(sessions)]
+    for t in live_threads:
+        t.start()
+    for t in live_threads + threads:
+        t.join(7200)
+    assert all(j["code"] == 200 for j in jobs), jobs
+    firsts = [x for g in got if g for x in g.first if x is not None]
+    finals = [x for g in got if g for x in g.final if x is not None]
+    missing = sum(1 for g in got for x in (g.first if g else [None]) if x is None)
+    return firsts, finals, missing
+
+
+def p90(xs: list[float]) -> str:
+    if not xs:
+        return "none"
+    ys = sorted(xs)
+    return f"median {ys[len(ys) // 2]:.2f} s, p90 {ys[int(0.9 * (len(ys) - 1))]:.2f} s"
 
 
 def together_vs_sequential(h: Hasrd, paths: list[str]) -> tuple[float, float]:
@@ -144,54 +152,77 @@ def together_vs_sequential(h: Hasrd, paths: list[str]) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu", action="store_true", help="run the worker on the GPU (HASR_FW_MODEL)")
-    ap.add_argument("--files", type=int, default=4, help="files sent together in the throughput row")
-    ap.add_argument("--file-sec", type=float, default=25.0, help="length of each of those files")
+    ap.add_argument("--gpu", action="store_true",
+                    help="run the worker on the GPU (HASR_FW_MODEL) with the GPU rows' sizes: 16 files of 300 s, "
+                         "16 long files beside the short one, 16 live sessions")
+    ap.add_argument("--files", type=int, default=0, help="files sent together in the throughput row (CPU 4)")
+    ap.add_argument("--file-sec", type=float, default=0.0, help="length of each of those files (CPU 25)")
+    ap.add_argument("--long-files", type=int, default=0, help="long files the short one is sent behind (CPU 1)")
+    ap.add_argument("--sessions", type=int, default=0, help="live sessions beside the long files (CPU 1)")
+    ap.add_argument("--live-minutes", type=float, default=0.5, help="speech each live session streams")
     ap.add_argument("--skip-live", action="store_true")
+    ap.add_argument("--only-parallel", action="store_true", help="skip the one-job-at-a-time daemon")
     args = ap.parse_args()
-    rows = [json.loads(line) for line in corpus.build(corpus.default_dir()).read_text().splitlines()]
-    by = {Path(r["audio"]).stem: r["audio"] for r in rows}
-    en3, en1 = corpus.read_wav(by["en_long_3min"]), corpus.read_wav(by["en_long_1min"])
+    files_n = args.files or (16 if args.gpu else 4)
+    file_sec = args.file_sec or (300.0 if args.gpu else 25.0)
+    long_n = args.long_files or (16 if args.gpu else 1)
+    sessions = args.sessions or (16 if args.gpu else 1)
+    long_sec = 300 if args.gpu else 270
+    where_from = corpus.default_dir()
+    if not all((where_from / f"{n}.wav").exists() for n in ("en_long_3min", "en_long_1min", "zh_long_1min")):
+        corpus.build(where_from)  # espeak-ng speaks them once; a machine without it is given the files
+    en3, en1, zh1 = (corpus.read_wav(where_from / f"{n}.wav") for n in ("en_long_3min", "en_long_1min",
+                                                                          "zh_long_1min"))
+    speech = np.concatenate([en3, zh1, en1])  # 5 minutes: files are cut from it at different places
     with tempfile.TemporaryDirectory(prefix="hasr-parallel-", dir="/tmp") as tmp:
-        long_path = wav(tmp, "long_270s", np.concatenate([en3, en1, en1[:30 * SR]])[:270 * SR])
+        long_path = wav(tmp, "long", np.concatenate([en3, en1, en1])[:long_sec * SR])
+        longs = [long_path] + [wav(tmp, f"long{i}", np.roll(speech, -i * 17 * SR)[:long_sec * SR])
+                               for i in range(1, long_n)]
         short_path = wav(tmp, "short_5s", np.concatenate([load("en_espeak_park"), np.zeros(SR // 2, np.float32)]))
-        zh1 = corpus.read_wav(by["zh_long_1min"])
-        start = [0, 20, 5, 35, 10, 25, 15, 30]
-        pieces = [(en1 if i % 2 == 0 else zh1)[start[i % 8] * SR:][:int(args.file_sec * SR)] for i in range(args.files)]
-        files = [wav(tmp, f"piece{i}", p) for i, p in enumerate(pieces)]
-        table: list[tuple[str, str, str, str]] = []
+        files = [wav(tmp, f"piece{i}", np.tile(np.roll(speech, -i * 23 * SR), 2)[:int(file_sec * SR)])
+                 for i in range(files_n)]
         results: dict[int, dict[str, Any]] = {}
-        for parallel in (0, 1):
+        for parallel in (0,) if args.only_parallel else (0, 1):
             h = daemon(tmp, f"p{parallel}", parallel, args.gpu)
             r = results[parallel] = {}
             try:
                 alone: dict[str, Any] = {}
                 post(h, long_path, alone)
                 r["long_alone_s"] = alone["wall_s"]
-                r["short_s"], r["long_right"] = short_behind_long(h, long_path, short_path, alone["text"])
+                r["short_s"], r["long_right"] = short_behind_long(h, longs, short_path, alone["text"])
                 r["load_short"] = load_avg()
-                if not args.skip_live:
-                    r["first_draft_s"] = live_beside_file(h, long_path)
+                if not args.skip_live and (parallel == 0 or sessions == 1):
+                    r["firsts"], r["finals"], r["missing"] = live_beside_files(h, longs[:max(1, long_n)], sessions,
+                                                                            args.live_minutes)
                     r["load_live"] = load_avg()
                 r["together_s"], r["sequential_s"] = together_vs_sequential(h, files)
                 r["load_tp"] = load_avg()
-                r["ps"] = h.get("/api/ps")["workers"][0].get("identity", {}).get("batch")
             finally:
                 h.stop()
-            print(f"HASR_WORKER_PARALLEL={parallel}: {r}", flush=True)
-        p, one = results[0], results[1]
-        table.append(("5 s file sent 3 s after a 270 s file: answered after", f"{p['short_s']:.1f} s "
-                      f"(long file {'same text' if p['long_right'] else 'TEXT DIFFERS'})",
-                      f"{one['short_s']:.1f} s", f"<= 12 s  (load {p['load_short']})"))
-        if not args.skip_live:
-            def s(x: float | None) -> str:
-                return "none" if x is None else f"{x:.2f} s"
-            table.append(("live session beside a file: first draft after the onset", s(p["first_draft_s"]),
-                          s(one["first_draft_s"]), f"<= 3 s  (load {p['load_live']})"))
-        table.append((f"{args.files} files of {args.file_sec:g} s together / one after another",
-                      f"{p['together_s']:.1f} / {p['sequential_s']:.1f} s = x{p['together_s'] / p['sequential_s']:.2f}",
-                      f"{one['together_s']:.1f} / {one['sequential_s']:.1f} s",
-                      f"<= x1.0  (load {p['load_tp']})"))
+            print(f"HASR_WORKER_PARALLEL={parallel}: " + json.dumps({k: v for k, v in r.items()
+                                                                      if k not in ("firsts", "finals")}), flush=True)
+        where = "GPU" if args.gpu else "CPU"
+        p, one = results[0], results.get(1, {})
+
+        def other(key: str, fmt: str = "{:.1f} s") -> str:
+            return fmt.format(one[key]) if key in one else "-"
+
+        table = [(f"{where}: a 5 s file sent 3 s after {long_n} file(s) of {long_sec} s: answered after",
+                  f"{p['short_s']:.2f} s (long file {'same text' if p['long_right'] else 'TEXT DIFFERS'})",
+                  other("short_s", "{:.2f} s"), f"{'<= 1 s' if args.gpu else '<= 12 s'}  (load {p['load_short']})")]
+        if "firsts" in p:
+            table.append((f"{where}: {sessions} live session(s) beside them: first words after the onset",
+                          p90(p["firsts"]) + (f", {p['missing']} clips without" if p["missing"] else ""),
+                          p90(one["firsts"]) if "firsts" in one else "-",
+                          f"{'p90 <= 1 s' if args.gpu else '<= 3 s'}  (load {p['load_live']})"))
+            table.append((f"{where}: ... and finals after the sentence's end", p90(p["finals"]),
+                          p90(one["finals"]) if "finals" in one else "-", "p90 <= 1.5 s" if args.gpu else ""))
+        ratio = p["sequential_s"] / p["together_s"]
+        table.append((f"{where}: {files_n} files of {file_sec:g} s together / one after another",
+                      f"{p['together_s']:.1f} / {p['sequential_s']:.1f} s: wall x{1 / ratio:.2f}, "
+                      f"throughput x{ratio:.2f}",
+                      f"{other('together_s')} / {other('sequential_s')}",
+                      f"{'throughput >= x3' if args.gpu else 'wall <= x1.0'}  (load {p['load_tp']})"))
         width = max(len(row[0]) for row in table)
         print(f"\n{'figure':<{width}} | one worker, parallel jobs | one job at a time | goal")
         for row in table:
