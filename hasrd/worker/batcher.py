@@ -12,6 +12,10 @@ the loop has run a batch holding it. Which steps run together is :func:`hasrd.wo
   its thread gets ``EngineError("cancelled")``.
 - A failed batch of several steps is run again step by step, so one job's bad input fails that job alone.
 - Bounded by construction: a job thread waits on one step at a time (the hybrid: one per thread it runs).
+- Phase: jobs call encode, detect, generate and align in turn, so two jobs one step apart would alternate for
+  ever and never share a call (measured: 0 shared batches of 20 for two files). Before choosing, the loop waits a
+  little (``linger``: a tenth of the last batch's time, at most 20 ms) for the jobs it just served to ask again;
+  once two jobs share a step they stay in step.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,9 +100,13 @@ def _cancelled() -> EngineError:
 class Batcher:
     """The worker's decode loop (a daemon thread, started by the first step)."""
 
-    def __init__(self, max_items: int, *, poll_s: float = 0.1) -> None:
+    def __init__(self, max_items: int, *, poll_s: float = 0.1, linger: float = 0.1, linger_max_s: float = 0.02
+                 ) -> None:
         self.max_items = max(1, int(max_items))
         self.poll_s = poll_s
+        self.linger, self.linger_max_s = linger, linger_max_s
+        self._last_jobs: set[int] = set()  # the jobs of the batch that ran last, and how long it took
+        self._last_s = 0.0
         self.stats = Stats()
         self._cv = threading.Condition()
         self._waiting: list[_Step] = []
@@ -142,6 +151,7 @@ class Batcher:
                 if self._waiting:
                     break
                 self._cv.wait()
+            self._linger()
             chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items)
             by_wait = {id(s.wait): s for s in self._waiting}
             steps = [by_wait[id(w)] for w in chosen]
@@ -154,6 +164,17 @@ class Batcher:
                 self._served = {j: b for j, b in self._served.items() if j in live_jobs}
             return steps
 
+    def _linger(self) -> None:
+        """Wait (under the lock) a little for the jobs just served to ask again, while the batch has room."""
+        deadline = time.monotonic() + min(self.linger_max_s, self.linger * self._last_s)
+        while self._last_jobs and sum(s.wait.items for s in self._waiting) < self.max_items:
+            if self._last_jobs <= {s.wait.job for s in self._waiting}:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cv.wait(left)
+
     def _loop(self) -> None:
         while True:
             steps = self._take()
@@ -164,7 +185,11 @@ class Batcher:
             st.largest = max(st.largest, items)
             if len({s.wait.job for s in steps}) > 1:
                 st.shared += 1
+            t0 = time.monotonic()
             self._execute(steps)
+            with self._cv:
+                self._last_jobs = {s.wait.job for s in steps}
+                self._last_s = time.monotonic() - t0
 
     @staticmethod
     def _execute(steps: list[_Step]) -> None:

@@ -8,12 +8,13 @@ batch axis and the results split back.
 
 What may share a call (the step's key): the same call and array shape; for ``generate`` every option (beam
 size, temperature, length limits, suppressed tokens...) and the prompts' shape (CTranslate2 requires the
-``<|startoftranscript|>`` token at the same position in every prompt of a batch); for ``align`` the start
-sequence and filter width. Language and prompt text vary per item.
+``<|startoftranscript|>`` token at the same position in every prompt of a batch). Language and prompt text vary
+per item. ``align`` runs alone (the loop still orders it): whisper's alignment normalises attention over all the
+text tokens of its batch, padding included, so another job's text in the batch moved a word's end by 20 ms.
 
 Same text as alone: on the CPU (int8) a window's encoder output and its generated tokens and scores are
 bit-identical whether it runs alone or batched with other jobs' windows (measured with the embedded model:
-tests/test_parallel_worker.py). On a GPU the encoder output is brought to the host (``to_cpu``) so that
+tests/test_batcher.py and benchmarks/batch_same_text.py). On a GPU the encoder output is brought to the host (``to_cpu``) so that
 windows encoded in one call can go to different generate calls; float16 copies are exact.
 """
 
@@ -79,7 +80,9 @@ class BatchedWhisper:
               num_frames: int | list[int], **kw: Any) -> Any:
         arr = np.asarray(features)
         frames = [num_frames] * len(text_tokens) if isinstance(num_frames, int) else list(num_frames)
-        key = ("align", arr.shape[1:], tuple(start_sequence), _frozen(kw))
+        # alone: the alignment's attention is normalised over a batch's text tokens, padding included, so batched
+        # with another job's text a word's end moved by 20 ms (measured); aligning is cheap beside encode/generate
+        key = ("align", id(text_tokens))
         return self._batcher.run(key, max(1, len(text_tokens)),
                                  (features, arr, start_sequence, text_tokens, frames, num_frames, kw), self._align)
 
