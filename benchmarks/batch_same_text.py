@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--model", default="")
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=40.0)
+    ap.add_argument("--linger", type=float, default=-1.0, help="the decode loop's linger fraction (default: its own)")
     args = ap.parse_args()
     d = corpus.default_dir()
     speech = np.concatenate([corpus.read_wav(d / f"{n}.wav") for n in ("en_long_3min", "zh_long_1min",
@@ -46,6 +47,8 @@ def main() -> None:
     engine = WhisperEngine(Settings(), args.model or model_dir(), args.device,
                            "float16" if args.device == "cuda" else "int8")
     engine.load(lambda phase: None)
+    if args.linger >= 0:
+        batcher.default().linger = args.linger
 
     def one(i: int, out: dict[int, Any]) -> None:
         with batcher.bound(batcher.JobTag(i)):
@@ -56,6 +59,7 @@ def main() -> None:
     for i in range(args.jobs):
         one(i, alone)
     t_alone = time.monotonic() - t0
+    print(f"alone: {batcher.default().stats}")
     before = batcher.default().stats.shared
     together: dict[int, Any] = {}
     threads = [threading.Thread(target=one, args=(i, together)) for i in range(args.jobs)]

@@ -341,11 +341,22 @@ def decode(source: Source, out: Writer, *, max_audio_sec: float | None = None,
             f.close()
 
 
+def _open(f: IO[bytes]) -> Any:
+    """av.open, telling PyAV before 19 to decode metadata leniently (``metadata_errors="ignore"``); 19 dropped the
+    argument and refuses it (every file failed as 'internal' on a machine with 19.0.2)."""
+    kw: dict[str, Any] = dict(mode="r", io_open=_refuse_nested_open, buffer_size=1 << 16)
+    try:
+        return av.open(f, metadata_errors="ignore", **kw)
+    except TypeError as e:
+        if "metadata_errors" not in str(e):
+            raise
+        return av.open(f, **kw)
+
+
 def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t0: float,
                  stop: Callable[[], bool]) -> AudioInfo:
     try:
-        container = av.open(f, mode="r", io_open=_refuse_nested_open, metadata_errors="ignore",
-                            buffer_size=1 << 16)
+        container = _open(f)
     except _NestedOpen as e:
         raise AudioDecodeError(f"{shown} could not be decoded: it {e}", code="undecodable") from None
     except av.error.FFmpegError as e:  # also FFmpeg's own refusals (concat "unsafe file name")

@@ -91,6 +91,9 @@ class Stats:
     items: int = 0
     shared: int = 0  # batches that held steps of more than one job
     largest: int = 0  # most items in one batch
+    busy_s: float = 0.0  # running model calls
+    idle_s: float = 0.0  # waiting for any step
+    linger_s: float = 0.0  # waiting for the jobs just served (see the module docstring)
 
 
 def _cancelled() -> EngineError:
@@ -150,8 +153,12 @@ class Batcher:
                     s.finish(error=_cancelled())
                 if self._waiting:
                     break
+                t0 = time.monotonic()
                 self._cv.wait()
+                self.stats.idle_s += time.monotonic() - t0
+            t0 = time.monotonic()
             self._linger()
+            self.stats.linger_s += time.monotonic() - t0
             chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items)
             by_wait = {id(s.wait): s for s in self._waiting}
             steps = [by_wait[id(w)] for w in chosen]
@@ -190,6 +197,7 @@ class Batcher:
             with self._cv:
                 self._last_jobs = {s.wait.job for s in steps}
                 self._last_s = time.monotonic() - t0
+                st.busy_s += self._last_s
 
     @staticmethod
     def _execute(steps: list[_Step]) -> None:
