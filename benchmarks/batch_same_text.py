@@ -38,13 +38,14 @@ def main() -> None:
     ap.add_argument("--model", default="")
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=40.0)
+    ap.add_argument("--batch", type=int, default=0, help="HASR_WORKER_BATCH (0: by device)")
     ap.add_argument("--linger", type=float, default=-1.0, help="the decode loop's linger fraction (default: its own)")
     args = ap.parse_args()
     d = corpus.default_dir()
     speech = np.concatenate([corpus.read_wav(d / f"{n}.wav") for n in ("en_long_3min", "zh_long_1min",
                                                                        "en_long_1min")])
     files = [np.roll(speech, -i * 23 * SR)[:int(args.seconds * SR)] for i in range(args.jobs)]
-    engine = WhisperEngine(Settings(), args.model or model_dir(), args.device,
+    engine = WhisperEngine(Settings(worker_batch=args.batch), args.model or model_dir(), args.device,
                            "float16" if args.device == "cuda" else "int8")
     engine.load(lambda phase: None)
     if args.linger >= 0:

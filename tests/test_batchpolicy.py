@@ -7,8 +7,8 @@ from hasrd.worker.batchpolicy import Wait, next_batch, order_jobs
 ENC = ("encode", (80, 3000))
 
 
-def w(seq: int, job: int, *, live: bool = False, key: object = ENC, items: int = 1) -> Wait:
-    return Wait(seq, job, live, key, items)
+def w(seq: int, job: int, *, live: bool = False, key: object = ENC, items: int = 1, born: int = 0) -> Wait:
+    return Wait(seq, job, live, key, items, born)
 
 
 def jobs_of(batch: list[Wait]) -> list[int]:
@@ -71,3 +71,22 @@ def test_the_policy_is_a_pure_function_of_its_arguments() -> None:
     served = {1: 3}
     assert next_batch(waits, served, 2) == next_batch(list(waits), dict(served), 2)
     assert served == {1: 3}
+
+
+def test_the_key_with_the_most_items_waiting_leads_so_that_jobs_fall_into_step() -> None:
+    gen = ("generate", "beam5")
+    # job 1 was served longest ago, but three jobs wait to generate: one call serves them all
+    waits = [w(0, 1, key=ENC, born=8), w(1, 2, key=gen, born=8), w(2, 3, key=gen, born=8), w(3, 4, key=gen, born=8)]
+    assert jobs_of(next_batch(waits, {1: 0, 2: 5, 3: 6, 4: 7}, 8, now=8)) == [2, 3, 4]
+
+
+def test_a_file_step_that_waited_patience_batches_leads_however_small_its_key() -> None:
+    gen = ("generate", "beam5")
+    waits = [w(0, 1, key=ENC, born=3), w(1, 2, key=gen, born=4), w(2, 3, key=gen, born=4)]
+    assert jobs_of(next_batch(waits, {}, 8, now=4, patience=2)) == [2, 3]
+    assert jobs_of(next_batch(waits, {}, 8, now=5, patience=2)) == [1]
+
+
+def test_a_live_step_leads_even_over_a_starved_file_step() -> None:
+    waits = [w(0, 1, born=0), w(1, 9, live=True, key=("live",), born=9)]
+    assert jobs_of(next_batch(waits, {}, 8, now=9)) == [9]

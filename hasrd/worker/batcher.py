@@ -123,7 +123,8 @@ class Batcher:
         tag = current() or JobTag(-threading.get_ident())
         if tag.cancelled():
             raise _cancelled()
-        step = _Step(Wait(next(self._seq), tag.id, tag.live, key, max(1, items)), payload, execute, tag)
+        step = _Step(Wait(next(self._seq), tag.id, tag.live, key, max(1, items), self.stats.batches), payload,
+                     execute, tag)
         with self._cv:
             self._waiting.append(step)
             if self._thread is None:
@@ -159,7 +160,7 @@ class Batcher:
             t0 = time.monotonic()
             self._linger()
             self.stats.linger_s += time.monotonic() - t0
-            chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items)
+            chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items, self.stats.batches)
             by_wait = {id(s.wait): s for s in self._waiting}
             steps = [by_wait[id(w)] for w in chosen]
             self._waiting = [s for s in self._waiting if s not in steps]
