@@ -128,26 +128,33 @@ def test_no_idle_worker_is_stopped_to_start_a_second_worker_of_a_model_whose_wor
     assert d.kind == "evict" and d.victim == 2  # a model with no worker at all makes room, as before
 
 
-def test_a_worker_with_room_takes_another_job_of_its_model_before_any_new_worker_starts() -> None:
+def test_a_second_job_gets_a_worker_of_its_own_while_the_cap_allows_and_joins_one_with_room_after() -> None:
+    """Spread before packing: on the CPU (2 workers by default) a live session beside a file got its first words
+    2.5 s after the onset on its own worker and 15.5 s sharing the file's; one GPU (one worker) packs."""
     seats = [seat(1, "base", CPU, jobs=1, capacity=4)]
-    assert choose(seats, "base", 700, CPU_ONLY, 2) == Decision("use", worker=1)
-    assert choose([seat(1, "base", CPU, jobs=3, capacity=4)], "base", 700, CPU_ONLY, 2) == Decision("use", worker=1)
+    assert choose(seats, "base", 700, CPU_ONLY, 2) == Decision("start", device=CPU)
+    assert choose(seats, "base", 700, CPU_ONLY, 1) == Decision("use", worker=1)
+    assert choose([seat(1, "base", CPU, jobs=3, capacity=4)], "base", 700, CPU_ONLY, 1) == Decision("use", worker=1)
+    no_room = [Device(CPU, 100, 24000)]  # no memory for another copy of the model: it joins the busy one
+    assert choose(seats, "base", 700, no_room, 2) == Decision("use", worker=1)
 
 
-def test_among_workers_with_room_ready_comes_first_then_fewer_jobs_then_the_most_recently_used() -> None:
+def test_an_idle_worker_comes_first_then_ready_then_fewer_jobs_then_the_most_recently_used() -> None:
     seats = [seat(1, "base", CPU, jobs=3, capacity=4, last_used=9),
              seat(2, "base", CPU, jobs=1, capacity=4, last_used=1),
              seat(3, "base", CPU, jobs=1, capacity=4, last_used=5), seat(4, "base", CPU, capacity=4, ready=False)]
-    assert choose(seats, "base", 700, CPU_ONLY, 8) == Decision("use", worker=3)
-    assert choose(seats[:1] + seats[3:], "base", 700, CPU_ONLY, 8) == Decision("use", worker=1)  # loading last
+    assert choose(seats, "base", 700, CPU_ONLY, 4) == Decision("use", worker=4)  # idle, though loading
+    assert choose(seats[:3], "base", 700, CPU_ONLY, 3) == Decision("use", worker=3)
+    loading = [seats[0], seat(4, "base", CPU, jobs=1, capacity=4, ready=False)]
+    assert choose(loading, "base", 700, CPU_ONLY, 2) == Decision("use", worker=1)  # loading last
 
 
-def test_a_second_worker_of_a_model_starts_only_when_every_worker_of_it_is_full() -> None:
+def test_a_second_worker_of_a_model_starts_when_every_worker_of_it_is_full() -> None:
     full = [seat(1, "base", CPU, jobs=4, capacity=4), seat(2, "base", CPU, jobs=2, capacity=2)]
     assert choose(full, "base", 700, CPU_ONLY, 3) == Decision("start", device=CPU)
     assert choose(full, "base", 700, CPU_ONLY, 2) == Decision("wait", reason="its workers are full")
     roomy = [full[0], seat(2, "base", CPU, jobs=1, capacity=2)]
-    assert choose(roomy, "base", 700, CPU_ONLY, 3) == Decision("use", worker=2)
+    assert choose(roomy, "base", 700, CPU_ONLY, 2) == Decision("use", worker=2)
 
 
 def test_a_worker_being_stopped_has_no_room_and_is_not_stopped_again() -> None:

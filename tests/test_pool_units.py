@@ -377,10 +377,10 @@ def gated(*names: str) -> dict[str, asyncio.Event]:
     return {n: asyncio.Event() for n in names}
 
 
-def test_two_requests_for_one_model_go_to_the_same_worker_while_it_has_room() -> None:
+def test_with_one_worker_allowed_two_requests_for_one_model_share_it_while_it_has_room() -> None:
     async def main() -> None:
         gates = gated("x", "y")
-        pool, made = make(max_workers=2, parallel=2, gates=gates)
+        pool, made = make(max_workers=1, parallel=2, gates=gates)
         with pcm() as buf:
             tasks = [asyncio.create_task(pool.transcribe(buf, name=n)) for n in "xy"]
             await until(lambda: pool.running == 2)
@@ -418,21 +418,25 @@ def test_with_capacity_2_and_one_worker_a_third_request_waits_and_starts_once_on
     run(main())
 
 
-def test_a_second_worker_of_a_model_starts_only_when_the_first_is_full() -> None:
+def test_a_second_request_gets_a_worker_of_its_own_and_a_third_joins_one_with_room() -> None:
+    """Spread before packing (placement rule 2): on the CPU's 2 workers a job beside a running one gets its own
+    worker and cores; once the cap is reached, jobs join workers with room."""
     async def main() -> None:
         gates = gated("a", "b", "c")
         pool, made = make(max_workers=2, parallel=2, gates=gates)
         with pcm() as buf:
-            tasks = [asyncio.create_task(pool.transcribe(buf, name=n)) for n in "ab"]
+            tasks = [asyncio.create_task(pool.transcribe(buf, name="a"))]
+            await until(lambda: pool.running == 1)
+            tasks.append(asyncio.create_task(pool.transcribe(buf, name="b")))
             await until(lambda: pool.running == 2)
-            assert len(made) == 1
+            assert len(made) == 2 and [len(m.jobs) for m in made] == [1, 1]
             tasks.append(asyncio.create_task(pool.transcribe(buf, name="c")))
             await until(lambda: pool.running == 3)
-            assert len(made) == 2 and [j.name for j in made[1].jobs.values()] == ["c"]
+            assert len(made) == 2 and sorted(len(m.jobs) for m in made) == [1, 2] and not pool.waiting
             for g in gates.values():
                 g.set()
             await asyncio.gather(*tasks)
-            assert (await pool.transcribe(buf, name="d")).final == "d"  # a worker with room: none starts
+            assert (await pool.transcribe(buf, name="d")).final == "d"  # an idle worker: none starts
         assert len(made) == 2
         await pool.close()
     run(main())
