@@ -56,12 +56,14 @@ def test_idle_exit_then_the_next_connection_activates_a_new_instance(activator: 
     assert activator.wait_for(lambda: activator.exits == [0, 0])
 
 
-@pytest.mark.parametrize("workers, models", [(1, 1), (2, 2)])
-def test_no_request_is_lost_across_idle_exits_under_concurrent_load(short_tmp: str, workers: int, models: int) -> None:
+@pytest.mark.parametrize("workers, models, parallel", [(1, 1, 1), (2, 2, 1), (1, 1, 4)])
+def test_no_request_is_lost_across_idle_exits_under_concurrent_load(short_tmp: str, workers: int, models: int,
+                                                                    parallel: int) -> None:
     """With the pool too: two workers and two models (every other client names ``base``), so exits come while
-    workers of either model stop on their own TTLs, load, or are stopped to make room."""
+    workers of either model stop on their own TTLs, load, or are stopped to make room; and one worker holding
+    the clients' requests together (HASR_WORKER_PARALLEL=4, issue 30)."""
     act = Activator(short_tmp, env={"HASR_IDLE_EXIT_SEC": "0.3", "HASR_IDLE_TTL_SEC": "0.1",
-                                    "HASR_MAX_WORKERS": str(workers)})
+                                    "HASR_MAX_WORKERS": str(workers), "HASR_WORKER_PARALLEL": str(parallel)})
     wav = write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
     failures: list[str] = []
     done = 0
