@@ -53,7 +53,7 @@ class Transcriber:
         from hasrd.subtitles import CueRules
         from hasrd.worker.engine import EngineError
         from hasrd.worker.engines import create
-        from hasrd.worker.main import load_settings
+        from hasrd.worker.serve import load_settings
 
         job = json.loads(os.environ[JOB_VAR])
         self.language, self.options, self.formats = str(job["language"]), dict(job["options"]), list(job["formats"])
@@ -120,14 +120,14 @@ class Transcriber:
 
     def _run(self, path: str) -> tuple[Transcript, float]:
         from hasrd import audio, formats
-        from hasrd.worker.main import SocketEmitter, scripter
+        from hasrd.worker.serve import SocketEmitter, scripter
 
         t0 = time.monotonic()
         pcm, info = audio.decode_to_array(path, max_audio_sec=self.settings.max_audio_sec,
                                           name=os.path.basename(path))
         decode_s = time.monotonic() - t0
         script = scripter(self.language, self.settings)
-        emit = SocketEmitter(_Dropped(), 0, script)  # type: ignore[arg-type]
+        emit = SocketEmitter(_Dropped(), 0, script)
         t1 = time.monotonic()
         result = script.result(self.engine.transcribe(pcm, self.language, dict(self.options), emit, lambda: False))
         result.timings.total_s = round(time.monotonic() - t1, 4)
@@ -138,7 +138,7 @@ class Transcriber:
 def _error_of(e: BaseException) -> dict[str, str]:
     """A file's failure as the daemon would answer it: its error code and sentence."""
     from hasrd.errors import HasrError
-    from hasrd.worker.main import fail_of
+    from hasrd.worker.serve import fail_of
 
     if isinstance(e, HasrError):
         return {"code": e.code, "message": e.message}
