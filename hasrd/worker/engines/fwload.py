@@ -38,24 +38,15 @@ def batch_for(device: str, setting: int) -> int:
     return BATCH_BY_DEVICE.get(device, BATCH_BY_DEVICE["cpu"])
 
 
-BATCH_ITEMS = {"cpu": 8, "cuda": 32}
-"""Most windows one decode step takes across a worker's jobs when HASR_WORKER_BATCH is 0 (docs/CONFIG.md)."""
-
-
-def batch_items(device: str, setting: int) -> int:
-    """The decode loop's batch across jobs: the setting, or by device when it is 0 (pure)."""
-    if setting > 0:
-        return setting
-    return BATCH_ITEMS.get(device, BATCH_ITEMS["cpu"])
-
-
 def batched(model: Any, device: str, setting: int) -> Any:
     """``model`` (a WhisperModel) with its model calls going through the worker's decode loop, which takes up to
-    :func:`batch_items` windows a step from all the jobs the worker holds (hasrd.worker.ct2batch)."""
+    HASR_WORKER_BATCH windows a step from all the jobs the worker holds (hasrd.worker.ct2batch;
+    placement.batch_for has the defaults by device and docs/CONFIG.md the figures behind them)."""
+    from hasrd import placement
     from hasrd.worker import batcher, ct2batch
 
     loop = batcher.default()
-    loop.max_items = batch_items(device, setting)
+    loop.max_items = placement.batch_for(placement.CPU if device == "cpu" else device, max(0, setting))
     ct2batch.install(model, loop)
     return model
 
