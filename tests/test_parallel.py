@@ -17,6 +17,8 @@ from hasrd.jobevents import JobEvent, Queued
 from hasrd.scheduler import Pool
 from hasrd.worker.scripted import DEFAULT_SCRIPT
 from tests.conftest import pid_alive, run
+from hasrd.options import parse as parse_options
+from tests.speech import load
 from tests.test_pool import make, transcribe, until
 
 SLOW = {"fake": {"rtf": 1.0}}
@@ -168,5 +170,38 @@ def test_with_worker_parallel_one_a_second_job_waits_for_the_first() -> None:
         assert running(pool) == 1
         await asyncio.gather(first, second)
         assert [e for e in heard if isinstance(e, Queued)]
+        await pool.close()
+    run(main())
+
+
+def test_a_live_session_flooding_audio_does_not_starve_another_session_of_the_same_worker() -> None:
+    """Fair share: both sessions' draft chunks are live steps of one decode loop, taken oldest first and one per
+    session at a time, so 12 s of audio sent at once by one client do not delay the other's few chunks."""
+    async def main() -> None:
+        pool = pool_of()
+        order: list[str] = []
+
+        speech = load("en_espeak_park")
+
+        async def session(name: str, seconds: float, pace: float) -> None:
+            audio = np.tile(speech, int(seconds * 16000 / len(speech)) + 1)[:int(seconds * 16000)]
+            lease = pool.admit()
+            try:
+                async with pool.live(language="zh", lease=lease,
+                                     options=parse_options({"fake": {"rtf": 1.0, "script_s": 60}})) as s:
+                    for k in range(0, len(audio), 8000):
+                        await s.audio(audio[k:k + 8000].tobytes())
+                        await asyncio.sleep(pace)
+                    await s.end()
+                    order.append(name)
+            finally:
+                lease.release()
+
+        flood = asyncio.create_task(session("flood", 12.0, 0.0))
+        await until(lambda: running(pool) == 1)
+        await session("steady", 2.0, 0.25)
+        assert order == ["steady"] and not flood.done()  # served while the flood's backlog was still decoding
+        await flood
+        assert order == ["steady", "flood"] and len(pool.refs) == 1
         await pool.close()
     run(main())
