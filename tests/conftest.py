@@ -18,11 +18,6 @@ T = TypeVar("T")
 # before the pool; the pool's own tests (test_pool*.py) set HASR_MAX_WORKERS themselves, and the CPU default
 # (2) is checked there.
 os.environ.setdefault("HASR_MAX_WORKERS", "1")
-# ... and each worker holds one job at a time: the worker program in this tree still serves one request after
-# another (issue 30's worker that decodes many jobs in batches is not in yet), and these tests pin the queue,
-# cancel and live-ahead-of-files behaviour of one job per worker. The pool's rules for several jobs per worker
-# are tested with fake runners (tests/test_pool_units.py) and plain values (tests/test_placement.py).
-os.environ.setdefault("HASR_WORKER_PARALLEL", "1")
 
 
 def run(coro: Awaitable[T], timeout: float = 120.0) -> T:

@@ -7,8 +7,9 @@ from hasrd.worker.batchpolicy import Wait, next_batch, order_jobs
 ENC = ("encode", (80, 3000))
 
 
-def w(seq: int, job: int, *, live: bool = False, key: object = ENC, items: int = 1, born: int = 0) -> Wait:
-    return Wait(seq, job, live, key, items, born)
+def w(seq: int, job: int, *, live: bool = False, key: object = ENC, items: int = 1, born: int = 0,
+      short: bool = False) -> Wait:
+    return Wait(seq, job, live, key, items, born, short)
 
 
 def jobs_of(batch: list[Wait]) -> list[int]:
@@ -90,3 +91,11 @@ def test_a_file_step_that_waited_patience_batches_leads_however_small_its_key() 
 def test_a_live_step_leads_even_over_a_starved_file_step() -> None:
     waits = [w(0, 1, born=0), w(1, 9, live=True, key=("live",), born=9)]
     assert jobs_of(next_batch(waits, {}, 8, now=9)) == [9]
+
+
+def test_a_short_jobs_step_leads_after_live_ones_and_before_long_files_that_waited() -> None:
+    waits = [w(0, 1, born=0), w(1, 2, key=("generate",), born=0), w(2, 3, short=True, born=5),
+             w(3, 9, live=True, key=("live",), born=5)]
+    assert jobs_of(next_batch(waits, {}, 8, now=5)) == [9]
+    assert jobs_of(next_batch(waits[:3], {}, 8, now=5)) == [3, 1]  # a long file with its key joins it
+    assert len(next_batch(waits[:3], {}, 8, now=5)) == len({id(x) for x in next_batch(waits[:3], {}, 8, now=5)})

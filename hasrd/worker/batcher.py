@@ -46,6 +46,7 @@ class JobTag:
     id: int
     live: bool = False
     cancelled: Callable[[], bool] = _never
+    short: bool = False  # at most one 30 s window of audio: served ahead of long files (batchpolicy)
 
 
 _local = threading.local()
@@ -123,8 +124,8 @@ class Batcher:
         tag = current() or JobTag(-threading.get_ident())
         if tag.cancelled():
             raise _cancelled()
-        step = _Step(Wait(next(self._seq), tag.id, tag.live, key, max(1, items), self.stats.batches), payload,
-                     execute, tag)
+        step = _Step(Wait(next(self._seq), tag.id, tag.live, key, max(1, items), self.stats.batches, tag.short),
+                     payload, execute, tag)
         with self._cv:
             self._waiting.append(step)
             if self._thread is None:

@@ -24,6 +24,9 @@ from hasrd import protocol as p
 from hasrd import zhscript
 from hasrd.worker import batcher
 
+SHORT_FRAMES = 30 * 16000
+"""A job of at most one whisper window of audio is short: its steps go ahead of long files' (batchpolicy)."""
+
 
 class SocketEmitter:
     """An engine's events as protocol messages; their texts pass through the request's script first."""
@@ -119,7 +122,7 @@ def serve_one(ch: Any, engine: Any, req: p.Transcribe, settings: Any = None) -> 
         return req.id in ch.cancelled or ch.shutdown.is_set()
 
     try:
-        with batcher.bound(batcher.JobTag(req.id, live=False, cancelled=cancelled)):
+        with batcher.bound(batcher.JobTag(req.id, live=False, cancelled=cancelled, short=req.frames <= SHORT_FRAMES)):
             result = engine.transcribe(pcm, req.language, dict(req.options), SocketEmitter(ch, req.id, script),
                                        cancelled)
         ch.send(p.Result(id=req.id, result=script.result(result)))
