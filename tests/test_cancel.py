@@ -53,7 +53,7 @@ def queued_behind(d: Hasrd, wav: str, hang_wav: str) -> tuple[httpx.Response, in
 
 def test_a_request_behind_a_vanished_client_gets_a_new_worker_at_once_when_loading_is_cheap(
         short_tmp: str) -> None:
-    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_CANCEL_GRACE_SEC": "600"})
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_WORKER_PARALLEL": "1", "HASR_CANCEL_GRACE_SEC": "600"})
     try:
         wav, hang = write_wav(os.path.join(short_tmp, "a.wav"), 1.0), write_wav(os.path.join(short_tmp, "h.wav"), 5.0)
         r, before, after = queued_behind(d, wav, hang)
@@ -65,7 +65,8 @@ def test_a_request_behind_a_vanished_client_gets_a_new_worker_at_once_when_loadi
 
 
 def test_a_worker_that_loads_slowly_is_waited_for_up_to_the_grace(short_tmp: str) -> None:
-    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_CANCEL_GRACE_SEC": "2", "HASR_FAKE_LOAD_SEC": "5.5"})
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_WORKER_PARALLEL": "1",  # one job a worker: the queue
+                                                      "HASR_CANCEL_GRACE_SEC": "2", "HASR_FAKE_LOAD_SEC": "5.5"})
     try:
         wav, hang = write_wav(os.path.join(short_tmp, "a.wav"), 1.0), write_wav(os.path.join(short_tmp, "h.wav"), 5.0)
         r, before, after = queued_behind(d, wav, hang)

@@ -300,7 +300,8 @@ def test_a_daemon_whose_load_failed_once_still_exits_when_idle(short_tmp: str) -
 
 
 def test_crash_timeout_and_queue_full_each_get_their_status_and_the_next_request_works(short_tmp: str) -> None:
-    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_STALL_SEC": "0.5", "HASR_MAX_QUEUE": "1"})
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_WORKER_PARALLEL": "1",  # one job a worker: the queue
+                                                      "HASR_STALL_SEC": "0.5", "HASR_MAX_QUEUE": "1"})
     try:
         wav = write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
         r = transcribe(d.sock, wav, {"fake": {"crash": True}})

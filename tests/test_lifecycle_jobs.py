@@ -165,7 +165,8 @@ def test_a_request_behind_long_decodes_gets_its_file_not_found_at_once(short_tmp
 
 def test_uploads_waiting_to_decode_count_against_the_queue_bound(short_tmp: str) -> None:
     big = noise_flac(short_tmp, 7200)  # two hours: both still decoding seconds after they were admitted, even on CI
-    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_MAX_QUEUE": "1", "HASR_MAX_AUDIO_SEC": "7300"})
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_WORKER_PARALLEL": "1",  # one job a worker: the queue
+                                                      "HASR_MAX_QUEUE": "1", "HASR_MAX_AUDIO_SEC": "7300"})
     try:
         threads = [threading.Thread(target=post_transcribe, args=(d.sock, big), kwargs={"timeout": 300})
                    for _ in range(2)]

@@ -228,7 +228,7 @@ def test_a_live_session_holds_the_worker_past_its_ttl_and_lets_it_go_after(tmp_p
 def test_a_live_session_goes_ahead_of_queued_files_and_never_fails_them(tmp_path: Path) -> None:
     """Policy: a running file job is never interrupted; a live session takes the worker next, ahead of files
     that queued before it (their position is reported); those files run when it ends."""
-    h = Hasrd(sock_in(tmp_path), env={"HASR_FAKE_RTF": "1.5"})
+    h = Hasrd(sock_in(tmp_path), env={"HASR_WORKER_PARALLEL": "1", "HASR_FAKE_RTF": "1.5"})
     wav = write_wav(str(tmp_path / "two.wav"), seconds=2.0)
     results: dict[str, tuple[float, int]] = {}
 

@@ -182,7 +182,7 @@ def test_audio_waiting_in_front_of_a_loading_worker_is_bounded_and_the_client_to
 
 def test_a_live_session_behind_a_long_job_is_refused_after_the_queue_wait(tmp_path: Path) -> None:
     """A plain OpenAI client waiting for the worker used to hear nothing for as long as the job ran."""
-    h = Hasrd(sock_in(tmp_path), env={"HASR_FAKE_RTF": "10", "HASR_LIVE_QUEUE_SEC": "1"})
+    h = Hasrd(sock_in(tmp_path), env={"HASR_WORKER_PARALLEL": "1", "HASR_FAKE_RTF": "10", "HASR_LIVE_QUEUE_SEC": "1"})
     wav = write_wav(str(tmp_path / "long.wav"), seconds=3.0)
     codes: list[int] = []
 
