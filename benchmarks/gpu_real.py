@@ -524,7 +524,7 @@ def s_live(b: Bench) -> None:
                 f"p90 {f[int(0.9 * (len(f) - 1))]:.2f} s; {len(first)}/{total} utterances had words, "
                 f"{len(final)} finals")
     row("live", "1 session at real time", stats([one]), goal="first words <= 0.5 s, finals <= 1 s")
-    row("live", "8 sessions at once (one worker: queued until the parallel worker lands)", stats(results))
+    row("live", "8 sessions at once (one worker holding them together)", stats(results))
     RAW["live_errors"] = [repr(s) for s in results if isinstance(s, Exception)]
 
 
