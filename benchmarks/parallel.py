@@ -226,9 +226,7 @@ def main() -> None:
                           f"{'p90 <= 1 s' if args.gpu else '<= 3 s'}  (load {p['load_live']})"))
             table.append((f"{where}: ... and finals after the sentence's end", p90(p["finals"]),
                           p90(one["finals"]) if "finals" in one else "-", "p90 <= 1.5 s" if args.gpu else ""))
-        if "together_s" not in p:
-            ratio = 0.0
-        else:
+        if "together_s" in p:
             ratio = p["sequential_s"] / p["together_s"]
             table.append((f"{where}: {files_n} files of {file_sec:g} s together / one after another",
                           f"{p['together_s']:.1f} / {p['sequential_s']:.1f} s: wall x{1 / ratio:.2f}, "
