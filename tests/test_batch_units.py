@@ -197,6 +197,27 @@ def test_a_driver_killed_mid_run_loses_no_row_and_leaves_one_per_input(tmp_path:
     assert [json.loads(x)["path"] for x in (out / manifest.NAME).read_text().splitlines()] == ["/a", "/b", "/c", "/d"]
 
 
+def test_a_ctrl_c_between_the_journal_line_and_the_books_keeps_the_row(tmp_path: Path, monkeypatch: Any) -> None:
+    """Ctrl-C lands just after a row's journal line is fsynced, before the run's own books hold it (CI saw this:
+    the journal was deleted at the end and the finished file vanished): closing folds the journal in first."""
+    real_fsync = os.fsync
+
+    def fsync_then_ctrl_c(fd: int) -> None:
+        real_fsync(fd)
+        raise KeyboardInterrupt
+
+    book = manifest.Manifest(str(tmp_path)).open()
+    try:
+        monkeypatch.setattr(manifest.os, "fsync", fsync_then_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            book.record({"path": "/a", "status": "ok"})
+        monkeypatch.setattr(manifest.os, "fsync", real_fsync)
+    finally:
+        book.close()
+    assert not (tmp_path / manifest.JOURNAL).exists()
+    assert [json.loads(x)["path"] for x in (tmp_path / manifest.NAME).read_text().splitlines()] == ["/a"]
+
+
 def test_two_runs_cannot_write_one_outdir(tmp_path: Path) -> None:
     book = manifest.Manifest(str(tmp_path)).open()
     try:

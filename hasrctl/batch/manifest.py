@@ -274,6 +274,12 @@ class Manifest:
         journal and the lock go. DiskFull when the rewrite does not fit: the journal stays, holding the rows."""
         try:
             if self._journal is not None:
+                # a row whose journal line is on disk but which an interrupt (Ctrl-C, SIGTERM) kept out of
+                # self.rows: fold the journal in, or deleting it below would lose a finished file
+                for row in _rows(self.journal_path):
+                    if self.rows.get(row["path"]) != row:
+                        self.rows[row["path"]] = row
+                        self._dirty = True
                 if self._dirty:
                     self.rewrite()
                 os.close(self._journal)
