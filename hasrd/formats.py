@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from hasrd.errors import UnknownFormat
+from hasrd.languages import is_mark
 
 if TYPE_CHECKING:  # the CLI imports this module at start (FORMATS): subtitles and msgspec load when used
     from hasrd import subtitles
@@ -119,9 +120,9 @@ class DeltaJoiner:
     """Sentence texts in, ``transcript.text.delta`` strings out, which concatenate exactly to the
     ``transcript.text.done`` text (clients append deltas; the SDK's helpers do).
 
-    A sentence after the first is prefixed with a space unless either side of the join is in a script written
-    without spaces (CJK, Thai, ...) or already is one: ``languages.join_sentences``'s rule, decided per join
-    because the language may be known only at the end. :meth:`done` gives the rest of the engine's final text
+    A sentence after the first is prefixed with a space unless one side of the join is in a script written
+    without spaces (CJK, Thai, ...) and a mark (。 . ，) ends or begins the join: ``languages.gap``'s rule, decided
+    per join because the language may be known only at the end. :meth:`done` gives the rest of the engine's final text
     as a last delta, and the done text: the engine's final text whenever the deltas could reach it.
     """
 
@@ -132,7 +133,9 @@ class DeltaJoiner:
         piece = sentence.strip()
         if not piece:
             return ""
-        delta = (" " if self.text and _spaced(self.text[-1]) and _spaced(piece[0]) else "") + piece
+        prev = self.text[-1:]
+        spaced = prev and _spaced(prev) and _spaced(piece[0])
+        delta = (" " if prev and (spaced or not (is_mark(prev) or is_mark(piece[0]))) else "") + piece
         self.text += delta
         return delta
 

@@ -21,6 +21,7 @@ a known language (R2T2 knows fewer than Whisper) is the worker's to say.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 # Whisper's codes with the names Qwen3-ASR / R2T2 use (Qwen3-ASR's list first, then the rest of Whisper's).
@@ -156,13 +157,29 @@ def resolve(language: str | None) -> tuple[str, str]:
 
 
 def joiner(code: str) -> str:
-    """The separator between sentences of this language."""
+    """The separator between sentences of this language that end with a mark."""
     return "" if code in NO_SPACE else " "
 
 
+def is_mark(ch: str) -> bool:
+    """Punctuation of any script (。，！？ . , " 」 ...)."""
+    return unicodedata.category(ch).startswith("P")
+
+
+def gap(before: str, after: str, code: str) -> str:
+    """What goes between two sentences: one space where words are spaced; in a script written without spaces
+    nothing after or before a mark (as the seed joins them), but a space where neither side has one. Whisper
+    often ends a Chinese segment without 。, and "今天天气很好" + "我们去公园" must not run into one sentence."""
+    if joiner(code) == " ":
+        return " "
+    return "" if not before or not after or is_mark(before[-1]) or is_mark(after[0]) else " "
+
+
 def join_sentences(texts: list[str], code: str) -> str:
-    """Join per-sentence texts: "" for Chinese and friends (as the seed does), one space otherwise."""
-    sep = joiner(code)
-    if sep == "":
-        return "".join(t.strip() for t in texts)
-    return sep.join(t.strip() for t in texts if t.strip())
+    """Join per-sentence texts (each stripped, the empty ones left out) with :func:`gap` between them."""
+    out = ""
+    for t in texts:
+        t = t.strip()
+        if t:
+            out += (gap(out, t, code) if out else "") + t
+    return out

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hasrd.languages import CANTONESE_REGIONS, UnknownLanguage, parse
+from hasrd.languages import CANTONESE_REGIONS, UnknownLanguage, join_sentences, parse
 
 if TYPE_CHECKING:  # the CLI reads tags through this module: no msgspec at import
     from msgspec import UnsetType
@@ -421,13 +421,17 @@ class Scripter:
 
 
 def _rejoin(before: list[str], after: list[str], joined: str) -> str | None:
-    """``after`` joined like ``before`` made ``joined`` ("" or " ", stripped pieces); None when it was not
-    a join of them."""
+    """``after`` joined like ``before`` made ``joined`` (stripped pieces joined by "", by " ", or by
+    ``languages.join_sentences``'s rule: a space only where neither side of the join is a mark); None when it
+    was not a join of them."""
     if not before:
         return None
-    for sep in ("", " "):
-        if sep.join(t.strip() for t in before if sep == "" or t.strip()) == joined:
-            return sep.join(t.strip() for t in after if sep == "" or t.strip())
+    rules: list[Callable[[list[str]], str]] = [
+        lambda xs: "".join(t.strip() for t in xs), lambda xs: " ".join(t.strip() for t in xs if t.strip()),
+        lambda xs: join_sentences(xs, "zh")]
+    for rule in rules:
+        if rule(before) == joined:
+            return rule(after)
     return None
 
 

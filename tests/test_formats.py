@@ -187,3 +187,23 @@ def test_a_result_that_is_no_result_object_says_so_in_one_sentence() -> None:
     with pytest.raises(ValueError, match="same version"):
         from_json({"final": "x", "per_sentence": "not a list"})
     assert from_json({"final": "x", "field_of_a_newer_daemon": 1}).final == "x"
+
+
+@pytest.mark.parametrize(("texts", "code", "joined"), [
+    (["今天天气很好", "我们去公园"], "zh", "今天天气很好 我们去公园"),  # no end mark: a space, not one run-on sentence
+    (["今天天气很好。", "我们去公园"], "zh", "今天天气很好。我们去公园"),  # after 。 nothing, as the seed joins them
+    (["「你好」", "再见"], "zh", "「你好」再见"),
+    (["こんにちは", "元気です。"], "ja", "こんにちは 元気です。"),
+    (["你好", "Hello"], "zh", "你好 Hello"),
+    (["Hello.", " ", "World"], "en", "Hello. World"),
+])
+def test_sentences_without_an_end_mark_are_not_run_together_and_the_stream_adds_up_to_the_same_text(
+        texts: list[str], code: str, joined: str) -> None:
+    """issue 32 #8: Chinese sentences without 。 were joined with nothing between them in text and json; the
+    streamed deltas (OpenAI's transcript.text.delta) must still concatenate to the done text."""
+    from hasrd.languages import join_sentences
+
+    assert join_sentences(texts, code) == joined
+    joiner = formats.DeltaJoiner()
+    assert "".join(joiner.add(t) for t in texts) == joined
+    assert joiner.done(joined) == ("", joined)
