@@ -167,16 +167,20 @@ def check_free(target: Path, force: bool) -> None:
         raise UsageError(f"{target.parent}: no such directory")
 
 
-def write(target: Path, text: str | bytes, force: bool) -> None:
+def write(target: Path, text: str | bytes, force: bool, streams: bool = True) -> None:
     """Write atomically; without ``force`` an existing file (even one created meanwhile) is left alone.
 
-    Character devices and FIFOs are opened and written; a link to a regular file is written through with
-    ``force`` (the link stays): neither is ever renamed over.
+    Character devices and FIFOs are opened and written (``-o /dev/stdout``, ``-o >(cmd)``) unless ``streams``
+    is False (batch: a FIFO left in OUTDIR would block the run for ever until someone reads it); a link to a
+    regular file is written through with ``force`` (the link stays): neither is ever renamed over.
     """
     import tempfile
 
     data = text.encode("utf-8") if isinstance(text, str) else text
     kind = _kind(target)
+    if kind == "stream" and not streams:
+        what = "a FIFO" if stat.S_ISFIFO(os.stat(target).st_mode) else "a device"
+        raise UsageError(f"{target} is {what}, not a regular file: remove it so the output can be written there")
     if kind == "link" and not force:
         raise UsageError(f"{target} exists (use --force to overwrite)")
     if kind in ("link", "stream"):

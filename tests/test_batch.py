@@ -471,11 +471,11 @@ if os.environ.get("HASR_TEST_FULL_AFTER"):  # the driver's outputs: the disk fil
 
     real, written = output.write, [0]
 
-    def write(target, text, force):
+    def write(target, text, force, **kw):
         written[0] += 1
         if written[0] > int(os.environ["HASR_TEST_FULL_AFTER"]):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(target, text, force)
+        real(target, text, force, **kw)
 
     output.write = write
 """

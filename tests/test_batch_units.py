@@ -8,8 +8,11 @@ import errno
 import io
 import json
 import os
+import shutil
 import socket
+import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +25,8 @@ from hasrctl.batch import inputs, manifest
 from hasrctl.batch.command import _sizes, parse_formats
 from hasrctl.batch.progress import Progress
 from hasrctl.client import UsageError
+from cliutil import cli_env
+from conftest import need
 from speech import DATA
 
 
@@ -754,3 +759,73 @@ def test_formats_all_is_every_kept_format_and_json_with_verbose_json_is_refused(
         parse_formats(("all,json",))
     with pytest.raises(UsageError, match="or all"):
         parse_formats(("txt,docx",))
+
+
+def test_an_io_error_on_the_journal_is_unwritable_and_keeps_no_half_line(tmp_path: Path, monkeypatch: Any) -> None:
+    """Issue 31 #17's sibling: an error other than a full disk (EIO here; EROFS, EACCES alike) is an OutdirError
+    too, not an OSError for the CLI to call an internal error; the line that could not be made durable goes."""
+    book = manifest.Manifest(str(tmp_path)).open()
+    try:
+        book.record({"path": "/a", "status": "ok"})
+
+        def fsync_eio(fd: int) -> None:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        monkeypatch.setattr(manifest.os, "fsync", fsync_eio)
+        with pytest.raises(manifest.Unwritable) as e:
+            book.record({"path": "/b", "status": "ok"})
+        assert isinstance(e.value, manifest.OutdirError) and not isinstance(e.value, manifest.DiskFull)
+        assert e.value.reason == "Input/output error" and e.value.recorded == 1
+        assert [json.loads(x)["path"] for x in (tmp_path / manifest.JOURNAL).read_text().splitlines()] == ["/a"]
+        monkeypatch.undo()
+    finally:
+        book.close()
+    assert [json.loads(x)["path"] for x in (tmp_path / manifest.NAME).read_text().splitlines()] == ["/a"]
+
+
+def test_a_fifo_where_an_output_goes_fails_that_row_at_once_instead_of_blocking_the_run(tmp_path: Path) -> None:
+    """Issue 31 #16's other half: a FIFO left in OUTDIR at an output's path was opened for writing, and the run
+    waited for a reader for ever. Now that row fails (write_failed, naming the FIFO), the FIFO stays, and the
+    row is recorded."""
+    from hasrctl.batch.command import _store
+
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "talk.txt")
+    book = manifest.Manifest(str(out)).open()
+    row = {"path": "/in/talk.flac", "status": "ok", "rendered": {"text": "hello\n"}, "result": {"final": "hello"}}
+    done = threading.Event()
+
+    def store() -> None:
+        _store(book, str(out), {"/in/talk.flac": "talk"}, ["text"], {"f": 1}, row)
+        done.set()
+
+    threading.Thread(target=store, daemon=True).start()
+    try:
+        if not done.wait(30):
+            with contextlib.suppress(OSError):  # a reader unblocks the writer, so the test process can end
+                os.close(os.open(out / "talk.txt", os.O_RDONLY | os.O_NONBLOCK))
+            pytest.fail("the output's write blocked on the FIFO")
+    finally:
+        book.close()
+    assert row["status"] == "failed" and row["error"]["code"] == "write_failed", row
+    assert "talk.txt is a FIFO, not a regular file" in row["error"]["message"]
+    assert stat.S_ISFIFO(os.lstat(out / "talk.txt").st_mode)
+    assert [json.loads(x)["status"] for x in (out / manifest.NAME).read_text().splitlines()] == ["failed"]
+
+
+def test_a_read_only_outdir_is_one_line_that_says_so_not_an_internal_error(tmp_path: Path) -> None:
+    """A real read-only file system (tmpfs mounted ro in a private mount namespace) as OUTDIR's parent: exit 1,
+    one line naming the directory and the reason, no Ray started, no traceback."""
+    need(shutil.which("unshare") is not None and os.geteuid() == 0, "needs root and unshare for a read-only mount")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    env = cli_env(str(tmp_path / "e"))
+    script = 'mount -t tmpfs -o ro,size=1m tmpfs "$1" && exec "$2" -m hasrctl batch "$3" -o "$1/out" --no-progress'
+    res = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", script, "sh", str(ro),
+                          sys.executable, str(DATA / "en_hello_world.flac")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert (f"cannot write to {ro}/out (Read-only file system): nothing was transcribed; run the same command "
+            f"again once it can be written to, or choose another -o") in res.stderr, res.stderr
+    assert "internal error" not in res.stderr and "Traceback" not in res.stderr and "Ray" not in res.stderr

@@ -248,20 +248,26 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
             return _report(b.failures + still, len(found.files))
         finally:
             book.close()
-    except mf.DiskFull as e:
-        raise CliError(_full_message(e, todo, os.path.join(out_root, mf.JOURNAL)), EXIT_FAILED) from None
+    except mf.OutdirError as e:
+        raise CliError(_outdir_message(e, todo, os.path.join(out_root, mf.JOURNAL)), EXIT_FAILED) from None
 
 
-def _full_message(e: Any, todo: list[str] | None, journal: str) -> str:
-    """OUTDIR full (manifest.DiskFull): where, why, how much was done, and what to do."""
-    text = f"{e.outdir} is full ({e.reason})"
+def _outdir_message(e: Any, todo: list[str] | None, journal: str) -> str:
+    """OUTDIR full or unwritable (manifest.OutdirError): where, why, how much was done, and what to do."""
+    from hasrctl.batch import manifest as mf
+
+    if isinstance(e, mf.DiskFull):
+        text, then = f"{e.outdir} is full ({e.reason})", "run the same command again once there is room"
+    else:
+        text = f"cannot write to {e.outdir} ({e.reason})"
+        then = "run the same command again once it can be written to, or choose another -o"
     if todo is None:
-        return f"{text}: nothing was transcribed; run the same command again once there is room"
+        return f"{text}: nothing was transcribed; {then}"
     text += f": {e.recorded} of {len(todo)} file(s) done and recorded"
     if os.path.exists(journal) and os.path.getsize(journal):
         text += " (their rows wait in .hasr-batch.journal until the manifest can be rewritten)"
     left = len(todo) - e.recorded
-    return text + "; run the same command again once there is room" + (f" to do the other {left}" if left else "")
+    return f"{text}; {then}" + (f" (the other {left} are left to do)" if left else "")
 
 
 @dataclass
@@ -351,7 +357,7 @@ def _on_ray(rn: Any, ray: Any, b: Batch) -> int:
         say(f"interrupted: {bar.done} of {len(b.todo)} file(s) finished and are in the manifest; run the same "
             f"command to go on")
         return 130
-    except mf.DiskFull:
+    except mf.OutdirError:
         bar.finish()  # the line of where it stopped; batch() says why
         raise
     finally:
@@ -408,13 +414,13 @@ def _store(book: Any, out_root: str, names: dict[str, str], formats: list[str], 
                 rel = f"{names[row['path']]}.{extension(fmt)}"
                 target = Path(out_root) / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                output.write(target, rendered[fmt], True)
+                output.write(target, rendered[fmt], True, streams=False)
                 outs.append(rel)
         if row["status"] == "ok" and isinstance(result, dict):
             rel = os.path.join(RESULTS, f"{names[row['path']]}.json")
             target = Path(out_root) / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            output.write(target, json.dumps(result, ensure_ascii=False) + "\n", True)
+            output.write(target, json.dumps(result, ensure_ascii=False) + "\n", True, streams=False)
             row["result"] = rel
     except (CliError, OSError) as e:
         if isinstance(e, OSError) and is_full(e):

@@ -6,9 +6,10 @@ path order. Loading merges the two, the journal's rows last, so a driver killed 
 kill -9, a power cut) leaves every finished file on record, and the manifest a reader sees is always a
 complete file with one row per input. A lock file keeps two runs from writing one OUTDIR.
 
-A full disk (ENOSPC, or the user's quota: EDQUOT) is :class:`DiskFull`, raised where it is met: a journal line
-that did not fit is cut off again (the row is not recorded), a rewrite that did not fit leaves no temporary file
-and the manifest as it was, and the journal keeps every row recorded since, for the next run to fold in.
+A full disk (ENOSPC, or the user's quota: EDQUOT) is :class:`DiskFull`, any other failed write (a read-only
+file system, no permission, an I/O error) :class:`Unwritable`, both :class:`OutdirError`s raised where met: a
+journal line that did not fit is cut off again (the row is not recorded), a rewrite that did not fit leaves no
+temporary file and the manifest as it was, and the journal keeps every row recorded since, for the next run.
 
 A row: path, hash (``sha256:...`` of the file's bytes), size, mtime_ns, status (``ok`` | ``failed`` |
 ``skipped``), error (``{code, message}`` or null), language, duration_s, text, model, engine, options (what
@@ -38,12 +39,20 @@ LOCK = ".hasr-batch.lock"
 FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # no room: the disk, or the user's quota
 
 
-class DiskFull(Exception):
-    """OUTDIR has no room left: the run stops there, and what it recorded stays recorded."""
+class OutdirError(Exception):
+    """OUTDIR cannot take the run's writes: the run stops there, and what it recorded stays recorded."""
 
     def __init__(self, outdir: str, error: OSError, recorded: int) -> None:
         self.outdir, self.reason, self.recorded = outdir, error.strerror or str(error), recorded
         super().__init__(f"{outdir}: {self.reason}")
+
+
+class DiskFull(OutdirError):
+    """No room left (ENOSPC, EDQUOT): the same command goes on once there is room."""
+
+
+class Unwritable(OutdirError):
+    """Any other failed write (EROFS, EACCES, EIO, ...): the manifest, journal or lock could not be written."""
 
 
 def is_full(e: BaseException) -> bool:
@@ -182,8 +191,8 @@ class Manifest:
         self._last_write = clock()
         self._dirty = False  # rows recorded since the last rewrite
 
-    def _full(self, e: OSError) -> DiskFull:
-        return DiskFull(self.outdir, e, self.recorded)
+    def _failed(self, e: OSError) -> OutdirError:
+        return (DiskFull if is_full(e) else Unwritable)(self.outdir, e, self.recorded)
 
     def open(self) -> Manifest:
         """Take the lock, read what earlier runs left and fold their journal into the manifest."""
@@ -191,9 +200,7 @@ class Manifest:
             os.makedirs(self.outdir, exist_ok=True)
             fd = os.open(os.path.join(self.outdir, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
-            if is_full(e):
-                raise self._full(e) from None
-            raise
+            raise self._failed(e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -209,13 +216,11 @@ class Manifest:
         try:
             self._journal = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
         except OSError as e:
-            if is_full(e):
-                raise self._full(e) from None
-            raise
+            raise self._failed(e) from None
         return self
 
     def record(self, row: dict[str, Any]) -> None:
-        """A finished input: on disk now (journal), in the manifest at the next rewrite. DiskFull when its line
+        """A finished input: on disk now (journal), in the manifest at the next rewrite. OutdirError when its line
         does not fit: then it is not recorded (what did fit is cut off, so the next line starts a line)."""
         assert self._journal is not None
         line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
@@ -226,9 +231,7 @@ class Manifest:
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._journal, end)  # shrinking needs no room
-            if is_full(e):
-                raise self._full(e) from None
-            raise
+            raise self._failed(e) from None
         self.rows[row["path"]] = row
         self.recorded += 1
         self._dirty = True
@@ -236,7 +239,7 @@ class Manifest:
             self.rewrite()
 
     def rewrite(self) -> None:
-        """The whole manifest, atomically; then the journal it now holds is emptied. DiskFull when it does not
+        """The whole manifest, atomically; then the journal it now holds is emptied. OutdirError when it does not
         fit: the temporary file goes, the manifest and the journal stay as they were."""
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
@@ -258,8 +261,8 @@ class Manifest:
         except BaseException as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            if isinstance(e, OSError) and is_full(e):
-                raise self._full(e) from None
+            if isinstance(e, OSError):
+                raise self._failed(e) from None
             raise
         if self._journal is not None:
             os.ftruncate(self._journal, 0)  # O_APPEND: the next row is its first line
@@ -271,7 +274,7 @@ class Manifest:
 
     def close(self) -> None:
         """The final rewrite (when anything changed: a rerun with nothing to do leaves the file alone); the
-        journal and the lock go. DiskFull when the rewrite does not fit: the journal stays, holding the rows."""
+        journal and the lock go. OutdirError when the rewrite fails: the journal stays, holding the rows."""
         try:
             if self._journal is not None:
                 # a row whose journal line is on disk but which an interrupt (Ctrl-C, SIGTERM) kept out of
