@@ -251,3 +251,33 @@ def test_the_batch_follows_the_device_unless_set() -> None:
     assert batch_for("cuda", 0) == 0 and batch_for("cpu", 8) == 8
     assert WhisperEngine(config.load({}), "", "cuda", "float16").batch == 16
     assert WhisperEngine(config.load({"HASR_WHISPER_BATCH": "4"}), "", "cuda", "float16").batch == 4
+
+
+def test_two_sure_windows_that_agree_settle_the_language_vote_and_doubtful_ones_do_not() -> None:
+    """Issue 32 #2 (first words sooner): the vote stops after two windows that agree at >= SURE; the espeak
+    Mandarin windows the vote exists for (Chinese 0.88, Thai 0.85) go on to all four."""
+    sure = [[("en", 0.98), ("de", 0.01)], [("en", 0.97)]]
+    assert language_id.settled(sure) and not language_id.settled(sure[:1])
+    assert not language_id.settled([[("zh", 0.88), ("th", 0.07)], [("th", 0.85), ("zh", 0.05)]])
+    assert not language_id.settled([[("en", 0.98)], [("de", 0.97)]])  # sure, but of two languages
+    assert not language_id.settled([[("yue", 0.97)], [("yue", 0.96)]], allowed={"zh", "en"})
+
+
+def test_a_clear_english_file_is_voted_from_two_windows_not_four() -> None:
+    """The real model on 2 minutes of English speech: two detections, English, the same answer the four-window
+    vote gave."""
+    from faster_whisper import WhisperModel
+
+    model = WhisperModel(model_dir(), device="cpu", compute_type="int8")
+    calls: list[int] = []
+    real = model.detect_language
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kw)
+
+    model.detect_language = counted  # type: ignore[method-assign]
+    speech = np.concatenate([load("en_espeak_park"), load("en_quick_brown_fox"), load("en_hello_world")] * 20)
+    assert len(language_id.speech_of(speech)) >= language_id.NEED  # enough speech for all four windows
+    lang, prob = language_id.detect(model, speech)
+    assert lang == "en" and prob >= language_id.SURE and len(calls) == 2, (lang, prob, calls)
