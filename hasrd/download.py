@@ -47,7 +47,7 @@ from hasrd import errors, models, modelspec
 
 log = logging.getLogger("hasrd.pull")
 
-ALLOW_PATTERNS = ("config.json", "preprocessor_config.json", "model.bin", "tokenizer.json", "vocabulary.*")
+ALLOW_PATTERNS = models.FW_FILES
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MANIFEST_TIMEOUT = 30.0  # seconds for the manifest and each file's HEAD
 PROGRESS_SEC = 0.5  # a progress line at least this often while bytes arrive ...

@@ -12,7 +12,9 @@ netease-youdao/Confucius4-R2T2 from the cache.
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,103 @@ FW_REPOS = {"large": "Systran/faster-whisper-large-v3",
             "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
             "distil-large-v3": "Systran/faster-distil-whisper-large-v3",
             "distil-large-v2": "Systran/faster-distil-whisper-large-v2"}
+
+
+# What faster-whisper loads from a model directory (faster_whisper.utils.download_model's allow_patterns): what a
+# pull fetches and an import copies
+FW_FILES = ("config.json", "preprocessor_config.json", "model.bin", "tokenizer.json", "vocabulary.*")
+CT2_BINARY_VERSION = 6  # the newest model.bin layout this reader knows (ctranslate2.specs.model_spec)
+
+
+def fw_files(d: Path) -> list[Path]:
+    """The files of directory ``d`` that faster-whisper loads (links followed), sorted by name."""
+    return sorted(p for p in d.iterdir() if any(fnmatch.fnmatchcase(p.name, pat) for pat in FW_FILES)
+                  and p.is_file())
+
+
+def fw_dir_problem(d: Path) -> str | None:
+    """Why ``d`` is no faster-whisper model directory that loads without the hub ("it ..."), or None when it is
+    one.
+
+    It needs model.bin (the CTranslate2 weights, whole: model_bin_problem), config.json (the Whisper settings
+    CTranslate2 reads), a vocabulary.* file (CTranslate2's vocabulary) and tokenizer.json (without it
+    faster-whisper fetches a tokenizer from the Hugging Face hub at every load). Cheap: the weights are not
+    read, only their table of contents (seeks over each tensor)."""
+    if not d.exists():
+        return "no such directory"
+    if not d.is_dir():
+        return "it is not a directory (a CTranslate2 model is a directory holding model.bin)"
+    try:
+        names = {p.name for p in fw_files(d)}
+    except OSError as e:
+        return f"it cannot be read: {e.strerror or e}"
+    if "model.bin" not in names:
+        return "it has no model.bin: no CTranslate2 model directory"
+    missing = [n for n in ("config.json", "tokenizer.json") if n not in names]
+    if not any(fnmatch.fnmatchcase(n, "vocabulary.*") for n in names):
+        missing.append("vocabulary.json or vocabulary.txt")
+    if missing:
+        return (f"it lacks {', '.join(missing)}, which faster-whisper loads beside model.bin (a converted model "
+                f"has them: ct2-transformers-converter --copy_files tokenizer.json ...)")
+    return model_bin_problem(d / "model.bin")
+
+
+def model_bin_problem(path: Path) -> str | None:
+    """Why ``path`` is no whole CTranslate2 model.bin (truncated, or not one at all: "its model.bin ..."), or
+    None.
+
+    The file is a header (binary version, the spec's name and revision), then each variable (name, shape,
+    dtype, byte count, bytes), then the aliases; walking the table with seeks checks that every tensor is
+    there and that the file ends where the table does, without reading the weights (a few ms for large-v3)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            def take(fmt: str) -> tuple[Any, ...]:
+                n = struct.calcsize(fmt)
+                raw = f.read(n)
+                if len(raw) != n:
+                    raise EOFError
+                return struct.unpack(fmt, raw)
+
+            def string() -> str:
+                (n,) = take("<H")
+                return bytes(take(f"<{n}s")[0]).rstrip(b"\0").decode("utf-8", "replace")
+
+            (version,) = take("<I")
+            if not 1 <= version <= 64:
+                return "its model.bin is no CTranslate2 model (its first bytes are no format version)"
+            if version > CT2_BINARY_VERSION:
+                return None  # a newer layout than this reader knows: CTranslate2 itself will judge it
+            spec = ""
+            if version >= 2:
+                spec = string()
+                take("<I")  # the spec's revision
+            if version >= 2 and not spec.isidentifier():
+                return "its model.bin is no CTranslate2 model (no model spec's name in its header)"
+            (count,) = take("<I")
+            for _ in range(count):
+                string()
+                (rank,) = take("<B")
+                take(f"<{rank}I")
+                if version >= 4:
+                    _dtype, nbytes = take("<BI")
+                else:
+                    item, items = take("<BI")
+                    nbytes = item * items
+                if f.seek(nbytes, os.SEEK_CUR) > size:
+                    raise EOFError
+            if version >= 3:
+                (aliases,) = take("<I")
+                for _ in range(2 * aliases):
+                    string()
+            if f.tell() != size:
+                return f"its model.bin is no CTranslate2 model ({size - f.tell()} bytes after its table's end)"
+    except EOFError:
+        return (f"its model.bin is cut short ({size} bytes, less than its table of tensors needs): a partial copy "
+                f"or download")
+    except OSError as e:
+        return f"its model.bin cannot be read: {e.strerror or e}"
+    return None
 
 
 def hf_cache_dirs() -> list[Path]:
