@@ -4,9 +4,10 @@ Shared by the worker (which loads what it finds), ``hasrctl doctor`` (which repo
 Standard library only; each way of not finding a model is an EngineError("model_unavailable") whose sentence
 says where hasr looked and the command that fetches it.
 
-Model names: HASR_FW_MODEL is a directory, a faster-whisper size ("large-v3", "small", ...) or a repo id,
-looked up in the local Hugging Face cache only; unset means "large-v3" from the cache for the GPU engines and
-the embedded whisper base otherwise. HASR_R2T2_MODEL is a directory or a repo id; unset means
+Model names: HASR_FW_MODEL is a directory, a name under $XDG_DATA_HOME/hasr/models/ (what ``hasrctl pull PATH``
+imports), or a faster-whisper size ("large-v3", "small", ...) or a repo id, looked up in the local Hugging Face
+cache only; unset means "large-v3" (the data directory's, else the cache's) for the GPU engines and the embedded
+whisper base otherwise. HASR_R2T2_MODEL is a directory or a repo id; unset means
 netease-youdao/Confucius4-R2T2 from the cache.
 """
 
@@ -215,16 +216,23 @@ def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwMo
             "is not a directory" if p.exists() else "does not exist: no such directory"
         raise EngineError("model_unavailable", f"faster-whisper model {spec!r} {why}; give HASR_FW_MODEL a "
                                                f"directory holding model.bin, or a model's name")
+    from hasrd.modelspec import data_dir
+
+    local = data_dir() / spec
+    if "/" not in spec and ".." not in spec and (local / "model.bin").is_file():  # as a request's model finds it
+        return FwModel(str(local), spec, "", "directory")
     repo = fw_repo(spec)
     snap = hf_snapshot(repo)
     if snap is not None and (snap / "model.bin").is_file():
         return FwModel(str(snap), spec, snap.name, "hf-cache")
-    where = [f"{p} (as a directory)"] + [str(c / ("models--" + repo.replace("/", "--"))) for c in hf_cache_dirs()]
+    where = [f"{p} (as a directory)", str(local)] + [str(c / ("models--" + repo.replace("/", "--")))
+                                                      for c in hf_cache_dirs()]
     raise EngineError("model_unavailable",
                       f"faster-whisper model {spec!r} not found; looked in {', '.join(where)}. Fetch it with: "
                       f"hasrctl pull {spec} (or hf download {repo}, or python -c \"import faster_whisper; "
-                      f"faster_whisper.download_model('{spec}')\"), or set HASR_FW_MODEL to a CTranslate2 model "
-                      f"directory")
+                      f"faster_whisper.download_model('{spec}')\"); without the hub, `hasrctl pull "
+                      f"/path/to/{repo.rsplit('/', 1)[-1]} --name {spec}` imports a CTranslate2 model directory "
+                      f"copied from elsewhere; or set HASR_FW_MODEL to a CTranslate2 model directory")
 
 
 def resolve_weights(spec: str) -> Path:
