@@ -53,7 +53,8 @@ def _pull_name(name: str) -> str:
                                 f"download: pull a faster-whisper size ({SIZES}) or a repo id", param="model")
     if Path(name).is_absolute():
         raise errors.BadRequest("pull takes a model's name or a Hugging Face repo id, not a path: a model "
-                                "directory needs no download (name it as the request's model)", param="model")
+                                "directory needs no download (name it as the request's model, or import it into "
+                                "the data directory with `hasrctl pull PATH`)", param="model")
     if not REPO_ID.fullmatch(name) or "--" in name or ".." in name:
         raise errors.BadRequest(f"`{name}` is no model name: a faster-whisper size ({SIZES}) or a Hugging Face repo "
                                 f"id (owner/name)", param="model")
