@@ -41,6 +41,15 @@ def is_path(arg: str) -> bool:
     return arg.startswith(("/", "./", "../", "~")) or arg in (".", "..") or os.path.isdir(arg)
 
 
+def default_name(src: Path) -> str:
+    """The directory's own name; a Hugging Face snapshot's (``models--Systran--faster-whisper-small/snapshots/
+    <commit>``, copied from another machine's cache) is its repo's, not the commit's."""
+    real = src.resolve()
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        return real.parent.parent.name.rsplit("--", 1)[-1]
+    return real.name
+
+
 def check_name(name: str, given: bool) -> str:
     """The installed model's name, or UsageError: one directory's name that modelspec.resolve reaches (no
     ``/``, no ``..``, not hidden) and that no other model answers to first (the default's ids, ``base``)."""
@@ -93,7 +102,7 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     problem = models.fw_dir_problem(src)
     if problem:
         raise UsageError(f"cannot import {arg}: {problem}")
-    name = check_name(name if name is not None else src.resolve().name, given=name is not None)
+    name = check_name(name if name is not None else default_name(src), given=name is not None)
     root = modelspec.data_dir()
     dest = root / name
     if os.path.lexists(dest):

@@ -82,6 +82,10 @@ def test_an_import_copies_what_faster_whisper_loads_under_its_name_and_refuses_t
     # a bare name that is a directory here is that directory, not a model on the hub
     res = hasrctl("pull", "faster-whisper-mine", "--name", "third", env=env, cwd=str(src.parent))
     assert res.returncode == 0 and (models_dir(short_tmp) / "third" / "model.bin").is_file(), show(res)
+    # a Hugging Face snapshot carried over from another machine's cache: named after its repo, not its commit
+    snap = small_model(Path(short_tmp) / "hub" / "models--Systran--faster-whisper-tiny" / "snapshots" / ("c" * 40))
+    res = hasrctl("pull", str(snap), env=env)
+    assert res.returncode == 0 and "--model faster-whisper-tiny" in res.stdout, show(res)
     assert leftovers(short_tmp) == []
 
 
