@@ -235,7 +235,7 @@ def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
     PATH: a CTranslate2 model directory (/..., ./..., ~/..., or a directory here), copied by hasrctl into
     $XDG_DATA_HOME/hasr/models/NAME; the way in without the hub (a copy from another machine):
       hasrctl pull /media/usb/faster-whisper-large-v3 --name large-v3
-      hasrctl pull ~/.cache/huggingface/hub/models--Systran--faster-whisper-small/snapshots/<commit>
+      hasrctl pull ./faster-whisper-small  # named faster-whisper-small
 
     The daemon downloads only the files faster-whisper loads, checks each against the hub's sha256, and installs
     the model only once it is whole. An interrupted pull continues where it stopped when run again. HF_ENDPOINT
