@@ -220,8 +220,8 @@ def _bytes(n: float) -> str:
 
 @click.command()
 @click.argument("name", metavar="NAME|PATH")
-@click.option("--name", "as_name", metavar="NAME", help="Import PATH under this name (default: the directory's "
-              "name); then --model NAME uses it.")
+@click.option("--name", "as_name", metavar="NAME", envvar="HASR_PULL_NAME", show_envvar=True,
+              help="Import PATH under this name (default: the directory's name); then --model NAME uses it.")
 @daemon_options
 def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
     """Download a faster-whisper model into the Hugging Face cache, or import a model directory; then
