@@ -69,6 +69,7 @@ def cli() -> None:
       hasrctl ps                                     # the workers: model, CPU/GPU, memory, until when
       hasrctl transcribe --model large-v3 talk.wav   # another installed model (hasrctl models lists them)
       hasrctl pull large-v3                          # download a model (resumable, sha256-checked)
+      hasrctl pull ~/usb/faster-whisper-large-v3     # import a model directory (no hub needed)
       hasrctl rm large-v3                            # remove a downloaded model
       hasrctl doctor                                 # what is missing, and how to fix it
       hasrctl batch ~/recordings -o ~/transcripts    # an archive on Ray (resumable; a cluster: --address)

@@ -1,6 +1,6 @@
 """The pool's commands: ``hasrctl ps`` (the workers, as Ollama's ``ps``), ``hasrctl models`` (what a request
-may name), and the models' management: ``hasrctl pull`` (a download with progress, /api/pull) and ``hasrctl rm``
-(/api/delete)."""
+may name), and the models' management: ``hasrctl pull`` (a download with progress, /api/pull; or a model
+directory's import, hasrctl/modelimport.py) and ``hasrctl rm`` (/api/delete)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from hasrctl import terminal
-from hasrctl.client import EXIT_OK, CliError, Client, DaemonError, Unreachable
+from hasrctl.client import EXIT_OK, CliError, Client, DaemonError, Unreachable, UsageError
 from hasrctl.common import Daemon, daemon_options, not_running, say, socket_option
 
 
@@ -129,8 +129,8 @@ class PullView:
     """A pull as a person sees it on stderr: on a terminal one redrawn bar per file (kept when the file is done),
     else one plain line per file and step."""
 
-    def __init__(self, stream: Any, tty: bool) -> None:
-        self.stream, self.tty = stream, tty
+    def __init__(self, stream: Any, tty: bool, verb: str = "downloading") -> None:
+        self.stream, self.tty, self.verb = stream, tty, verb  # verb: "copying" for an import (hasrctl pull PATH)
         self.file: str | None = None
         self.t0 = 0.0
         self.start = 0
@@ -186,7 +186,7 @@ class PullView:
                 self.note(f"{name}: {_bytes(total)}, already downloaded")
                 return
             if not self.tty:
-                say(f"downloading {name} ({_bytes(total)}" + (f", resuming at {_bytes(done)})" if done else ")"))
+                say(f"{self.verb} {name} ({_bytes(total)}" + (f", resuming at {_bytes(done)})" if done else ")"))
             elif done:
                 self.note(f"{name}: resuming at {_bytes(done)}")
         if not self.tty or (now - self.last < 0.1 and done < total):
@@ -219,21 +219,39 @@ def _bytes(n: float) -> str:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", metavar="NAME|PATH")
+@click.option("--name", "as_name", metavar="NAME", envvar="HASR_PULL_NAME", show_envvar=True,
+              help="Import PATH under this name (default: the directory's name); then --model NAME uses it.")
 @daemon_options
-def pull(name: str, daemon: Daemon) -> int:
-    """Download a faster-whisper model into the Hugging Face cache; then `--model NAME` uses it.
+def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
+    """Download a faster-whisper model into the Hugging Face cache, or import a model directory; then
+    `--model NAME` uses it.
 
     \b
-    NAME: a faster-whisper size or a Hugging Face repo id, e.g.
+    NAME: a faster-whisper size or a Hugging Face repo id, downloaded by the daemon:
       hasrctl pull large-v3        # Systran/faster-whisper-large-v3
       hasrctl pull distil-large-v3
       hasrctl pull Systran/faster-whisper-small
+    PATH: a CTranslate2 model directory (/..., ./..., ~/..., or a directory here), copied by hasrctl into
+    $XDG_DATA_HOME/hasr/models/NAME; the way in without the hub (a copy from another machine):
+      hasrctl pull /media/usb/faster-whisper-large-v3 --name large-v3
+      hasrctl pull ./faster-whisper-small  # named faster-whisper-small
 
     The daemon downloads only the files faster-whisper loads, checks each against the hub's sha256, and installs
     the model only once it is whole. An interrupted pull continues where it stopped when run again. HF_ENDPOINT
     (a mirror) and HF_TOKEN in the daemon's environment apply. Starts the daemon if needed.
+
+    An import checks the directory first (model.bin whole, config.json, tokenizer.json, vocabulary.*), copies
+    those files and gives the model its name only once the copy is whole. It needs no daemon: one running uses
+    the model at its next request. An existing NAME is refused (choose another --name, or `hasrctl rm NAME`).
     """
+    from hasrctl import modelimport
+
+    if modelimport.is_path(name):
+        return _import(name, as_name)
+    if as_name is not None:
+        raise UsageError(f"--name is for importing a model directory (hasrctl pull PATH --name NAME); a download "
+                         f"is named by what you pull: `hasrctl pull {name}`, then --model {name}")
     client = daemon.client()
     view = PullView(sys.stderr, terminal.is_tty(sys.stderr))
     view.begin(name)
@@ -262,6 +280,21 @@ def pull(name: str, daemon: Daemon) -> int:
     view.close()
     raise CliError(f"hasrd ended the pull of {name} without a result (did it exit?); `hasrctl pull {name}` again "
                    f"continues where it stopped")
+
+
+def _import(path: str, name: str | None) -> int:
+    """``hasrctl pull PATH``: the copy, with a pull's progress on stderr and the result on stdout."""
+    from hasrctl import modelimport
+
+    view = PullView(sys.stderr, terminal.is_tty(sys.stderr), verb="copying")
+    try:
+        src, dest, total = modelimport.import_dir(path, name, view)
+    except KeyboardInterrupt:
+        say(f"interrupted: nothing was installed (`hasrctl pull {path}` copies it again)")
+        return 130
+    click.echo(f"imported {src} ({total // 2**20} MB) into {dest}; use it as --model {dest.name} "
+               f"(hasrctl transcribe --model {dest.name} FILE)")
+    return EXIT_OK
 
 
 @click.command()

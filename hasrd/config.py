@@ -201,7 +201,7 @@ NOT_SETTINGS = ("HASR_FAKE_", "HASR_TEST_", "HASR_EVAL_", "HASR_DOCTOR_", "HASR_
                 "HASR_AUTOSTART", "HASR_BESIDE", "HASR_FORCE", "HASR_FORMAT", "HASR_OUTPUT", "HASR_PROGRESS",
                 "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE",
                 "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR", "HASR_PS_",
-                "HASR_UNLOAD_")
+                "HASR_UNLOAD_", "HASR_PULL_")
 
 
 # What each of NOT_SETTINGS is, for docs/CONFIG.md (a test checks that every prefix has a line here).
@@ -230,6 +230,7 @@ NOT_SETTINGS_DOC: dict[str, str] = {
     "HASR_UNITS_DIR": "`hasrctl setup --units-dir`",
     "HASR_PS_": "`hasrctl ps` option defaults (HASR_PS_JSON)",
     "HASR_UNLOAD_": "`hasrctl unload` option defaults (HASR_UNLOAD_MODEL)",
+    "HASR_PULL_": "`hasrctl pull` option defaults (HASR_PULL_NAME: `--name`, an imported directory's name)",
 }
 
 

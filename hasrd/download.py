@@ -47,7 +47,7 @@ from hasrd import errors, models, modelspec
 
 log = logging.getLogger("hasrd.pull")
 
-ALLOW_PATTERNS = ("config.json", "preprocessor_config.json", "model.bin", "tokenizer.json", "vocabulary.*")
+ALLOW_PATTERNS = models.FW_FILES
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MANIFEST_TIMEOUT = 30.0  # seconds for the manifest and each file's HEAD
 PROGRESS_SEC = 0.5  # a progress line at least this often while bytes arrive ...
@@ -97,6 +97,24 @@ def endpoint() -> str:
 def offline() -> bool:
     """HF_HUB_OFFLINE, as huggingface_hub reads it: downloads are off by choice (not an unreachable hub)."""
     return (os.environ.get("HF_HUB_OFFLINE") or "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _home_short(p: Path) -> str:
+    """``p`` with the home directory as ``~`` (as a person types it)."""
+    home = str(Path.home())
+    return "~" + str(p)[len(home):] if str(p) == home or str(p).startswith(home.rstrip("/") + "/") else str(p)
+
+
+def offline_route(name: str) -> str:
+    """The sentence that ends every "the hub is out of reach" error: how a model gets here without it (a
+    CTranslate2 directory carried over, imported by ``hasrctl pull PATH`` or copied into the data directory,
+    where hasrd.modelspec finds it by name before the Hugging Face cache)."""
+    repo = models.fw_repo(name)
+    local = name if "/" not in name else repo.rsplit("/", 1)[-1]
+    src = repo.rsplit("/", 1)[-1]
+    return (f"Without the hub: bring {repo}'s directory (model.bin, config.json, tokenizer.json, vocabulary.*) "
+            f"from a machine that has it and run `hasrctl pull /path/to/{src} --name {local}`, or copy it into "
+            f"{_home_short(modelspec.data_dir() / local)}; then --model {local} uses it.")
 
 
 def cache_dir() -> Path:
@@ -477,13 +495,13 @@ class Pull:
                 f"needs HF_TOKEN in hasrd's environment", param="model")
         if "OfflineModeIsEnabled" in names:
             return errors.Unsupported(f"downloads are off: HF_HUB_OFFLINE is set in hasrd's environment (unset it "
-                                      f"to pull {self.repo})", param="model")
+                                      f"to pull {self.repo}). {offline_route(self.name)}", param="model")
         reason = str(_chain(e)[-1]) or type(e).__name__
         if names & CONNECT_ERRORS:
             return HubUnreachable(f"this machine cannot reach {self.endpoint} ({reason}) while {doing} of "
                                   f"{self.repo}: check the network (a proxy: HTTPS_PROXY in hasrd's environment), "
                                   f"or set HF_ENDPOINT in hasrd's environment to a mirror of the Hugging Face "
-                                  f"hub.{kept}")
+                                  f"hub.{kept} {offline_route(self.name)}")
         if "EntryNotFoundError" in names or "RemoteEntryNotFoundError" in names:
             return DownloadFailed(f"{self.endpoint} lists a file of {self.repo} that it does not serve while {doing}; "
                                   f"pull again later")

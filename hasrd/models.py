@@ -4,15 +4,18 @@ Shared by the worker (which loads what it finds), ``hasrctl doctor`` (which repo
 Standard library only; each way of not finding a model is an EngineError("model_unavailable") whose sentence
 says where hasr looked and the command that fetches it.
 
-Model names: HASR_FW_MODEL is a directory, a faster-whisper size ("large-v3", "small", ...) or a repo id,
-looked up in the local Hugging Face cache only; unset means "large-v3" from the cache for the GPU engines and
-the embedded whisper base otherwise. HASR_R2T2_MODEL is a directory or a repo id; unset means
+Model names: HASR_FW_MODEL is a directory, a name under $XDG_DATA_HOME/hasr/models/ (what ``hasrctl pull PATH``
+imports), or a faster-whisper size ("large-v3", "small", ...) or a repo id, looked up in the local Hugging Face
+cache only; unset means "large-v3" (the data directory's, else the cache's) for the GPU engines and the embedded
+whisper base otherwise. HASR_R2T2_MODEL is a directory or a repo id; unset means
 netease-youdao/Confucius4-R2T2 from the cache.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +62,103 @@ FW_REPOS = {"large": "Systran/faster-whisper-large-v3",
             "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
             "distil-large-v3": "Systran/faster-distil-whisper-large-v3",
             "distil-large-v2": "Systran/faster-distil-whisper-large-v2"}
+
+
+# What faster-whisper loads from a model directory (faster_whisper.utils.download_model's allow_patterns): what a
+# pull fetches and an import copies
+FW_FILES = ("config.json", "preprocessor_config.json", "model.bin", "tokenizer.json", "vocabulary.*")
+CT2_BINARY_VERSION = 6  # the newest model.bin layout this reader knows (ctranslate2.specs.model_spec)
+
+
+def fw_files(d: Path) -> list[Path]:
+    """The files of directory ``d`` that faster-whisper loads (links followed), sorted by name."""
+    return sorted(p for p in d.iterdir() if any(fnmatch.fnmatchcase(p.name, pat) for pat in FW_FILES)
+                  and p.is_file())
+
+
+def fw_dir_problem(d: Path) -> str | None:
+    """Why ``d`` is no faster-whisper model directory that loads without the hub ("it ..."), or None when it is
+    one.
+
+    It needs model.bin (the CTranslate2 weights, whole: model_bin_problem), config.json (the Whisper settings
+    CTranslate2 reads), a vocabulary.* file (CTranslate2's vocabulary) and tokenizer.json (without it
+    faster-whisper fetches a tokenizer from the Hugging Face hub at every load). Cheap: the weights are not
+    read, only their table of contents (seeks over each tensor)."""
+    if not d.exists():
+        return "no such directory"
+    if not d.is_dir():
+        return "it is not a directory (a CTranslate2 model is a directory holding model.bin)"
+    try:
+        names = {p.name for p in fw_files(d)}
+    except OSError as e:
+        return f"it cannot be read: {e.strerror or e}"
+    if "model.bin" not in names:
+        return "it has no model.bin: no CTranslate2 model directory"
+    missing = [n for n in ("config.json", "tokenizer.json") if n not in names]
+    if not any(fnmatch.fnmatchcase(n, "vocabulary.*") for n in names):
+        missing.append("vocabulary.json or vocabulary.txt")
+    if missing:
+        return (f"it lacks {', '.join(missing)}, which faster-whisper loads beside model.bin (a converted model "
+                f"has them: ct2-transformers-converter --copy_files tokenizer.json ...)")
+    return model_bin_problem(d / "model.bin")
+
+
+def model_bin_problem(path: Path) -> str | None:
+    """Why ``path`` is no whole CTranslate2 model.bin (truncated, or not one at all: "its model.bin ..."), or
+    None.
+
+    The file is a header (binary version, the spec's name and revision), then each variable (name, shape,
+    dtype, byte count, bytes), then the aliases; walking the table with seeks checks that every tensor is
+    there and that the file ends where the table does, without reading the weights (a few ms for large-v3)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            def take(fmt: str) -> tuple[Any, ...]:
+                n = struct.calcsize(fmt)
+                raw = f.read(n)
+                if len(raw) != n:
+                    raise EOFError
+                return struct.unpack(fmt, raw)
+
+            def string() -> str:
+                (n,) = take("<H")
+                return bytes(take(f"<{n}s")[0]).rstrip(b"\0").decode("utf-8", "replace")
+
+            (version,) = take("<I")
+            if not 1 <= version <= 64:
+                return "its model.bin is no CTranslate2 model (its first bytes are no format version)"
+            if version > CT2_BINARY_VERSION:
+                return None  # a newer layout than this reader knows: CTranslate2 itself will judge it
+            spec = ""
+            if version >= 2:
+                spec = string()
+                take("<I")  # the spec's revision
+            if version >= 2 and not spec.isidentifier():
+                return "its model.bin is no CTranslate2 model (no model spec's name in its header)"
+            (count,) = take("<I")
+            for _ in range(count):
+                string()
+                (rank,) = take("<B")
+                take(f"<{rank}I")
+                if version >= 4:
+                    _dtype, nbytes = take("<BI")
+                else:
+                    item, items = take("<BI")
+                    nbytes = item * items
+                if f.seek(nbytes, os.SEEK_CUR) > size:
+                    raise EOFError
+            if version >= 3:
+                (aliases,) = take("<I")
+                for _ in range(2 * aliases):
+                    string()
+            if f.tell() != size:
+                return f"its model.bin is no CTranslate2 model ({size - f.tell()} bytes after its table's end)"
+    except EOFError:
+        return (f"its model.bin is cut short ({size} bytes, less than its table of tensors needs): a partial copy "
+                f"or download")
+    except OSError as e:
+        return f"its model.bin cannot be read: {e.strerror or e}"
+    return None
 
 
 def hf_cache_dirs() -> list[Path]:
@@ -116,16 +216,23 @@ def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwMo
             "is not a directory" if p.exists() else "does not exist: no such directory"
         raise EngineError("model_unavailable", f"faster-whisper model {spec!r} {why}; give HASR_FW_MODEL a "
                                                f"directory holding model.bin, or a model's name")
+    from hasrd.modelspec import data_dir
+
+    local = data_dir() / spec
+    if "/" not in spec and ".." not in spec and (local / "model.bin").is_file():  # as a request's model finds it
+        return FwModel(str(local), spec, "", "directory")
     repo = fw_repo(spec)
     snap = hf_snapshot(repo)
     if snap is not None and (snap / "model.bin").is_file():
         return FwModel(str(snap), spec, snap.name, "hf-cache")
-    where = [f"{p} (as a directory)"] + [str(c / ("models--" + repo.replace("/", "--"))) for c in hf_cache_dirs()]
+    where = [f"{p} (as a directory)", str(local)] + [str(c / ("models--" + repo.replace("/", "--")))
+                                                      for c in hf_cache_dirs()]
     raise EngineError("model_unavailable",
                       f"faster-whisper model {spec!r} not found; looked in {', '.join(where)}. Fetch it with: "
                       f"hasrctl pull {spec} (or hf download {repo}, or python -c \"import faster_whisper; "
-                      f"faster_whisper.download_model('{spec}')\"), or set HASR_FW_MODEL to a CTranslate2 model "
-                      f"directory")
+                      f"faster_whisper.download_model('{spec}')\"); without the hub, `hasrctl pull "
+                      f"/path/to/{repo.rsplit('/', 1)[-1]} --name {spec}` imports a CTranslate2 model directory "
+                      f"copied from elsewhere; or set HASR_FW_MODEL to a CTranslate2 model directory")
 
 
 def resolve_weights(spec: str) -> Path:

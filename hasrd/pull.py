@@ -26,7 +26,7 @@ from starlette.responses import Response, StreamingResponse
 
 from hasrd import errors, models, modelspec
 from hasrd.context import JSONResponse, check_access, jsonl
-from hasrd.download import REPO_ID, SIZES, Pull, cache_dir, endpoint, offline, repo_dir, repo_lock
+from hasrd.download import REPO_ID, SIZES, Pull, cache_dir, endpoint, offline, offline_route, repo_dir, repo_lock
 from hasrd.intake import read_json
 
 log = logging.getLogger("hasrd.pull")
@@ -53,7 +53,8 @@ def _pull_name(name: str) -> str:
                                 f"download: pull a faster-whisper size ({SIZES}) or a repo id", param="model")
     if Path(name).is_absolute():
         raise errors.BadRequest("pull takes a model's name or a Hugging Face repo id, not a path: a model "
-                                "directory needs no download (name it as the request's model)", param="model")
+                                "directory needs no download (name it as the request's model, or import it into "
+                                "the data directory with `hasrctl pull PATH`)", param="model")
     if not REPO_ID.fullmatch(name) or "--" in name or ".." in name:
         raise errors.BadRequest(f"`{name}` is no model name: a faster-whisper size ({SIZES}) or a Hugging Face repo "
                                 f"id (owner/name)", param="model")
@@ -69,8 +70,8 @@ async def pull(request: Request) -> Response:
     if not isinstance(stream, bool):
         raise errors.BadRequest("stream must be true or false", param="stream")
     if offline():
-        raise errors.Unsupported("downloads are off: HF_HUB_OFFLINE is set in hasrd's environment (unset it to "
-                                 "pull models)", param="model")
+        raise errors.Unsupported(f"downloads are off: HF_HUB_OFFLINE is set in hasrd's environment (unset it to "
+                                 f"pull models). {offline_route(name)}", param="model")
     if d.events.closed:
         raise errors.ShuttingDown("hasrd is stopping: pull again once it is back")
     job = Pull(name, cache_dir(), endpoint())

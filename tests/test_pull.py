@@ -220,6 +220,11 @@ def test_an_unreachable_hub_says_this_machine_cannot_reach_it_and_names_hf_endpo
         res = cli(h, "pull", "large-v3")
         assert res.returncode == 1, show(res)
         assert f"cannot reach {dead}" in res.stderr and "HF_ENDPOINT" in res.stderr and "hub_unreachable" in res.stderr
+        # the way in without the hub: a directory carried over, imported or copied into the data directory
+        route = os.path.join(short_tmp, "data", "hasr", "models", "large-v3")
+        assert "`hasrctl pull /path/to/faster-whisper-large-v3 --name large-v3`" in res.stderr, show(res)
+        assert f"copy it into {route}; then --model large-v3 uses it" in res.stderr
+        assert len([ln for ln in res.stderr.splitlines() if ln.strip()]) == 1
         with h.client() as c:
             r = c.post("/api/pull", json={"model": "large-v3"})
         assert r.status_code == 503 and r.json()["error"]["code"] == "hub_unreachable"
@@ -230,8 +235,18 @@ def test_an_unreachable_hub_says_this_machine_cannot_reach_it_and_names_hf_endpo
     try:
         res = cli(h, "pull", "large-v3")
         assert res.returncode == 2 and "HF_HUB_OFFLINE" in res.stderr and "unsupported" in res.stderr, show(res)
+        assert "hasrctl pull /path/to/faster-whisper-large-v3 --name large-v3" in res.stderr
+        res = cli(h, "pull", "Systran/faster-whisper-small")  # a repo id: the directory's own name
+        assert "hasrctl pull /path/to/faster-whisper-small --name faster-whisper-small" in res.stderr, show(res)
     finally:
         h.stop()
+
+
+def test_the_offline_route_names_the_data_directory_as_a_person_types_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    text = download.offline_route("large-v3")
+    assert "Systran/faster-whisper-large-v3's directory (model.bin, config.json, tokenizer.json, vocabulary.*)" in text
+    assert "copy it into ~/.local/share/hasr/models/large-v3" in text
 
 
 def test_an_unknown_repo_and_bad_names_are_refused_before_any_download(short_tmp: str, hub: Hub) -> None:
