@@ -407,7 +407,8 @@ def test_stream_with_the_whisper_engine_shows_progress_and_sentences_while_the_j
     assert 0 <= first(w, False, "transcribing") < first(w, False, "Hello world"), w  # progress came first
     result = json.loads(Path(out).read_text())["hasr"]
     final = result["final"]
-    assert final.lower().count("hello world") >= 5, final  # the whole file, six times the same words
+    words = re.sub(r"[^\w\s]", "", final.lower())  # "Hello, world!" counts: whisper's marks vary with the clip
+    assert words.count("hello world") >= 5, final  # the whole file, six times the same words
     # the final text, once, a sentence a line (issue 32 #2), then the summary (-o) and nothing else
     assert [_plain(ln) for ln in lines[:-1]] == [s["text"] for s in result["per_sentence"]], lines
     assert lines[-1].startswith("hasrctl: ") and "s of audio" in lines[-1], lines

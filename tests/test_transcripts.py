@@ -100,11 +100,11 @@ def inside_one(start: float, end: float, spans: list[tuple[float, float]]) -> bo
 def within_its_sentence(start: float, end: float, spans: list[tuple[float, float]]) -> bool:
     """A cue starts inside one sentence's audio and ends before the next sentence begins: it may stay on into
     the silence after its own sentence, for the reading speed (issue 32 #4), never into the next one."""
-    for k, (s, e) in enumerate(spans):
-        if s - TOLERANCE <= start <= e + TOLERANCE:
-            nxt = spans[k + 1][0] if k + 1 < len(spans) else float("inf")
-            return end <= max(e + TOLERANCE, nxt)
-    return False
+    # a start within the tolerance of two sentences (whisper put a first word 0.3 s into the pause before
+    # its sentence) may belong to either
+    nxt = [s for s, _e in spans[1:]] + [float("inf")]
+    return any(s - TOLERANCE <= start <= e + TOLERANCE and end <= max(e + TOLERANCE, n)
+               for (s, e), n in zip(spans, nxt, strict=True))
 
 
 def check_cues(cues: list[tuple[float, float, str]], spans: list[tuple[float, float]], width: int) -> None:

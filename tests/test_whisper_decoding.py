@@ -281,3 +281,38 @@ def test_a_clear_english_file_is_voted_from_two_windows_not_four() -> None:
     assert len(language_id.speech_of(speech)) >= language_id.NEED  # enough speech for all four windows
     lang, prob = language_id.detect(model, speech)
     assert lang == "en" and prob >= language_id.SURE and len(calls) == 2, (lang, prob, calls)
+
+
+def test_a_long_file_on_the_cpu_shows_its_first_words_from_a_short_first_clip() -> None:
+    """Issue 32 #2: the first clip of a file over a minute is at most FIRST_CLIP_SEC of speech (about 25 tokens
+    of beam search, not 90, before the first words); a short file keeps its one whole clip (cut in two, its text
+    would change and cost a second window). The clips are read where the engine hands them to its decoder."""
+    from hasrd.worker.engines import whisper as wmod
+
+    e = WhisperEngine(config.load(env={}), model_dir(), "cpu", "int8")
+    e.load(lambda s: None)
+    decode = e._decode
+    seen: list[tuple[float, float]] = []
+
+    def tee(pcm: Any, code: Any, options: Any, clips: Any, track: Any) -> Any:
+        def each() -> Any:
+            for c in clips:
+                if not isinstance(c, wmod.Passed):
+                    seen.append(c)
+                yield c
+        return decode(pcm, code, options, each(), track)
+
+    e._decode = tee  # type: ignore[method-assign]
+    gap = np.zeros(int(0.8 * SR), np.float32)
+    one = np.concatenate([x for name in ("en_hello_world", "en_quick_brown_fox", "en_espeak_park")
+                          for x in (load(name), gap)])
+    long = np.concatenate([one] * int(np.ceil(wmod.SHORT_FIRST_AFTER * SR / len(one)) + 1))
+    r = e.transcribe(long, "en", {}, NullEmitter(), lambda: False)
+    assert "fox" in r.final.lower()
+    first = seen[0][1] - seen[0][0]
+    assert first <= wmod.FIRST_CLIP_SEC and max(c1 - c0 for c0, c1 in seen[1:]) > wmod.FIRST_CLIP_SEC, seen
+    seen.clear()
+    short = np.concatenate([one, one])  # under a minute: one whole clip
+    assert len(short) < wmod.SHORT_FIRST_AFTER * SR
+    e.transcribe(short, "en", {}, NullEmitter(), lambda: False)
+    assert seen[0][1] - seen[0][0] > wmod.FIRST_CLIP_SEC, seen

@@ -61,6 +61,8 @@ from hasrd.worker.textrules import MAX_CAP, TOKENS_PER_S, clean_text, collapse_l
 from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
 
 SR = 16000
+FIRST_CLIP_SEC = 10.0  # issue 32 #2: ~25 tokens, not ~90, before the first words (1-1.5 s on a 2-core CPU)
+SHORT_FIRST_AFTER = 60.0  # ... in files longer than this
 WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
 TEMPERATURES = (0.0,)
 WHOLE_KW: dict[str, Any] = {
@@ -332,6 +334,11 @@ class WhisperEngine:
                 rule), so that a piece's last words do not make a short clip of their own, each paying a whole
                 30 s window of the encoder and the decoder (16 clips for a 5-minute file where 10 hold it)."""
                 nonlocal calls
+                # on the CPU a long file's first clip is short (decoded alone: see _batched), so its first words
+                # show within seconds; a clip is otherwise up to a whole window (a short file's whole answer is
+                # as quick, and cut in two its text changes and costs a second window)
+                first_sec = FIRST_CLIP_SEC if self.device == "cpu" and n > SHORT_FIRST_AFTER * SR else CLIP_SEC
+                yielded = False
                 clip: list[float] | None = None  # the clip still growing
                 last: tuple[float, float] | None = None  # the last span seen, on the file's clock
                 for start, end, spans in itertools.chain(ahead, parts):
@@ -346,11 +353,12 @@ class WhisperEngine:
                         cuts.add_pauses(silences(across + timed))
                         last = timed[-1]
                         for s0, s1 in timed:
-                            if clip is not None and s1 - clip[0] <= CLIP_SEC:
+                            if clip is not None and s1 - clip[0] <= (CLIP_SEC if yielded else first_sec):
                                 clip[1] = s1
                                 continue
                             if clip is not None:
                                 yield clip[0], clip[1]
+                                yielded = True
                             clip = [s0, s1]
                     yield Passed(end / SR if clip is None else clip[0])  # all before the growing clip
                 if clip is not None:
