@@ -25,14 +25,12 @@ against 6.73 s; alone, the worker was free 0.37 s after A left against 6.77 s, t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,37 +41,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import corpus  # noqa: E402
-from _uds import http_json  # noqa: E402
+from _uds import http_json, transcribe_events  # noqa: E402
 from speech import model_dir  # noqa: E402
 
 SHORT = ROOT / "tests" / "data" / "en_quick_brown_fox.flac"
 
 
-def stream(sock: str, path: str, on_event: Any, stop: threading.Event | None = None) -> socket.socket:
+def stream(sock: str, path: str, on_event: Any) -> socket.socket:
     """POST /transcribe with NDJSON events; ``on_event(ev, t)`` for each; returns the socket (close = leave)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(sock)
-    body = json.dumps({"audio_path": path, "language": "en"}).encode()
-    s.sendall(f"POST /transcribe HTTP/1.1\r\nHost: hasr\r\nAccept: application/x-ndjson\r\nContent-Type: "
-              f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-
-    def read() -> None:
-        buf = b""
-        try:
-            while chunk := s.recv(65536):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    line = line.strip()
-                    if line.startswith(b"{"):
-                        on_event(json.loads(line), time.monotonic())
-                    elif line and all(c in b"0123456789abcdef" for c in line.lower()):
-                        continue  # a chunk size
-        except OSError:
-            pass
-
-    threading.Thread(target=read, daemon=True).start()
-    return s
+    return transcribe_events(sock, {"audio_path": path, "language": "en"}, on_event)[0]
 
 
 def wait(pred: Any, timeout: float) -> bool:

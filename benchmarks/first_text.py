@@ -12,14 +12,11 @@ as medians: the first ``sentence`` event, the first ``decoding`` progress and th
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,34 +26,16 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import corpus  # noqa: E402
-from _uds import http_json  # noqa: E402
+from _uds import http_json, transcribe_events  # noqa: E402
 from speech import model_dir  # noqa: E402
 
 
 def run_one(sock: str, path: str, language: str) -> tuple[float, float, float]:
     """(first sentence, first decoding progress, done) in seconds from the request."""
     events: list[tuple[float, dict[str, Any]]] = []
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(sock)
-    body = json.dumps({"audio_path": path, "language": language}).encode()
     t0 = time.monotonic()
-    s.sendall(f"POST /transcribe HTTP/1.1\r\nHost: hasr\r\nAccept: application/x-ndjson\r\nContent-Type: "
-              f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-
-    def read() -> None:
-        buf = b""
-        while chunk := s.recv(65536):
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if line.strip().startswith(b"{"):
-                    ev = json.loads(line)
-                    events.append((time.monotonic() - t0, ev))
-                    if ev.get("event") in ("done", "error"):
-                        return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    s, reader = transcribe_events(sock, {"audio_path": path, "language": language},
+                                  lambda ev, t: events.append((t - t0, ev)))
     reader.join(600)
     s.close()
     assert events and events[-1][1].get("event") == "done", events[-1:] or "no events"

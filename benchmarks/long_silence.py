@@ -17,13 +17,10 @@ in 32.6 s, longest wait 2.8 s, 4 of 6 sentences heard (the other two drowned in 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import wave
 from pathlib import Path
@@ -34,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import numpy as np  # noqa: E402
-from _uds import http_json  # noqa: E402
+from _uds import http_json, transcribe_events  # noqa: E402
 from speech import SR, load, model_dir  # noqa: E402
 
 SENTENCE = "en_quick_brown_fox"  # tests/data: "The quick brown fox jumps over the lazy dog."
@@ -83,24 +80,8 @@ def main() -> None:
             time.sleep(0.1)
         http_json(sock, "POST", "/api/load", b"{}")
         events: list[tuple[float, dict[str, Any]]] = []
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(sock)
-        body = json.dumps({"audio_path": audio}).encode()  # no language: the vote runs too
-        t0 = time.monotonic()
-        s.sendall(f"POST /transcribe HTTP/1.1\r\nHost: hasr\r\nAccept: application/x-ndjson\r\nContent-Type: "
-                  f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-
-        def read() -> None:
-            buf = b""
-            while chunk := s.recv(65536):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip().startswith(b"{"):
-                        events.append((time.monotonic() - t0, json.loads(line)))
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+        t0 = time.monotonic()  # no language: the vote runs too
+        s, reader = transcribe_events(sock, {"audio_path": audio}, lambda ev, t: events.append((t - t0, ev)))
         reader.join(args.hours * 3600)
         s.close()
     finally:
