@@ -235,6 +235,16 @@ def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwMo
                       f"copied from elsewhere; or set HASR_FW_MODEL to a CTranslate2 model directory")
 
 
+def fw_found(spec: str) -> bool:
+    """Whether :func:`resolve_fw` finds ``spec`` on this machine as it is (a directory, the data directory's
+    models, the Hugging Face cache): nothing is downloaded or verified."""
+    try:
+        resolve_fw(spec)
+    except EngineError:
+        return False
+    return True
+
+
 def resolve_weights(spec: str) -> Path:
     """The R2T2 weights directory: HASR_R2T2_MODEL, else the local Hugging Face cache."""
     looked: list[str] = []

@@ -196,3 +196,18 @@ def test_auto_in_a_worker_serves_whisper_on_the_cpu_with_the_embedded_model(tmp_
         assert isinstance(res, p.Result) and error_rate("en", "Hello world.", to_json(res.result)["final"]) == 0
     finally:
         w.close()
+
+
+def test_on_a_gpu_the_whisper_engine_takes_a_large_v3_imported_into_the_data_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hasrctl pull /path/to/faster-whisper-large-v3 --name large-v3` (issue 32 #8) is how an offline machine gets
+    the GPU default: the whisper engine on CUDA must take it as it takes one in the Hugging Face cache, not fall
+    back to the embedded base."""
+    import shutil
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    s = config.load(env={"HASR_FW_DEVICE": "cuda", "HASR_FW_MODEL": ""})
+    assert select.create_real("whisper", s).fw_spec == ""  # type: ignore[attr-defined]  # nothing there yet
+    shutil.copytree(model_dir(), tmp_path / "data" / "hasr" / "models" / models.GPU_DEFAULT)
+    assert select.create_real("whisper", s).fw_spec == models.GPU_DEFAULT  # type: ignore[attr-defined]

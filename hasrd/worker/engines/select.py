@@ -18,7 +18,7 @@ from typing import Any
 
 from hasrd import config
 from hasrd.worker.engine import Engine, EngineError
-from hasrd.models import GPU_DEFAULT, fw_repo, hf_snapshot, resolve_fw, resolve_weights
+from hasrd.models import GPU_DEFAULT, fw_found, resolve_fw, resolve_weights
 from hasrd.worker.engines.fwload import compute_type_for
 
 @dataclass(frozen=True)
@@ -143,7 +143,8 @@ def create_real(name: str, settings: config.Settings | None = None) -> Engine:
     elif name in ("hybrid", "whisper"):
         real_draft = name == "hybrid" and s.draft == "r2t2"
         device = s.fw_device if s.fw_device != "auto" else ("cuda" if cuda or real_draft else "cpu")
-        gpu_default = device == "cuda" and (real_draft or hf_snapshot(fw_repo(GPU_DEFAULT)) is not None)
+        # large-v3 where it is found: pulled into the Hugging Face cache or imported into the data directory
+        gpu_default = device == "cuda" and (real_draft or fw_found(GPU_DEFAULT))
         spec = s.fw_model or (GPU_DEFAULT if gpu_default else "")
     else:
         raise EngineError("model_unavailable", f"unknown engine {name!r}")
