@@ -36,7 +36,10 @@ def test_a_clip_keeps_short_pauses_shortens_long_ones_and_maps_times_back() -> N
     assert clip.to_file(3.3, end=True) == 5.0
     # a window holds 30 s of the clip's audio, not of the file: 20 s + 0.3 s + 9.5 s fits where 31 s of file lie
     assert Clip((0.0, 20.0)).fits((21.5, 31.0)) and not Clip((0.0, 20.0)).fits((21.5, 31.3))
-    assert not Clip((0.0, 1.0)).fits((3.5, 4.0))  # a pause longer than MAX_GAP_SEC ends the clip
+    long = Clip((0.0, 1.0))
+    long.add((3.5, 4.0))  # a pause longer than MAX_GAP_SEC stays whole, as in the clips before packing
+    assert long.parts == [(0, 4 * SR)] and long.size == 4 * SR
+    assert not Clip((0.0, 1.0)).fits((29.5, 30.5))  # 30.5 s of audio
 
 
 def pcm16(pieces: list[np.ndarray], pause: float) -> np.ndarray:

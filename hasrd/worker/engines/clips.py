@@ -12,8 +12,9 @@ count followed by 你好世界 as "1234567890" (tests/test_transcripts.py), but 
 unpacked clips did the same for that file with its second pause 0.49 or 0.52 s long instead of 0.8 s (0.45 and
 0.6 s gave characters). whisper base's choice of script for a count flips with tens of ms of any pause in the
 window; keeping short pauses whole leaves files of ordinary speech as they were decoded before
-(tests/test_clips.py). A pause longer than MAX_GAP_SEC ends the clip: speech that far apart is not read as one
-passage (the same sentence said again would look like a decoding loop, and be said once).
+(tests/test_clips.py). A pause longer than MAX_GAP_SEC stays whole, as every pause did before packing: speech that
+far apart is not heard as one passage (the same sentence said again would look like a decoding loop, and be said
+once), and a file never takes more windows than its unpacked clips took.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import numpy as np
 
 SR = 16000
 CLIP_SEC = 30.0  # whisper's window: a clip's audio is at most this long
-MAX_GAP_SEC = 2.0  # the longest silence inside one clip
-KEEP_SEC = 0.3  # of each silence inside a clip, this much stays (half on each side)
+MAX_GAP_SEC = 2.0  # the longest silence a clip shortens (a longer one stays whole, as before packing)
+KEEP_SEC = 0.3  # of each silence a clip shortens, this much stays (half on each side)
 
 ToFile = Callable[[float, bool], float]
 """Seconds into a clip's audio (and whether it is an end) -> seconds on the file's clock."""
@@ -44,11 +45,10 @@ class Clip:
         self.size = b - a  # samples of the clip's audio
 
     def fits(self, span: tuple[float, float]) -> bool:
-        """Whether ``span`` (after this clip's end) joins it: the silence before it is at most MAX_GAP_SEC and
-        the clip's audio with it still fits one window."""
+        """Whether ``span`` (after this clip's end) joins it: the clip's audio with it still fits one window."""
         a, b = _samples(span)
         end = self.parts[-1][1]
-        return a - end <= int(MAX_GAP_SEC * SR) and self.size + _kept(a - end) + b - max(a, end) <= int(CLIP_SEC * SR)
+        return self.size + _kept(a - end) + b - max(a, end) <= int(CLIP_SEC * SR)
 
     def add(self, span: tuple[float, float]) -> None:
         a, b = _samples(span)
@@ -97,7 +97,10 @@ def _samples(span: tuple[float, float]) -> tuple[int, int]:
 
 
 def _kept(gap: int) -> int:
-    """Samples of a silence of ``gap`` samples that stay in a clip."""
+    """Samples of a silence of ``gap`` samples that stay in a clip: all of one up to KEEP_SEC or over MAX_GAP_SEC,
+    KEEP_SEC of one between."""
+    if gap > int(MAX_GAP_SEC * SR):
+        return gap
     return max(0, min(gap, int(KEEP_SEC * SR)))
 
 
