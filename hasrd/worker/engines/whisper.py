@@ -9,7 +9,8 @@ read too) as faster-whisper's ``initial_prompt`` for every piece. Two ways to de
 HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's defaults):
 
 - batched (N > 0, the default; 2 on the CPU, 16 on CUDA): faster-whisper's BatchedInferencePipeline over VAD
-  clips of up to 30 s, N at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's
+  clips of up to 30 s of audio, pauses longer than 0.3 s shortened to that (clips.Clip: as the pipeline packs
+  its own VAD's speech), N at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's
   no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does not do
   itself, and a clip that fails whisper's quality rule (a loop: compression ratio > 2.4; or avg_logprob < -1) is
   decoded again alone with ``no_repeat_ngram_size=4``.
@@ -40,6 +41,7 @@ included); the worker channel (msgspec) cannot encode those, so every number is 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import threading
@@ -53,6 +55,7 @@ from hasrd.config import Settings
 from hasrd.worker import resegment, segment, vad
 from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
 from hasrd.models import resolve_fw
+from hasrd.worker.engines.clips import Clip, Moved
 from hasrd.worker.engines.fwload import batch_for, batched, load_model, warm_up
 from hasrd import transcript
 from hasrd.transcript import TimedSentence, Timings, Transcript
@@ -197,22 +200,6 @@ class Track:
         self.emit.progress(round(self.done_s, 3), self.total_s, phase)
 
 
-class Shifted:
-    """A segment of a clip decoded alone, with times moved to the piece's clock."""
-
-    def __init__(self, seg: Any, offset: float) -> None:
-        self.seg, self.offset = seg, offset
-        self.start, self.end = float(seg.start) + offset, float(seg.end) + offset
-        self.words = [Word(w, offset) for w in seg.words] if seg.words else None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.seg, name)
-
-
-class Word:
-    def __init__(self, w: Any, offset: float) -> None:
-        self.word, self.probability = w.word, w.probability
-        self.start, self.end = float(w.start) + offset, float(w.end) + offset
 def is_no_speech(segment: Any) -> bool:
     return (float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR)
 
@@ -327,19 +314,19 @@ class WhisperEngine:
                     name, code = NAMES.get(fw_code, fw_code), fw_code
                     heard(emit, code)
 
-            def clips() -> Iterator[tuple[float, float] | Passed]:
-                """The file's speech clips on its clock, each piece's silences told to the sentence cutter first;
-                and how far the stream passed (where a first batch may stop, and progress moves: see _batched).
-                A clip may cross a piece's end: the spans are merged over the whole file (vad.merge_clips'
-                rule), so that a piece's last words do not make a short clip of their own, each paying a whole
-                30 s window of the encoder and the decoder (16 clips for a 5-minute file where 10 hold it)."""
+            def clips() -> Iterator[Clip | Passed]:
+                """The file's speech clips, each piece's silences told to the sentence cutter first; and how far
+                the stream passed (where a first batch may stop, and progress moves: see _batched). A clip may
+                cross a piece's end: the spans are packed over the whole file (clips.Clip), so that a piece's last
+                words do not make a short clip of their own, each paying a whole 30 s window of the encoder and
+                the decoder (16 clips for a 5-minute file where 10 hold it)."""
                 nonlocal calls
                 # on the CPU a long file's first clip is short (decoded alone: see _batched), so its first words
                 # show within seconds; a clip is otherwise up to a whole window (a short file's whole answer is
                 # as quick, and cut in two its text changes and costs a second window)
                 first_sec = FIRST_CLIP_SEC if self.device == "cpu" and n > SHORT_FIRST_AFTER * SR else CLIP_SEC
                 yielded = False
-                clip: list[float] | None = None  # the clip still growing
+                clip: Clip | None = None  # the clip still growing
                 last: tuple[float, float] | None = None  # the last span seen, on the file's clock
                 for start, end, spans in itertools.chain(ahead, parts):
                     if cancelled():
@@ -352,17 +339,17 @@ class WhisperEngine:
                         across = [last] if last and timed[0][0] - last[1] >= vad.MIN_SILENCE else []
                         cuts.add_pauses(silences(across + timed))
                         last = timed[-1]
-                        for s0, s1 in timed:
-                            if clip is not None and s1 - clip[0] <= (CLIP_SEC if yielded else first_sec):
-                                clip[1] = s1
+                        for span in timed:
+                            if clip is not None and clip.fits(span) and (yielded or span[1] - clip.start <= first_sec):
+                                clip.add(span)
                                 continue
                             if clip is not None:
-                                yield clip[0], clip[1]
+                                yield clip
                                 yielded = True
-                            clip = [s0, s1]
-                    yield Passed(end / SR if clip is None else clip[0])  # all before the growing clip
+                            clip = Clip(span)
+                    yield Passed(end / SR if clip is None else clip.start)  # all before the growing clip
                 if clip is not None:
-                    yield clip[0], clip[1]
+                    yield clip
                     yield Passed(n / SR)
 
             for s in self._decode(pcm, fw_code, options, clips(), track):  # lazy: decoding while iterating
@@ -410,7 +397,7 @@ class WhisperEngine:
         return batch_for(self.device, int(self.settings.whisper_batch))
 
     def _decode(self, pcm: np.ndarray, fw_code: str | None, options: dict[str, Any],
-                clips: Iterator[tuple[float, float] | Passed], track: Track) -> Iterable[Any]:
+                clips: Iterator[Clip | Passed], track: Track) -> Iterable[Any]:
         """The file's segments with timed words on its clock, lazily, in time order (see the module docstring for
         the two ways); ``clips`` are its speech clips (seconds), pieces after pieces, each piece's end told as it
         passes (``track`` moves there once every clip before it is decoded, else hears a heartbeat)."""
@@ -423,16 +410,15 @@ class WhisperEngine:
             return self._by_clip(pcm, common, clips, track)
         return self._batched(pcm, common, clips, track)
 
-    def _by_clip(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float] | Passed],
+    def _by_clip(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[Clip | Passed],
                  track: Track) -> Iterable[Any]:
         """Sequential: each clip alone, beam 5 at temperature 0 (the token cap is per clip)."""
         for clip in clips:
             if isinstance(clip, Passed):
                 track.to(clip.end_s)  # every clip before it is decoded
                 continue
-            c0, c1 = clip
-            for seg in self._sequential(pcm[int(c0 * SR):int(c1 * SR)], common, vad=False):
-                yield Shifted(seg, c0)
+            for seg in self._sequential(clip.audio(pcm), common, vad=False):
+                yield Moved(seg, clip.to_file)
 
     def _sequential(self, audio: np.ndarray, common: dict[str, Any], vad: bool = True,
                     **extra: Any) -> Iterable[Any]:
@@ -440,7 +426,7 @@ class WhisperEngine:
         segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw)
         return segments
 
-    def _batched(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[tuple[float, float] | Passed],
+    def _batched(self, pcm: np.ndarray, common: dict[str, Any], clips: Iterator[Clip | Passed],
                  track: Track) -> Iterable[Any]:
         """VAD clips of up to 30 s decoded N at a time at temperature 0, a batch taking clips across pieces; a clip
         that fails whisper's quality rule (its text compresses more than 2.4 times: a loop; or avg_logprob < -1
@@ -453,17 +439,16 @@ class WhisperEngine:
         # the worker runs several jobs at once (their model calls meet in the decode loop, hasrd.worker.batcher)
         pipeline = BatchedInferencePipeline(self.model)
 
-        def settle(group: list[Any], span: tuple[float, float]) -> Iterable[Any]:
+        def settle(group: list[Any], clip: Clip, base: float) -> Iterable[Any]:
             text = "".join(str(g.text) for g in group)
             speech = [g for g in group if not is_no_speech(g)]
             looped = bool(text.strip()) and get_compression_ratio(text) > COMPRESSION_RATIO
             unsure = bool(speech) and min(float(g.avg_logprob) for g in speech) < LOG_PROB_FLOOR
             if not (looped or unsure):
-                yield from speech
+                yield from (Moved(g, lambda t, end: clip.to_file(t - base, end)) for g in speech)
                 return
-            c0, c1 = span
-            for seg in self._sequential(pcm[int(c0 * SR):int(c1 * SR)], common, vad=False, **RETRY_KW):
-                yield Shifted(seg, c0)
+            for seg in self._sequential(clip.audio(pcm), common, vad=False, **RETRY_KW):
+                yield Moved(seg, clip.to_file)
 
         # One call per batch, so that each batch's clips are settled (and progress reported) as soon as it is
         # decoded. The first batch is short: on the CPU one clip, so that the progress line moves within seconds
@@ -471,7 +456,7 @@ class WhisperEngine:
         # would cost a whole batch's time there). The batches are the same whatever the timing: same text.
         first = True
         while True:
-            batch: list[tuple[float, float]] = []
+            batch: list[Clip] = []
             for clip in clips:
                 if isinstance(clip, Passed):
                     if not batch:
@@ -487,17 +472,20 @@ class WhisperEngine:
             if not batch:
                 return
             first = False
-            # a segment's seek is its clip's start in 10 ms frames, computed by the pipeline from whole samples
-            by_start = {int(int(c0 * SR) / SR * 100): (c0, c1) for c0, c1 in batch}
+            # the batch's clips side by side in one array, each its own audio; a segment's seek is its clip's
+            # start there in 10 ms frames, computed by the pipeline from whole samples
+            audio = np.concatenate([c.audio(pcm) for c in batch])
+            bounds = list(itertools.accumulate([0] + [c.size for c in batch]))
+            stamps = [{"start": bounds[k] / SR, "end": bounds[k + 1] / SR} for k in range(len(batch))]
+            seeks = [int(int(st["start"] * SR) / SR * 100) for st in stamps]
             segments, _info = pipeline.transcribe(
-                pcm, clip_timestamps=[{"start": c0, "end": c1} for c0, c1 in batch], batch_size=self.batch,
-                vad_filter=False, **{**BATCHED_KW, **common})
+                audio, clip_timestamps=stamps, batch_size=self.batch, vad_filter=False, **{**BATCHED_KW, **common})
             groups: dict[int, list[Any]] = {}
             for seg in segments:
                 groups.setdefault(int(seg.seek), []).append(seg)
             for seek in sorted(groups):
-                group = groups[seek]
-                yield from settle(group, by_start.get(seek, (float(group[0].start), float(group[-1].end))))
+                k = max(0, bisect.bisect_right(seeks, seek) - 1)
+                yield from settle(groups[seek], batch[k], stamps[k]["start"])
 
     def close(self) -> None:
         self.model = None
