@@ -7,6 +7,10 @@ events, with the language given (``en``) and detected (``auto``), the two trees 
 as medians: the first ``sentence`` event, the first ``decoding`` progress and the whole file.
 
     python benchmarks/first_text.py [--baseline REV] [--runs 3] [--file F]
+
+Measured (2026-12-03, 2 runs, load 1.3) against fb165b6 (before the two-window vote and the short first clip):
+first sentence 1.75 s against 2.82 s with ``en``, 3.08 s against 5.83 s with ``auto``; the whole file 1.00x and
+0.87x.
 """
 
 from __future__ import annotations
