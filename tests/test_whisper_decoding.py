@@ -316,3 +316,12 @@ def test_a_long_file_on_the_cpu_shows_its_first_words_from_a_short_first_clip() 
     assert len(short) < wmod.SHORT_FIRST_AFTER * SR
     e.transcribe(short, "en", {}, NullEmitter(), lambda: False)
     assert seen[0][1] - seen[0][0] > wmod.FIRST_CLIP_SEC, seen
+    # under a minute with pauses of 1.8 s: its speech, the pauses shortened, fills one window though the
+    # stretch of the file is longer (the first clip is packed like the others)
+    seen.clear()
+    pause = np.zeros(int(1.8 * SR), np.float32)
+    spaced = np.concatenate([x for _ in range(3) for name in ("en_quick_brown_fox", "en_espeak_park")
+                             for x in (load(name), pause)])
+    assert 31 * SR < len(spaced) < wmod.SHORT_FIRST_AFTER * SR
+    e.transcribe(spaced, "en", {}, NullEmitter(), lambda: False)
+    assert len(seen) == 1 and seen[0][1] - seen[0][0] > 30, seen

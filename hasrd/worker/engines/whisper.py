@@ -324,7 +324,7 @@ class WhisperEngine:
                 # on the CPU a long file's first clip is short (decoded alone: see _batched), so its first words
                 # show within seconds; a clip is otherwise up to a whole window (a short file's whole answer is
                 # as quick, and cut in two its text changes and costs a second window)
-                first_sec = FIRST_CLIP_SEC if self.device == "cpu" and n > SHORT_FIRST_AFTER * SR else CLIP_SEC
+                first_sec = FIRST_CLIP_SEC if self.device == "cpu" and n > SHORT_FIRST_AFTER * SR else math.inf
                 yielded = False
                 clip: Clip | None = None  # the clip still growing
                 last: tuple[float, float] | None = None  # the last span seen, on the file's clock
