@@ -12,7 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from hasrd.errors import UnknownFormat
-from hasrd.languages import is_mark
+from hasrd.languages import is_mark, spaced
 
 if TYPE_CHECKING:  # the CLI imports this module at start (FORMATS): subtitles and msgspec load when used
     from hasrd import subtitles
@@ -134,8 +134,8 @@ class DeltaJoiner:
         if not piece:
             return ""
         prev = self.text[-1:]
-        spaced = prev and _spaced(prev) and _spaced(piece[0])
-        delta = (" " if prev and (spaced or not (is_mark(prev) or is_mark(piece[0]))) else "") + piece
+        both_spaced = bool(prev) and spaced(prev) and spaced(piece[0])
+        delta = (" " if prev and (both_spaced or not (is_mark(prev) or is_mark(piece[0]))) else "") + piece
         self.text += delta
         return delta
 
@@ -146,15 +146,6 @@ class DeltaJoiner:
             rest, self.text = final[len(self.text):], final
             return rest, final
         return "", self.text
-
-
-def _spaced(ch: str) -> bool:
-    """Whether ``ch`` is of a script that puts spaces between words (and so between sentences)."""
-    if ch.isspace():
-        return False
-    o = ord(ch)
-    return not (0x2E80 <= o <= 0x9FFF or 0x3000 <= o <= 0x303F or 0xF900 <= o <= 0xFAFF or 0xFF00 <= o <= 0xFFEF
-                or 0x0E00 <= o <= 0x0EFF or 0x1000 <= o <= 0x109F or 0x1780 <= o <= 0x17FF or 0x20000 <= o <= 0x2FFFF)
 
 
 def timestamp(seconds: float, sep: str = ",") -> str:

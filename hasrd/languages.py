@@ -166,13 +166,27 @@ def is_mark(ch: str) -> bool:
     return unicodedata.category(ch).startswith("P")
 
 
+def spaced(ch: str) -> bool:
+    """Whether ``ch`` is of a script that puts spaces between words (and so between sentences)."""
+    if ch.isspace():
+        return False
+    o = ord(ch)
+    return not (0x2E80 <= o <= 0x9FFF or 0x3000 <= o <= 0x303F or 0xF900 <= o <= 0xFAFF or 0xFF00 <= o <= 0xFFEF
+                or 0x0E00 <= o <= 0x0EFF or 0x1000 <= o <= 0x109F or 0x1780 <= o <= 0x17FF or 0x20000 <= o <= 0x2FFFF)
+
+
 def gap(before: str, after: str, code: str) -> str:
     """What goes between two sentences: one space where words are spaced; in a script written without spaces
-    nothing after or before a mark (as the seed joins them), but a space where neither side has one. Whisper
-    often ends a Chinese segment without 。, and "今天天气很好" + "我们去公园" must not run into one sentence."""
+    nothing after or before a mark (as the seed joins them), but a space where neither side has one, or where
+    both sides are of a spaced script ("OK." + "Yes" in a Chinese file). Whisper often ends a Chinese segment
+    without 。, and "今天天气很好" + "我们去公园" must not run into one sentence."""
     if joiner(code) == " ":
         return " "
-    return "" if not before or not after or is_mark(before[-1]) or is_mark(after[0]) else " "
+    if not before or not after:
+        return ""
+    if spaced(before[-1]) and spaced(after[0]):
+        return " "
+    return "" if is_mark(before[-1]) or is_mark(after[0]) else " "
 
 
 def join_sentences(texts: list[str], code: str) -> str:

@@ -196,6 +196,7 @@ def test_a_result_that_is_no_result_object_says_so_in_one_sentence() -> None:
     (["こんにちは", "元気です。"], "ja", "こんにちは 元気です。"),
     (["你好", "Hello"], "zh", "你好 Hello"),
     (["Hello.", " ", "World"], "en", "Hello. World"),
+    (["OK.", "Yes", "好。"], "zh", "OK. Yes 好。"),  # spaced script on both sides: a space, mark or not
 ])
 def test_sentences_without_an_end_mark_are_not_run_together_and_the_stream_adds_up_to_the_same_text(
         texts: list[str], code: str, joined: str) -> None:

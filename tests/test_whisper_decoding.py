@@ -261,6 +261,10 @@ def test_two_sure_windows_that_agree_settle_the_language_vote_and_doubtful_ones_
     assert not language_id.settled([[("zh", 0.88), ("th", 0.07)], [("th", 0.85), ("zh", 0.05)]])
     assert not language_id.settled([[("en", 0.98)], [("de", 0.97)]])  # sure, but of two languages
     assert not language_id.settled([[("yue", 0.97)], [("yue", 0.96)]], allowed={"zh", "en"})
+    # a first window that dissents keeps the vote going: with three windows the favour rule would hand it to zh
+    dissent = [[("zh", 0.6), ("de", 0.3)], [("de", 0.96)], [("de", 0.97)]]
+    assert not language_id.settled(dissent)
+    assert language_id.vote(dissent + [[("de", 0.97)]], favoured=("zh", "en"))[0] == "de"
 
 
 def test_a_clear_english_file_is_voted_from_two_windows_not_four() -> None:

@@ -105,17 +105,17 @@ def vote(window_probs: list[list[tuple[str, float]]], allowed: set[str] | None =
 
 
 def settled(window_probs: list[list[tuple[str, float]]], allowed: set[str] | None = None) -> bool:
-    """Whether the windows so far decide the vote: the last two name the same (allowed) language first, each
-    with at least SURE; pure."""
+    """Whether the windows so far decide the vote: two or more, every one naming the same (allowed) language
+    first with at least SURE (a dissenting earlier window could still win the favour rule); pure."""
     if len(window_probs) < 2:
         return False
     tops = []
-    for probs in window_probs[-2:]:
+    for probs in window_probs:
         kept = [(lang, p) for lang, p in probs if allowed is None or lang in allowed]
         if not kept:
             return False
         tops.append(max(kept, key=lambda lp: lp[1]))
-    return tops[0][0] == tops[1][0] and min(p for _lang, p in tops) >= SURE
+    return len({lang for lang, _p in tops}) == 1 and min(p for _lang, p in tops) >= SURE
 
 
 def detect(model: Any, pcm: np.ndarray, allowed: set[str] | None = None,
