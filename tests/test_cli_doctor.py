@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.cliutil import cli_env, hasrctl, show
 from tests.daemon import Hasrd
+from tests.speech import model_dir
 
 
 def _doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -230,3 +231,18 @@ def test_doctor_says_to_fetch_a_missing_model_with_hf(short_tmp: str) -> None:
     check = _find(doc, "faster-whisper model 'large-v3' not found")
     assert check["state"] == "fail" and check["fix"].startswith("hf download Systran/faster-whisper-large-v3")
     assert not any("huggingface-cli" in c["what"] + c["fix"] for c in doc["checks"])
+
+
+def test_doctor_finds_a_large_v3_imported_into_the_data_directory(short_tmp: str) -> None:
+    """Offline, `hasrctl pull /path --name large-v3` is the route (issue 32 #8) and the engines take that copy:
+    doctor says so too, instead of "not in the Hugging Face cache"; without it, the fix names both routes."""
+    env = cli_env(short_tmp, HF_HUB_CACHE=str(Path(short_tmp, "empty")), HF_HOME=short_tmp, HASR_ENGINE="auto",
+                  XDG_CACHE_HOME=str(Path(short_tmp, "cache")))
+    _, doc = _doctor(env, "--quick")
+    missing = _find(doc, "faster-whisper large-v3 is neither in the Hugging Face cache nor in")
+    assert "hasrctl pull /path/to/faster-whisper-large-v3 --name large-v3" in missing["fix"], missing
+    dest = Path(env["XDG_DATA_HOME"], "hasr", "models", "large-v3")
+    shutil.copytree(model_dir(), dest)
+    _, doc = _doctor(env, "--quick")
+    found = _find(doc, "faster-whisper large-v3 (the GPU engines' default)")
+    assert found["state"] == "ok" and str(dest) in found["what"] and "directory" in found["what"], found
