@@ -249,7 +249,8 @@ def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
 
     if modelimport.is_path(name):
         return _import(name, as_name)
-    if as_name is not None:
+    given = click.get_current_context().get_parameter_source("as_name") == click.core.ParameterSource.COMMANDLINE
+    if as_name is not None and given:  # HASR_PULL_NAME in the environment is for imports; a download ignores it
         raise UsageError(f"--name is for importing a model directory (hasrctl pull PATH --name NAME); a download "
                          f"is named by what you pull: `hasrctl pull {name}`, then --model {name}")
     client = daemon.client()

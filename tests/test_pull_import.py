@@ -151,6 +151,9 @@ def test_a_directory_with_an_unusable_name_asks_for_name(short_tmp: str) -> None
     assert res.returncode == 2 and "with --name" in one_line(res.stderr), show(res)
     res = hasrctl("pull", "large-v3", "--name", "x", "--no-autostart", env=env_for(short_tmp))
     assert res.returncode == 2 and "--name is for importing" in one_line(res.stderr), show(res)
+    # HASR_PULL_NAME in the environment names imports only: a download goes on (here to the daemon, absent)
+    res = hasrctl("pull", "large-v3", "--no-autostart", env={**env_for(short_tmp), "HASR_PULL_NAME": "x"})
+    assert "--name is for importing" not in res.stderr and "no hasrd answers" in res.stderr, show(res)
 
 
 def _view(tty: bool = False) -> tuple[PullView, io.StringIO]:
