@@ -829,3 +829,35 @@ def test_a_read_only_outdir_is_one_line_that_says_so_not_an_internal_error(tmp_p
     assert (f"cannot write to {ro}/out (Read-only file system): nothing was transcribed; run the same command "
             f"again once it can be written to, or choose another -o") in res.stderr, res.stderr
     assert "internal error" not in res.stderr and "Traceback" not in res.stderr and "Ray" not in res.stderr
+
+
+def test_a_journal_torn_inside_a_character_loses_only_its_last_line(tmp_path: Path) -> None:
+    """Rows are written as UTF-8 (ensure_ascii=False): a power cut inside a Chinese character left bytes that do not
+    decode, and every later run failed on them (UnicodeDecodeError, an internal error). The torn line is skipped."""
+    whole = json.dumps({"path": "/会议.wav", "status": "ok"}, ensure_ascii=False).encode() + b"\n"
+    torn = json.dumps({"path": "/发布.wav", "status": "ok"}, ensure_ascii=False).encode()[:12]
+    (tmp_path / manifest.JOURNAL).write_bytes(whole + torn)
+    book = manifest.Manifest(str(tmp_path)).open()
+    book.close()
+    assert [json.loads(x)["path"] for x in (tmp_path / manifest.NAME).read_text().splitlines()] == ["/会议.wav"]
+
+
+def test_a_fifo_where_a_stored_result_was_is_not_read(tmp_path: Path) -> None:
+    """A rerun asking a new format reads the stored result: a FIFO put in its place is passed over at once (the
+    file is transcribed again), never opened to wait for a writer."""
+    src = tmp_path / "a.wav"
+    src.write_bytes(b"RIFF....")
+    os.mkfifo(tmp_path / "a.json")
+    opts = {"model": "m", "engine": "e", "language": "", "options": {}, "formats": ["text"]}
+    row = {"path": str(src), "status": "ok", "result": "a.json", "options": opts}
+    assert manifest.same_transcription(row, opts)  # so the stored result is looked at
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(manifest.stored_result(row, opts, str(src), str(tmp_path),
+                                                                          hasher=lambda p: "h")), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():
+        with contextlib.suppress(OSError):
+            os.close(os.open(tmp_path / "a.json", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("stored_result blocked on the FIFO")
+    assert got == [None]

@@ -206,7 +206,9 @@ def test_on_a_gpu_the_whisper_engine_takes_a_large_v3_imported_into_the_data_dir
     import shutil
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    for var in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):  # no large-v3 of this machine's own caches
+        monkeypatch.setenv(var, str(tmp_path / "hf"))
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
     s = config.load(env={"HASR_FW_DEVICE": "cuda", "HASR_FW_MODEL": ""})
     assert select.create_real("whisper", s).fw_spec == ""  # type: ignore[attr-defined]  # nothing there yet
     shutil.copytree(model_dir(), tmp_path / "data" / "hasr" / "models" / models.GPU_DEFAULT)

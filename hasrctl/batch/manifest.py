@@ -75,9 +75,10 @@ def file_hash(path: str) -> str:
 
 
 def _rows(path: str) -> Iterator[dict[str, Any]]:
-    """The rows of a JSON-lines file; a line that does not parse (a write cut short) is skipped."""
+    """The rows of a JSON-lines file; a line that does not parse (a write cut short, even inside a character:
+    decoded with replacement, it then fails json) is skipped."""
     try:
-        f = open(path, encoding="utf-8")  # noqa: SIM115 - the try guards only the open; `with f` below closes it
+        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - the try guards only the open
     except FileNotFoundError:
         return
     with f:
@@ -165,7 +166,7 @@ def stored_result(row: dict[str, Any] | None, options: dict[str, Any], path: str
         where += [o for o in row.get("outputs") or [] if isinstance(o, str) and o.endswith(".json")]
     for rel in where:
         try:
-            with open(os.path.join(outdir, rel), encoding="utf-8") as f:
+            with open_regular(os.path.join(outdir, rel)) as f:  # a FIFO left there would block for ever
                 doc = json.load(f)
         except (OSError, ValueError):
             continue
@@ -208,9 +209,12 @@ class Manifest:
             raise UsageError(f"{self.outdir}: another hasrctl batch is writing there; wait for it or choose "
                              f"another -o") from None
         self._lock_fd = fd
-        for src in (self.path, self.journal_path):
-            for row in _rows(src):
-                self.rows[row["path"]] = row
+        try:
+            for src in (self.path, self.journal_path):
+                for row in _rows(src):
+                    self.rows[row["path"]] = row
+        except OSError as e:  # unreadable (EACCES, EIO): one line, as an unwritable OUTDIR is
+            raise self._failed(e) from None
         if os.path.exists(self.journal_path):
             self.rewrite()
         try:
@@ -264,11 +268,14 @@ class Manifest:
             if isinstance(e, OSError):
                 raise self._failed(e) from None
             raise
-        if self._journal is not None:
-            os.ftruncate(self._journal, 0)  # O_APPEND: the next row is its first line
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.journal_path)
+        try:
+            if self._journal is not None:
+                os.ftruncate(self._journal, 0)  # O_APPEND: the next row is its first line
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.journal_path)
+        except OSError as e:  # the journal's rows are in the manifest now: only the next run merges them again
+            raise self._failed(e) from None
         self._last_write = self.clock()
         self._dirty = False
 
@@ -279,15 +286,21 @@ class Manifest:
             if self._journal is not None:
                 # a row whose journal line is on disk but which an interrupt (Ctrl-C, SIGTERM) kept out of
                 # self.rows: fold the journal in, or deleting it below would lose a finished file
-                for row in _rows(self.journal_path):
-                    if self.rows.get(row["path"]) != row:
-                        self.rows[row["path"]] = row
-                        self._dirty = True
+                try:
+                    for row in _rows(self.journal_path):
+                        if self.rows.get(row["path"]) != row:
+                            self.rows[row["path"]] = row
+                            self._dirty = True
+                except OSError as e:
+                    raise self._failed(e) from None
                 if self._dirty:
                     self.rewrite()
                 os.close(self._journal)
                 self._journal = None
-                os.unlink(self.journal_path)
+                try:
+                    os.unlink(self.journal_path)
+                except OSError as e:
+                    raise self._failed(e) from None
         finally:
             if self._journal is not None:
                 os.close(self._journal)
