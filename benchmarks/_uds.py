@@ -40,7 +40,7 @@ def transcribe_events(sock: str, request: dict[str, Any],
     s.connect(sock)
     body = json.dumps(request).encode()
     s.sendall(f"POST /transcribe HTTP/1.1\r\nHost: hasr\r\nAccept: application/x-ndjson\r\nContent-Type: "
-              f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+              f"application/json\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
 
     def read() -> None:
         buf = b""

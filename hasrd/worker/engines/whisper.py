@@ -9,9 +9,10 @@ read too) as faster-whisper's ``initial_prompt`` for every piece. Two ways to de
 HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's defaults):
 
 - batched (N > 0, the default; 2 on the CPU, 16 on CUDA): faster-whisper's BatchedInferencePipeline over VAD
-  clips of up to 30 s of audio, pauses longer than 0.3 s shortened to that (clips.Clip: as the pipeline packs
-  its own VAD's speech), N at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's
-  no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does not do
+  clips of up to 30 s of audio, pauses of 0.3-2 s shortened to 0.3 s (clips.Clip: as the pipeline packs its own
+  VAD's speech; longer ones stay whole), a long file's first clip at most 10 s on the CPU (its first words), N
+  at a time (a batch takes clips across pieces), beam 5 at temperature 0; whisper's no-speech rule
+  (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does not do
   itself, and a clip that fails whisper's quality rule (a loop: compression ratio > 2.4; or avg_logprob < -1) is
   decoded again alone with ``no_repeat_ngram_size=4``.
 - sequential (0): beam 5 at temperature 0 clip by clip, without conditioning on previous text, and a token
