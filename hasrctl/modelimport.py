@@ -43,11 +43,13 @@ def is_path(arg: str) -> bool:
 
 def default_name(src: Path) -> str:
     """The directory's own name; a Hugging Face snapshot's (``models--Systran--faster-whisper-small/snapshots/
-    <commit>``, copied from another machine's cache) is its repo's, not the commit's."""
+    <commit>``, copied from another machine's cache) is its repo's, not the commit's. A link's own name is
+    the name given (``~/models/large-v3 -> .../snapshots/abc123`` is ``large-v3``)."""
+    given = Path(os.path.abspath(src.expanduser())).name  # "." and ".." made names; links not followed
     real = src.resolve()
-    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+    if given == real.name and real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
         return real.parent.parent.name.rsplit("--", 1)[-1]
-    return real.name
+    return given
 
 
 def check_name(name: str, given: bool) -> str:

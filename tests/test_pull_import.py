@@ -86,6 +86,10 @@ def test_an_import_copies_what_faster_whisper_loads_under_its_name_and_refuses_t
     snap = small_model(Path(short_tmp) / "hub" / "models--Systran--faster-whisper-tiny" / "snapshots" / ("c" * 40))
     res = hasrctl("pull", str(snap), env=env)
     assert res.returncode == 0 and "--model faster-whisper-tiny" in res.stdout, show(res)
+    # a link to a snapshot, named by the person who made it: that name, not the commit's or the repo's
+    (Path(short_tmp) / "my-tiny").symlink_to(snap)
+    res = hasrctl("pull", str(Path(short_tmp) / "my-tiny"), env=env)
+    assert res.returncode == 0 and "--model my-tiny" in res.stdout, show(res)
     assert leftovers(short_tmp) == []
 
 
