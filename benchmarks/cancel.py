@@ -179,9 +179,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--long", default="", help="the long file (default: the corpus's en_long_3min)")
     args = ap.parse_args()
-    long_path = args.long or str(corpus.default_dir() / "en_long_3min.wav")
-    if not os.path.exists(long_path):
-        corpus.build(corpus.default_dir())
+    long_path = corpus.corpus_file("en_long_3min.wav", args.long)
     rev = args.baseline or subprocess.run(["git", "log", "-1", "--format=%H^",
                                            "--grep=A cancelled job whose worker reloads",
                                            "--", "hasrd/policy.py"], cwd=ROOT, capture_output=True,

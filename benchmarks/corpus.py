@@ -189,6 +189,16 @@ def build(directory: Path, long: bool = False) -> Path:
     return manifest
 
 
+def corpus_file(name: str, given: str = "") -> str:
+    """``given`` (a benchmark's --file), else the corpus's file ``name``, built on first use."""
+    if given:
+        return given
+    path = default_dir() / name
+    if not path.exists():
+        build(default_dir(), long="5min" in name)
+    return str(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, default=default_dir())

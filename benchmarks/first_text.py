@@ -75,9 +75,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--file", default="", help="default: the corpus's en_long_3min.wav")
     args = ap.parse_args()
-    path = args.file or str(corpus.default_dir() / "en_long_3min.wav")
-    if not os.path.exists(path):
-        corpus.build(corpus.default_dir())
+    path = corpus.corpus_file("en_long_3min.wav", args.file)
     old = Path(tempfile.mkdtemp(prefix="hasr-old-"))
     subprocess.run(f"git archive {args.baseline} | tar -x -C {old}", shell=True, cwd=ROOT, check=True)
     label = args.baseline[:10]
