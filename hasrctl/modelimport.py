@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hasrctl import output
 from hasrctl.client import CliError, UsageError
 from hasrd import models, modelspec
 
@@ -70,12 +71,6 @@ def check_name(name: str, given: bool) -> str:
         again = "choose another --name" if given else "give it another name with --name"
         raise UsageError(f"`{name}` already names {taken}, so a request would never reach this model: {again}")
     return name
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _copy(src: Path, dst: Path, view: Any, shown: str) -> None:
@@ -135,7 +130,7 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
             raise CliError(f"the copy of {src / 'model.bin'} is damaged ({problem.removeprefix('its ')}): nothing "
                            f"was installed")
         os.rename(tmp / "model.bin.partial", tmp / "model.bin")
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 -> a directory as any other the user makes
+        os.chmod(tmp, 0o777 & ~output.umask())  # mkdtemp's 0700 -> a directory as any other the user makes
         try:
             os.rename(tmp, dest)  # whole or not at all
         except OSError as e:

@@ -196,7 +196,7 @@ def write(target: Path, text: str | bytes, force: bool, streams: bool = True) ->
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
         if force:
             os.replace(tmp, target)
         else:
@@ -211,7 +211,8 @@ def write(target: Path, text: str | bytes, force: bool, streams: bool = True) ->
         raise
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's umask (read by setting it, then put back): the mode a file made by hand would get."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
