@@ -787,7 +787,7 @@ def test_a_fifo_where_an_output_goes_fails_that_row_at_once_instead_of_blocking_
     """Issue 31 #16's other half: a FIFO left in OUTDIR at an output's path was opened for writing, and the run
     waited for a reader for ever. Now that row fails (write_failed, naming the FIFO), the FIFO stays, and the
     row is recorded."""
-    from hasrctl.batch.command import _store
+    from hasrctl.batch.store import store as _store
 
     out = tmp_path / "out"
     out.mkdir()

@@ -10,6 +10,8 @@ One file, one role:
                    call, returning the rendered transcripts;
 - ``progress.py``  files done / total, audio hours, real-time factor and ETA on stderr;
 - ``run.py``       Ray itself: a local instance or a cluster, the Ray Data pipeline, results as they come;
+- ``store.py``     a finished input's outputs and kept result written, its row recorded; formats asked later
+                   rendered from kept results;
 - ``command.py``   the click command and its exit status.
 
 Nothing here imports Ray, faster-whisper or numpy at module level: ``hasrctl --help`` stays fast, and a

@@ -10,12 +10,12 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import click
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
+from hasrctl.batch.store import detail, rerender, store
 from hasrctl.common import engine_options, model_argument, model_hint, parse_formats, say, settings
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
@@ -202,7 +202,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
             stored = {f: r for f in todo if (r := mf.stored_result(book.rows.get(f), signature, f, out_root))}
             todo = [f for f in todo if f not in stored]
             shown = {f: os.path.relpath(f, root) for f in found.files}
-            still = [(shown[f], _detail(book.rows[f])) for f in found.files
+            still = [(shown[f], detail(book.rows[f])) for f in found.files
                      if f not in todo and f not in stored and book.rows[f].get("status") == "failed"]
             done_before = len(found.files) - len(todo) - len(stored)
             if found.skipped and not quiet:
@@ -217,7 +217,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
                     + (f" ({len(still)} failed for their content; --retry-failed retries them)" if still else "")
                     + (f": transcribing the other {len(todo)}" if todo else ""))
             if stored:
-                still += _rerender(book, stored, out_root, names, shown, formats, rules, signature)
+                still += rerender(book, stored, out_root, names, shown, formats, rules, signature)
                 if not quiet:
                     say(f"{len(stored)} file(s) rendered as {', '.join(_shown_formats(formats))} from their stored "
                         f"results, without transcribing them again")
@@ -297,18 +297,13 @@ def _shown_formats(formats: list[str]) -> list[str]:
     return ["txt" if f == "text" else f for f in formats]
 
 
-def _detail(row: dict[str, Any]) -> str:
-    err = row.get("error") or {}
-    return f"{err.get('message')} ({err.get('code')})"
-
-
 def _report(failed: list[tuple[str, str]], total: int) -> int:
     """The failed inputs with their reasons, at the end where they are seen; exit 1 when there are any."""
     if not failed:
         return EXIT_OK
     say(f"{len(failed)} of {total} file(s) failed:")
-    for name, detail in failed:
-        click.echo(f"  {name}: {detail}", err=True)
+    for name, why in failed:
+        click.echo(f"  {name}: {why}", err=True)
     return EXIT_FAILED
 
 
@@ -383,67 +378,12 @@ def _not_files(b: Batch, bar: Any) -> None:
 def _finished(b: Batch, bar: Any, row: dict[str, Any]) -> None:
     """One input's row back from Ray: its outputs written (atomically), its row recorded, progress told.
     manifest.DiskFull when OUTDIR has no room for them: the run stops, this input is not recorded."""
-    _store(b.book, b.out_root, b.names, b.formats, b.signature, row)
+    store(b.book, b.out_root, b.names, b.formats, b.signature, row)
     name = b.shown[row["path"]]
     if row["status"] == "ok":
         duration = float(row.get("duration_s") or 0)
         bar.file(row["path"], name, True, f"{duration:.1f} s of audio, {row.get('language') or '?'}", duration)
     else:
-        detail = _detail(row)
-        b.failures.append((name, detail))
-        bar.file(row["path"], name, False, detail, 0.0)
-
-
-def _store(book: Any, out_root: str, names: dict[str, str], formats: list[str], signature: dict[str, Any],
-           row: dict[str, Any]) -> None:
-    """A row's outputs (``rendered``) and its whole result (``result``, kept under RESULTS for the formats asked
-    later) written atomically, then the row recorded; a write that fails fails the row (write_failed).
-    manifest.DiskFull when OUTDIR has no room: nothing of this input is recorded."""
-    from hasrctl import output
-    from hasrctl.batch.manifest import RESULTS, DiskFull, is_full
-    from hasrd.formats import extension
-
-    rendered = row.pop("rendered", None) or {}
-    result = row.pop("result", None)
-    row["options"] = signature
-    row["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    outs = []
-    try:
-        for fmt in formats:
-            if fmt in rendered:
-                rel = f"{names[row['path']]}.{extension(fmt)}"
-                target = Path(out_root) / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                output.write(target, rendered[fmt], True, streams=False)
-                outs.append(rel)
-        if row["status"] == "ok" and isinstance(result, dict):
-            rel = os.path.join(RESULTS, f"{names[row['path']]}.json")
-            target = Path(out_root) / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            output.write(target, json.dumps(result, ensure_ascii=False) + "\n", True, streams=False)
-            row["result"] = rel
-    except (CliError, OSError) as e:
-        if isinstance(e, OSError) and is_full(e):
-            raise DiskFull(out_root, e, book.recorded) from None
-        message = e.message if isinstance(e, CliError) else f"{e.strerror or e}"
-        row.update(status="failed", error={"code": "write_failed", "message": f"cannot write the output: {message}"})
-    row["outputs"] = outs
-    book.record(row)
-
-
-def _rerender(book: Any, results: dict[str, dict[str, Any]], out_root: str, names: dict[str, str],
-              shown: dict[str, str], formats: list[str], rules: Any,
-              signature: dict[str, Any]) -> list[tuple[str, str]]:
-    """The inputs whose stored result serves the formats and subtitle rules asked now: rendered here, in this
-    process, as the actors render (actor.render_all), without Ray and without transcribing; their failures."""
-    from hasrctl.batch.actor import render_all
-    from hasrd.transcript import from_json
-
-    failures = []
-    for path, result in results.items():
-        row = {k: v for k, v in book.rows[path].items() if k not in ("outputs", "result")}
-        row.update(rendered=render_all(from_json(result), formats, rules), result=result)
-        _store(book, out_root, names, formats, signature, row)
-        if row["status"] != "ok":
-            failures.append((shown[path], _detail(row)))
-    return failures
+        why = detail(row)
+        b.failures.append((name, why))
+        bar.file(row["path"], name, False, why, 0.0)
