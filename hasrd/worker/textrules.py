@@ -8,6 +8,7 @@ import unicodedata
 
 TOKENS_PER_S = 16
 MAX_CAP = 448 - 224 - 8
+CAP_STEP = 32
 
 
 def token_cap(seconds: float) -> int | None:
@@ -17,7 +18,9 @@ def token_cap(seconds: float) -> int | None:
         return None
     # faster-whisper refuses prompt + max_new_tokens > 448 (the model's context); an initial prompt keeps at
     # most 223 tokens (half the context, less one) plus a few task tokens, so a cap must leave room for that
-    return min(int(TOKENS_PER_S * seconds + 16), MAX_CAP)
+    # rounded up to a multiple of CAP_STEP: the cap is part of a decode step's key in the worker's decode loop
+    # (ct2batch), so live sessions at similar lengths of audio share one model call instead of taking turns
+    return min(-(-int(TOKENS_PER_S * seconds + 16) // CAP_STEP) * CAP_STEP, MAX_CAP)
 
 
 _INVISIBLE = {"\ufffd", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad"}
