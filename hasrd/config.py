@@ -79,11 +79,14 @@ class Settings:
     max_workers: int = _s(0, "workers (each one model on one device) that may run at once; 0 = one per GPU, or 2 on "
                              "a CPU-only machine (a live session never waits behind a file)", since="0.2.0")
     worker_parallel: int = _s(0, "jobs (files, requests, live sessions) one worker holds at once, decoded together "
-                                 "in batches; 0 = 4 for a worker on the CPU, 16 for a worker on a GPU (figures "
+                                 "in batches; 0 = 4 for a worker on the CPU, 32 for a worker on a GPU (figures "
                                  "below)",
                               since="0.3.0")
     worker_batch: int = _s(0, "most windows (30 s encoder inputs) one batched decode step takes across a worker's "
                               "jobs; 0 = 8 on the CPU, 32 on a GPU (figures below)", since="0.3.0")
+    worker_streams: int = _s(0, "model calls one worker runs at once (CTranslate2 replicas sharing the weights, "
+                                "each on its own CUDA stream; one is kept for live sessions and short files); "
+                                "0 = 1 on the CPU, 3 on a GPU (figures below)", since="0.3.0")
     max_load_failures: int = _s(5, "consecutive failed loads before the fatal state")
     backoff_base_sec: float = _s(0.5, "first retry delay after a failed load (doubles each time)")
     backoff_max_sec: float = _s(30.0, "longest retry delay after failed loads")
@@ -181,7 +184,7 @@ DEPRECATED = {"max_concurrent": "worker_parallel"}
 """Old names still read, for old configs: the value becomes the new setting's (unless that one is set in the same
 place or the environment), with a warning."""
 
-NOT_NEGATIVE = ("worker_parallel", "worker_batch")  # counts where 0 means "by device"
+NOT_NEGATIVE = ("worker_parallel", "worker_batch", "worker_streams")  # counts where 0 means "by device"
 
 
 def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:

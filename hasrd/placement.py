@@ -147,14 +147,16 @@ def default_max_workers(gpus: int) -> int:
 
 
 PARALLEL_CPU = 4
-PARALLEL_GPU = 16
+PARALLEL_GPU = 32
 BATCH_CPU = 8
 BATCH_GPU = 32
+STREAMS_CPU = 1
+STREAMS_GPU = 3
 
 
 def parallel_for(device: str, setting: int) -> int:
     """Jobs one worker on ``device`` ("cpu" or a GPU UUID) holds at once: HASR_WORKER_PARALLEL, or for 0 (auto)
-    4 on the CPU and 16 on a GPU."""
+    4 on the CPU and 32 on a GPU (16 files and 16 live sessions at once: docs/CONFIG.md)."""
     if setting < 0:
         raise ValueError(f"HASR_WORKER_PARALLEL={setting}: must be 0 (auto) or more")
     if setting > 0:
@@ -170,3 +172,14 @@ def batch_for(device: str, setting: int) -> int:
     if setting > 0:
         return setting
     return BATCH_CPU if device == CPU else BATCH_GPU
+
+
+def streams_for(device: str, setting: int) -> int:
+    """Model calls one worker on ``device`` runs at once: HASR_WORKER_STREAMS, or for 0 (auto) 1 on the CPU (one
+    call already takes every core) and 3 on a GPU (CTranslate2 replicas sharing the weights, one CUDA stream
+    each; one kept for live and short jobs)."""
+    if setting < 0:
+        raise ValueError(f"HASR_WORKER_STREAMS={setting}: must be 0 (auto) or more")
+    if setting > 0:
+        return setting
+    return STREAMS_CPU if device == CPU else STREAMS_GPU

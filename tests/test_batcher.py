@@ -121,6 +121,37 @@ def test_a_step_of_a_job_cancelled_before_it_asked_is_refused_at_once() -> None:
     assert e.value.code == "cancelled"
 
 
+def test_with_two_lanes_a_live_step_runs_while_a_long_files_call_holds_the_other_lane() -> None:
+    b, ex, out = Batcher(8, lanes=2), Gate(), {}
+    ts = [start(b, JobTag(1), "file", "hold", ex, out)]
+    assert ex.holding.wait(5)
+    ts.append(start(b, JobTag(2), "file2", "file step", ex, out))  # another key: would need a lane of its own
+    ts.append(start(b, JobTag(3, live=True), "live", "live step", ex, out))
+    deadline = time.monotonic() + 5
+    while "live step" not in out and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert out.get("live step") == "done live step", "the live step waited for the file's call"
+    assert "file step" not in out and b.waiting() == 1  # files keep to one lane of two
+    ex.open.set()
+    for t in ts:
+        t.join(5)
+    assert out["file step"] == "done file step"
+    assert ex.calls == [["hold"], ["live step"], ["file step"]]
+
+
+def test_with_one_lane_a_live_step_waits_for_the_running_call() -> None:
+    b, ex, out = Batcher(8, lanes=1), Gate(), {}
+    ts = [start(b, JobTag(1), "file", "hold", ex, out)]
+    assert ex.holding.wait(5)
+    ts.append(start(b, JobTag(3, live=True), "live", "live step", ex, out))
+    settle(b, 1)
+    assert "live step" not in out
+    ex.open.set()
+    for t in ts:
+        t.join(5)
+    assert out["live step"] == "done live step"
+
+
 # ---- real faster-whisper: two jobs in one worker give the same text as each alone -----------------------------
 
 def transcribe(engine: Any, pcm: np.ndarray, language: str, job: int) -> Any:

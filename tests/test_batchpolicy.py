@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hasrd.worker.batchpolicy import Wait, next_batch, order_jobs
+from hasrd.worker.batchpolicy import Wait, may_start, next_batch, order_jobs
 
 ENC = ("encode", (80, 3000))
 
@@ -99,3 +99,29 @@ def test_a_short_jobs_step_leads_after_live_ones_and_before_long_files_that_wait
     assert jobs_of(next_batch(waits, {}, 8, now=5)) == [9]
     assert jobs_of(next_batch(waits[:3], {}, 8, now=5)) == [3, 1]  # a long file with its key joins it
     assert len(next_batch(waits[:3], {}, 8, now=5)) == len({id(x) for x in next_batch(waits[:3], {}, 8, now=5)})
+
+
+def test_one_lane_takes_any_step_when_free_and_none_while_busy() -> None:
+    assert may_start(1, running=0, running_files=0, urgent_waiting=False) == "any"
+    assert may_start(1, running=1, running_files=0, urgent_waiting=True) == "none"
+
+
+def test_long_files_leave_one_lane_for_live_and_short_jobs() -> None:
+    assert may_start(3, running=1, running_files=1, urgent_waiting=False) == "any"
+    assert may_start(3, running=2, running_files=2, urgent_waiting=False) == "none"
+    assert may_start(3, running=2, running_files=2, urgent_waiting=True) == "urgent"
+    assert may_start(3, running=3, running_files=2, urgent_waiting=True) == "none"
+    assert may_start(2, running=1, running_files=0, urgent_waiting=False) == "any"  # the running call is live
+
+
+def test_an_urgent_only_batch_holds_live_and_short_steps_and_never_a_long_files() -> None:
+    waits = [w(0, 1), w(1, 2, short=True), w(2, 3, live=True), w(3, 4)]
+    assert jobs_of(next_batch(waits, {}, 8, urgent_only=True)) == [3, 2]
+    assert next_batch([w(0, 1), w(1, 4)], {}, 8, urgent_only=True) == []
+
+
+def test_with_lanes_a_batch_led_by_a_live_step_takes_no_long_files_step() -> None:
+    waits = [w(0, 1, items=8), w(1, 9, live=True), w(2, 3, short=True), w(3, 4, items=8)]
+    assert jobs_of(next_batch(waits, {}, 32)) == [9, 3, 1, 4]  # one lane: the live call is filled with files
+    assert jobs_of(next_batch(waits, {}, 32, mix=False)) == [9, 3]
+    assert jobs_of(next_batch([waits[0], waits[3]], {}, 32, mix=False)) == [1, 4]  # files still batch together

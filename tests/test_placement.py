@@ -7,7 +7,7 @@ from hasrd.gpu import Gpu, Inventory
 import pytest
 
 from hasrd.placement import (CPU, Decision, Device, Seat, batch_for, best_device, choose, default_max_workers,
-                             parallel_for)
+                             parallel_for, streams_for)
 
 TWO_24 = [Device("GPU-a", 24000, 24000), Device("GPU-b", 24000, 24000), Device(CPU, 16000, 24000)]
 ONE_8 = [Device("GPU-x", 8000, 8000), Device(CPU, 16000, 24000)]
@@ -172,8 +172,11 @@ def test_a_worker_holding_a_job_is_never_stopped_for_another_model_even_with_roo
         Decision("evict", victim=1, device=CPU)
 
 
-def test_worker_parallel_and_batch_are_the_setting_or_by_device_when_0() -> None:
-    assert parallel_for(CPU, 0) == 4 and parallel_for("GPU-aaaa", 0) == 16
+def test_worker_parallel_batch_and_streams_are_the_setting_or_by_device_when_0() -> None:
+    assert streams_for(CPU, 0) == 1 and streams_for("GPU-aaaa", 0) == 3 and streams_for(CPU, 2) == 2
+    with pytest.raises(ValueError, match="HASR_WORKER_STREAMS"):
+        streams_for("GPU-aaaa", -1)
+    assert parallel_for(CPU, 0) == 4 and parallel_for("GPU-aaaa", 0) == 32
     assert parallel_for(CPU, 1) == 1 and parallel_for("GPU-aaaa", 3) == 3
     assert batch_for(CPU, 0) == 8 and batch_for("GPU-aaaa", 0) == 32 and batch_for(CPU, 5) == 5
     with pytest.raises(ValueError, match="HASR_WORKER_PARALLEL"):

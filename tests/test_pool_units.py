@@ -501,7 +501,7 @@ def test_the_admission_bound_is_the_queue_beyond_what_every_worker_may_hold() ->
             lease.release()
         on_gpu, _ = make(max_workers=1, parallel=0)
         on_gpu.default_device = "GPU-a"  # the daemon's default model on a GPU (server.py passes it)
-        assert on_gpu.capacity == 16  # by device: 16 on a GPU
+        assert on_gpu.capacity == 32  # by device: 32 on a GPU
         await pool.close()
     run(main())
 

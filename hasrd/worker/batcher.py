@@ -12,6 +12,9 @@ the loop has run a batch holding it. Which steps run together is :func:`hasrd.wo
   its thread gets ``EngineError("cancelled")``.
 - A failed batch of several steps is run again step by step, so one job's bad input fails that job alone.
 - Bounded by construction: a job thread waits on one step at a time (the hybrid: one per thread it runs).
+- Lanes: on a GPU the loop runs up to ``lanes`` calls at once (CTranslate2 replicas sharing the weights, each its
+  own CUDA stream), one lane kept for live and short jobs: a batch of 16 files' windows may run for a second while
+  one window loops to the token limit, and a dictation must not wait for it (batchpolicy.may_start).
 - Phase: jobs call encode, detect, generate and align in turn, so two jobs one step apart would alternate for
   ever and never share a call (measured: 0 shared batches of 20 for two files). Before choosing, the loop waits a
   little (``linger``: a tenth of the last batch's time, at most 20 ms) for the jobs it just served to ask again;
@@ -24,12 +27,13 @@ import contextlib
 import itertools
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from hasrd.errors import EngineError
-from hasrd.worker.batchpolicy import Wait, next_batch
+from hasrd.worker.batchpolicy import Wait, may_start, next_batch, urgent
 
 Execute = Callable[[list[Any]], list[Any]]
 """Runs one model call for several steps' payloads; returns one result per payload, in order."""
@@ -92,9 +96,16 @@ class Stats:
     items: int = 0
     shared: int = 0  # batches that held steps of more than one job
     largest: int = 0  # most items in one batch
-    busy_s: float = 0.0  # running model calls
+    busy_s: float = 0.0  # running model calls (summed over lanes)
     idle_s: float = 0.0  # waiting for any step
     linger_s: float = 0.0  # waiting for the jobs just served (see the module docstring)
+    kinds: dict[str, list[float]] = field(default_factory=dict)  # kind -> [calls, items, seconds] (benchmarks)
+
+    def line(self) -> str:
+        """One line for a benchmark: the totals and, per kind of call, calls / items / seconds."""
+        per = ", ".join(f"{k} {int(c)} calls {int(i)} items {s:.2f} s" for k, (c, i, s) in sorted(self.kinds.items()))
+        return (f"{self.batches} batches ({self.shared} shared, largest {self.largest}), busy {self.busy_s:.2f} s, "
+                f"idle {self.idle_s:.2f} s, linger {self.linger_s:.2f} s; {per}")
 
 
 def _cancelled() -> EngineError:
@@ -102,19 +113,24 @@ def _cancelled() -> EngineError:
 
 
 class Batcher:
-    """The worker's decode loop (a daemon thread, started by the first step)."""
+    """The worker's decode loop (a daemon thread, started by the first step). With ``lanes`` > 1 it runs up to that
+    many model calls at once, each in a lane thread (the model must take concurrent calls: CTranslate2 with
+    ``inter_threads`` = lanes), and keeps one lane for live and short jobs (batchpolicy.may_start)."""
 
-    def __init__(self, max_items: int, *, poll_s: float = 0.1, linger: float = 0.1, linger_max_s: float = 0.02
-                 ) -> None:
+    def __init__(self, max_items: int, *, lanes: int = 1, poll_s: float = 0.1, linger: float = 0.1,
+                 linger_max_s: float = 0.02) -> None:
         self.max_items = max(1, int(max_items))
+        self.lanes = max(1, int(lanes))
         self.poll_s = poll_s
         self.linger, self.linger_max_s = linger, linger_max_s
-        self._last_jobs: set[int] = set()  # the jobs of the batch that ran last, and how long it took
+        self._last_jobs: set[int] = set()  # the jobs of the batch that ended last, and how long it took
         self._last_s = 0.0
         self.stats = Stats()
         self._cv = threading.Condition()
         self._waiting: list[_Step] = []
         self._served: dict[int, int] = {}
+        self._running = 0  # calls in flight
+        self._running_files = 0  # of which led by a long file's step
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -131,7 +147,7 @@ class Batcher:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="hasr-batcher", daemon=True)
                 self._thread.start()
-            self._cv.notify()
+            self._cv.notify_all()
         while not step.done.wait(self.poll_s):
             if tag.cancelled():
                 with self._cv:
@@ -146,22 +162,28 @@ class Batcher:
         with self._cv:
             return len(self._waiting)
 
+    def _allowed(self) -> str:
+        """What a lane may take now (under the lock): batchpolicy.may_start over the loop's counts."""
+        return may_start(self.lanes, self._running, self._running_files,
+                         any(urgent(s.wait) for s in self._waiting))
+
     def _take(self) -> list[_Step]:
-        """The next batch, chosen under the lock; cancelled jobs' steps leave first."""
+        """The next batch, chosen under the lock once a lane may take it; cancelled jobs' steps leave first."""
         with self._cv:
             while True:
                 for s in [s for s in self._waiting if s.tag.cancelled()]:
                     self._waiting.remove(s)
                     s.finish(error=_cancelled())
-                if self._waiting:
+                if self._waiting and self._allowed() != "none":
                     break
                 t0 = time.monotonic()
-                self._cv.wait()
+                self._cv.wait(self.poll_s if self._waiting else None)
                 self.stats.idle_s += time.monotonic() - t0
             t0 = time.monotonic()
             self._linger()
             self.stats.linger_s += time.monotonic() - t0
-            chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items, self.stats.batches)
+            chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items, self.stats.batches,
+                                urgent_only=self._allowed() == "urgent", mix=self.lanes <= 1)
             by_wait = {id(s.wait): s for s in self._waiting}
             steps = [by_wait[id(w)] for w in chosen]
             self._waiting = [s for s in self._waiting if s not in steps]
@@ -171,6 +193,9 @@ class Batcher:
             if len(self._served) > 4096:  # forget jobs that wait for nothing (they have ended)
                 live_jobs = {s.wait.job for s in self._waiting} | {s.wait.job for s in steps}
                 self._served = {j: b for j, b in self._served.items() if j in live_jobs}
+            if steps:
+                self._running += 1
+                self._running_files += not urgent(steps[0].wait)
             return steps
 
     def _linger(self) -> None:
@@ -185,8 +210,11 @@ class Batcher:
             self._cv.wait(left)
 
     def _loop(self) -> None:
+        lanes: ThreadPoolExecutor | None = None
         while True:
             steps = self._take()
+            if not steps:  # every step that waited was cancelled meanwhile
+                continue
             items = sum(s.wait.items for s in steps)
             st = self.stats
             st.steps += len(steps)
@@ -194,12 +222,32 @@ class Batcher:
             st.largest = max(st.largest, items)
             if len({s.wait.job for s in steps}) > 1:
                 st.shared += 1
-            t0 = time.monotonic()
+            if self.lanes <= 1:
+                self._call(steps, items)
+                continue
+            if lanes is None:
+                lanes = ThreadPoolExecutor(self.lanes, thread_name_prefix="hasr-lane")
+            lanes.submit(self._call, steps, items)
+
+    def _call(self, steps: list[_Step], items: int) -> None:
+        """Run one batch (in the loop's thread, or a lane's), then free its lane and count it."""
+        t0 = time.monotonic()
+        try:
             self._execute(steps)
+        finally:
             with self._cv:
+                self._running -= 1
+                self._running_files -= not urgent(steps[0].wait)
                 self._last_jobs = {s.wait.job for s in steps}
                 self._last_s = time.monotonic() - t0
+                st = self.stats
                 st.busy_s += self._last_s
+                key = steps[0].wait.key
+                kind = st.kinds.setdefault(str(key[0] if isinstance(key, tuple) and key else key), [0, 0, 0.0])
+                kind[0] += 1
+                kind[1] += items
+                kind[2] += self._last_s
+                self._cv.notify_all()
 
     @staticmethod
     def _execute(steps: list[_Step]) -> None:
@@ -214,7 +262,6 @@ class Batcher:
             return
         for s, r in zip(steps, results, strict=True):
             s.finish(result=r)
-
 
 
 _default: Batcher | None = None

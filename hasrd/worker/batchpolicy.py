@@ -16,6 +16,12 @@ decode loop (:mod:`hasrd.worker.batcher`) asks :func:`next_batch` which of the w
 3. The batch fills live steps first (oldest first), then short jobs', then files in round-robin order, while its
    items (30 s windows) stay within ``max_items``; a step that does not fit waits for the next batch; the lead
    alone may exceed ``max_items`` (a job's own step is never split, only never joined).
+4. Lanes (:func:`may_start`): a worker may run several model calls at once (on a GPU, CTranslate2 replicas that
+   share the weights, each on its own CUDA stream). Long files' calls take at most all lanes but one, so a live
+   step or a short job's never waits for a long file's call to end (on the H200 a batch of file windows where
+   one window runs to the token limit takes over a second). With lanes, a batch led by a live or short step takes
+   no long file's step (``mix=False``): the files have lanes of their own, and 31 file windows beside one live
+   window would make the live call as slow as theirs.
 
 Vocabulary: a *step* is one call one job waits on; its *items* are the windows the call carries.
 """
@@ -53,10 +59,29 @@ def order_jobs(waits: Sequence[Wait], served: Mapping[int, int]) -> list[int]:
     return sorted(first_seq, key=lambda j: (served.get(j, -1), first_seq[j]))
 
 
+def urgent(w: Wait) -> bool:
+    """A step someone is waiting on right now: a live session's, or a short job's."""
+    return w.live or w.short
+
+
+def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool) -> str:
+    """Which steps a free lane may take now: "any", "urgent" (live and short jobs' only) or "none".
+    ``running``: calls in flight; ``running_files``: those led by a long file's step."""
+    if running >= max(1, lanes):
+        return "none"
+    if lanes > 1 and running_files >= lanes - 1:
+        return "urgent" if urgent_waiting else "none"
+    return "any"
+
+
 def next_batch(waits: Sequence[Wait], served: Mapping[int, int], max_items: int, now: int = 0,
-               patience: int = PATIENCE) -> list[Wait]:
+               patience: int = PATIENCE, urgent_only: bool = False, mix: bool = True) -> list[Wait]:
     """The steps the next model call runs, lead first (empty when nothing waits). ``served``: job -> the
-    number of the batch that last served it (absent: never); ``now``: the number of batches run so far."""
+    number of the batch that last served it (absent: never); ``now``: the number of batches run so far;
+    ``urgent_only``: only live and short jobs' steps may go (:func:`may_start`); ``mix``: whether long files'
+    steps may join a batch led by a live or short step."""
+    if urgent_only:
+        waits = [w for w in waits if urgent(w)]
     if not waits:
         return []
     live = sorted((w for w in waits if w.live), key=lambda w: w.seq)
@@ -88,6 +113,8 @@ def next_batch(waits: Sequence[Wait], served: Mapping[int, int], max_items: int,
         for steps in rounds:
             if steps:
                 queue.append(steps.pop(0))
+    if not mix and urgent(lead):
+        queue = [w for w in queue if urgent(w)]
     for w in queue:
         if w is not lead and w.key == lead.key and w.items <= room:
             batch.append(w)

@@ -38,15 +38,26 @@ def batch_for(device: str, setting: int) -> int:
     return BATCH_BY_DEVICE.get(device, BATCH_BY_DEVICE["cpu"])
 
 
-def batched(model: Any, device: str, setting: int) -> Any:
+def streams(device: str, settings: Any) -> int:
+    """The model calls a worker on ``device`` runs at once (HASR_WORKER_STREAMS, by device when 0): the load asks
+    CTranslate2 for that many replicas (``num_workers``), and the decode loop for that many lanes."""
+    from hasrd import placement
+
+    return placement.streams_for(placement.CPU if device == "cpu" else device,
+                                 max(0, int(getattr(settings, "worker_streams", 0))))
+
+
+def batched(model: Any, device: str, setting: int, lanes: int = 1) -> Any:
     """``model`` (a WhisperModel) with its model calls going through the worker's decode loop, which takes up to
-    HASR_WORKER_BATCH windows a step from all the jobs the worker holds (hasrd.worker.ct2batch;
-    placement.batch_for has the defaults by device and docs/CONFIG.md the figures behind them)."""
+    HASR_WORKER_BATCH windows a step from all the jobs the worker holds, in up to ``lanes`` calls at once
+    (hasrd.worker.ct2batch; placement.batch_for has the defaults by device and docs/CONFIG.md the figures behind
+    them)."""
     from hasrd import placement
     from hasrd.worker import batcher, ct2batch
 
     loop = batcher.default()
     loop.max_items = placement.batch_for(placement.CPU if device == "cpu" else device, max(0, setting))
+    loop.lanes = max(1, lanes)
     ct2batch.install(model, loop)
     return model
 
@@ -73,8 +84,9 @@ def warm_up(model: Any, name: str) -> float:
     return round(time.monotonic() - t0, 3)
 
 
-def load_model(model: FwModel, device: str, compute_type: str, device_index: int = 0) -> Any:
-    """WhisperModel(...) with failures mapped to protocol codes and sentences."""
+def load_model(model: FwModel, device: str, compute_type: str, device_index: int = 0, replicas: int = 1) -> Any:
+    """WhisperModel(...) with failures mapped to protocol codes and sentences; ``replicas`` calls may run at once
+    (CTranslate2's inter_threads: on a GPU the replicas share the weights, each on its own CUDA stream)."""
     from faster_whisper import WhisperModel
 
     if device == "cuda":
@@ -82,9 +94,9 @@ def load_model(model: FwModel, device: str, compute_type: str, device_index: int
     try:
         if model.files is not None:
             return WhisperModel(model.name, device=device, device_index=device_index, compute_type=compute_type,
-                                files=dict(model.files))
+                                files=dict(model.files), num_workers=max(1, replicas))
         return WhisperModel(model.path or model.name, device=device, device_index=device_index,
-                            compute_type=compute_type, local_files_only=True)
+                            compute_type=compute_type, local_files_only=True, num_workers=max(1, replicas))
     except (RuntimeError, ValueError, OSError) as e:
         msg = str(e)
         if device == "cuda" and ("cuda" in msg.lower() or "libcu" in msg.lower() or "memory" in msg.lower()):
