@@ -40,12 +40,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--batch", type=int, default=0, help="HASR_WORKER_BATCH (0: by device)")
     ap.add_argument("--linger", type=float, default=-1.0, help="the decode loop's linger fraction (default: its own)")
+    ap.add_argument("--streams", type=int, default=0, help="HASR_WORKER_STREAMS: calls at once (0: by device)")
+    ap.add_argument("--no-alone", action="store_true", help="only the files together (a profile of that phase)")
     args = ap.parse_args()
     d = corpus.default_dir()
     speech = np.concatenate([corpus.read_wav(d / f"{n}.wav") for n in ("en_long_3min", "zh_long_1min",
                                                                        "en_long_1min")])
     files = [np.roll(speech, -i * 23 * SR)[:int(args.seconds * SR)] for i in range(args.jobs)]
-    engine = WhisperEngine(Settings(worker_batch=args.batch), args.model or model_dir(), args.device,
+    settings = Settings(worker_batch=args.batch, worker_streams=args.streams)
+    engine = WhisperEngine(settings, args.model or model_dir(), args.device,
                            "float16" if args.device == "cuda" else "int8")
     engine.load(lambda phase: None)
     if args.linger >= 0:
@@ -57,11 +60,11 @@ def main() -> None:
 
     alone: dict[int, Any] = {}
     t0 = time.monotonic()
-    for i in range(args.jobs):
+    for i in range(0 if args.no_alone else args.jobs):
         one(i, alone)
     t_alone = time.monotonic() - t0
-    print(f"alone: {batcher.default().stats}")
-    before = batcher.default().stats.shared
+    print(f"alone: {batcher.default().stats.line()}", flush=True)
+    batcher.default().stats = batcher.Stats()
     together: dict[int, Any] = {}
     threads = [threading.Thread(target=one, args=(i, together)) for i in range(args.jobs)]
     t0 = time.monotonic()
@@ -70,14 +73,18 @@ def main() -> None:
     for t in threads:
         t.join()
     t_together = time.monotonic() - t0
+    where = f"{args.device}, {batcher.default().lanes} stream(s)"
+    if args.no_alone:
+        print(f"{where}: {args.jobs} files of {args.seconds:g} s together {t_together:.2f} s; batches: "
+              f"{batcher.default().stats.line()}")
+        return
     same = sum(1 for i in range(args.jobs) if together[i].final == alone[i].final)
     timed = sum(1 for i in range(args.jobs)
                 if [(s.start_s, s.end_s, s.words) for s in together[i].per_sentence]
                 == [(s.start_s, s.end_s, s.words) for s in alone[i].per_sentence])
-    print(f"{args.device}: {args.jobs} files of {args.seconds:g} s; one at a time {t_alone:.2f} s, together "
+    print(f"{where}: {args.jobs} files of {args.seconds:g} s; one at a time {t_alone:.2f} s, together "
           f"{t_together:.2f} s (x{t_alone / t_together:.2f} throughput); same text {same}/{args.jobs}, same times "
-          f"and words {timed}/{args.jobs}; batches holding several jobs: {batcher.default().stats.shared - before}; "
-          f"{batcher.default().stats}")
+          f"and words {timed}/{args.jobs}; batches: {batcher.default().stats.line()}")
     for i in range(args.jobs):
         if together[i].final != alone[i].final:
             a, b = alone[i].final, together[i].final

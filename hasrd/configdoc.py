@@ -17,14 +17,20 @@ PARALLEL_ROWS = [
      "median 15.5 s (it falls behind)", "10.9 s"),
     ("2-core CPU", "4 files of 40 s in one worker, alone then together",
      "texts, times and words identical; x1.07-1.24 throughput", ""),
-    ("H200, 1 worker", "16 files of 300 s together / one after another", "throughput x1.37 (x1.37-1.39 before)",
-     ""),
+    ("H200, 1 worker", "16 files of 300 s together / one after another",
+     "throughput x2.17 (10.6 / 23.1 s; x1.93-2.08 in other runs, x2.02 with English-only files; x1.37 with one "
+     "stream)", "x0.94 (20.9 / 19.7 s)"),
     ("H200, 1 worker", "a 5 s file sent 3 s after 16 files of 300 s",
-     "3.4 s (4.6-6.1 s before short jobs went first)", ""),
+     "0.47 s (0.48-0.98 s in other runs; 3.4 s with one stream)", "13.7 s"),
     ("H200, 1 worker", "16 live sessions beside those 16 files: first words / finals after the sentence",
-     "median 0.76 / 1.12 s, p90 5.6 / 2.4 s (p90 8.2 / 5.7 s before)", "7 of 8 sessions waited 25 s"),
-    ("H200, 1 worker", "16 files of 300 s, alone then together (float16)",
-     "3-4 of 16 texts identical; the others differ in a few words where whisper hesitates", ""),
+     "median 0.53 / 0.48 s, p90 0.75 / 1.12 s (with 16 jobs a worker the sessions queued behind the files: p90 "
+     "3.4-4.5 s; one stream: p90 5.6 / 2.4 s)", "7 of 8 sessions waited 25 s"),
+    ("H200, 1 worker", "16 files of 300 s, alone then together (float16, 3 streams)",
+     "5 of 16 texts identical; the others differ in a few words where whisper hesitates", ""),
+    ("H200", "CTranslate2 beam-5 calls of 32 windows, 1 / 2 / 3 / 4 at once (benchmarks/gpu_calls.py)",
+     "65 / 107 / 148 / 179 windows a second", ""),
+    ("H200, 1 worker", "worker_streams 2 / 3 / 4: 16 files together, throughput",
+     "x1.53 / x1.93-2.17 / x2.08 (live p90 with 16 jobs a worker 7.4 / 4.5 / 3.5 s)", ""),
 ]
 
 PARALLEL_NOTES = """\
@@ -33,22 +39,30 @@ PARALLEL_NOTES = """\
   worker, 8 windows a step (4 jobs x the CPU's clip batch of 2). A live session that must keep up with real
   time beside a long file does better on a worker of its own: the pool starts a second worker (HASR_MAX_WORKERS,
   2 on a CPU-only machine) before it packs jobs into one.
-- On the H200 a 5-minute file's own call already holds about 10 windows, and beam-5 decoding of about 100 tokens
-  a window costs in proportion to the windows in the call (23 ms a window in calls of 2.4 windows, 20 ms in calls
-  of 5.7), so jobs together gain x1.4, not the x3 hoped for; 64 windows a step did no better than 32. 16 jobs a
-  GPU worker: the 16 files and 16 sessions above ran on one worker without an error. Live sessions rarely share
-  a call: each session's prompt carries its own committed text, and CTranslate2 batches only prompts whose
-  start-of-transcript token sits at the same position; 16 of them take turns, hence the p90.
+- On the H200 one beam-5 call costs nearly the same for 1 window as for 16 (127 and 220 ms for windows of about
+  70 tokens; 32 windows 324 ms), but a 5-minute file alone already sends its 10-11 windows in one call, so
+  stacking jobs into bigger calls gained only x1.4. Several calls at once gain more: CTranslate2 runs
+  `worker_streams` replicas that share the weights, each on its own CUDA stream (1 to 4 calls of 32 windows: 65
+  to 179 windows a second). Defaults on a GPU: 3 streams (2 did worse, 4 no better), two for files and one kept
+  for live sessions and short files, which then never wait for a file's call; 32 windows a step (64 took four
+  times as long as 32); 32 jobs a worker, so that 16 live sessions are admitted beside 16 files instead of
+  queueing behind them.
+- Why x2.2 and not x3: the best the GPU's calls allow is about 5.6 ms a window (4 streams of 32) against 18 ms
+  in a lone file's call, x3.2 for generate alone; each file also spends about a third of its time alone on the CPU
+  (VAD, mel spectrograms, word timing in Python), and its steps wait on one another (encode, generate, align,
+  then its next batch), so 16 files cannot keep four streams full. English-only files gave the same x2.0: the
+  Mandarin read as English is not the cause.
 - Float16 on a GPU: cuBLAS picks kernels by the batch's shape, so a window batched with other jobs' windows can
   decode differently where whisper is unsure (espeak-ng Mandarin heard as English), as faster-whisper's own batch
   size does. On the CPU (int8) the results are bit-identical."""
 
 
 def parallel_figures() -> list[str]:
-    out = ["## One worker, many jobs: the figures behind worker_parallel and worker_batch", "",
-           "A worker holds up to `worker_parallel` jobs and decodes their windows in batches of up to `worker_batch`",
-           '(docs/ARCHITECTURE.md "One worker, many jobs"). Measured with `benchmarks/parallel.py`,',
-           "`benchmarks/batch_same_text.py` and `benchmarks/pool.py` (2026-12-03, whisper base):", "",
+    out = ["## One worker, many jobs: the figures behind worker_parallel, worker_batch and worker_streams", "",
+           "A worker holds up to `worker_parallel` jobs and decodes their windows in batches of up to `worker_batch`,",
+           "up to `worker_streams` batches at once (docs/ARCHITECTURE.md \"One worker, many jobs\"). Measured with",
+           "`benchmarks/parallel.py`, `benchmarks/batch_same_text.py`, `benchmarks/gpu_calls.py` and",
+           "`benchmarks/pool.py` (2026-12-03, whisper base):", "",
            "| where | figure | parallel jobs | one job at a time |", "| --- | --- | --- | --- |"]
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in PARALLEL_ROWS]
     return [*out, "", *PARALLEL_NOTES.splitlines()]
