@@ -15,6 +15,9 @@ PARALLEL_ROWS = [
      "8.5 s (pool.py, 2026-12-02)"),
     ("2-core CPU, 1 worker", "30 s of live clips beside a 270 s file: each clip's first words",
      "median 15.5 s (it falls behind)", "10.9 s"),
+    ("2-core CPU, 1 worker", "its memory with 1 / 4 jobs of 60 min, 4 jobs of 5 min (benchmarks/parallel_memory.py)",
+     "heap 561 / 1252 / 1362 MB, PCM maps 217 / 865 / 264 MB: the heap grows about 230 MB a job whatever the "
+     "audio's length; a job's PCM is 4 bytes a sample, so at most HASR_MAX_AUDIO_SEC's worth", ""),
     ("2-core CPU", "4 files of 40 s in one worker, alone then together",
      "texts, times and words identical; x1.07-1.24 throughput", ""),
     ("H200, 1 worker", "16 files of 300 s together / one after another",
