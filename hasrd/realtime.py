@@ -56,7 +56,7 @@ from hasrd.jobevents import JobEvent, Loading, Queued
 from hasrd.options import Options
 from hasrd.protocol import Draft, Progress, Sentence, Turn
 from hasrd.realtime_events import (OUT_BYTES_PER_S, BadEvent, Config, Pcm16To16k, error_event, event, usage)
-from hasrd.workerproc import LiveSession
+from hasrd.workerlive import LiveSession
 from hasrd.transcript import Transcript
 
 log = logging.getLogger("hasrd.realtime")

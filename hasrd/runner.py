@@ -45,7 +45,8 @@ from hasrd.jobevents import EventSink, JobEvent, Loading
 from hasrd.lifecycle import Partial, State, check_transition
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
-from hasrd.workerproc import LiveSession, WorkerProcess, run_to_end
+from hasrd.workerlive import LiveSession
+from hasrd.workerproc import WorkerProcess, run_to_end
 from hasrd.transcript import Transcript
 
 log = logging.getLogger("hasrd.runner")
@@ -400,8 +401,8 @@ class Runner:
                 on_event(ev)
 
         try:
-            session = await worker.live(language=language, options=options, on_event=relay,
-                                        stall_sec=self.s.stall_sec)
+            session = await LiveSession.start(worker, language=language, options=options, on_event=relay,
+                                              stall_sec=self.s.stall_sec)
         except BaseException:
             self._job_done(jid)
             raise

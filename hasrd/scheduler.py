@@ -47,7 +47,7 @@ from hasrd.poolref import Lease, RunnerRef, Waiter
 from hasrd.poolstatus import WorkerView, pool_json, pool_state, rss_mb, worker_row
 from hasrd.runner import Runner
 from hasrd.waitqueue import WaitQueue
-from hasrd.workerproc import LiveSession
+from hasrd.workerlive import LiveSession
 from hasrd.transcript import Transcript, WorkerInfo
 
 log = logging.getLogger("hasrd.scheduler")

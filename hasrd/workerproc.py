@@ -2,7 +2,8 @@
 
 This is the boundary where the worker's failures become hasr errors: EOF or a reset becomes
 ``WorkerCrashed``, ``Failed{code}`` becomes the matching class, a bad Hello becomes ``ProtocolMismatch``.
-Its runner (hasrd.runner) owns *when* things happen; this class only knows *how*.
+Its runner (hasrd.runner) owns *when* things happen; this class only knows *how*. A live session's handle on
+it is hasrd.workerlive's, which imports this module, never the other way.
 """
 
 from __future__ import annotations
@@ -350,21 +351,6 @@ class WorkerProcess:
                 self.kill(f"it ignored Cancel for {waited:.0f} s and was killed")
             await self.dead.wait()  # the slot is handed on only once the next job cannot land on this one
 
-    async def live(self, *, language: str = "", options: Options | None = None,
-                   on_event: EventSink | None = None, stall_sec: float = 0.0) -> LiveSession:
-        """Start a live session on this worker (beside any other job it holds), under the live stall watchdog
-        (:class:`LiveSession`)."""
-        req_id = next(self.ids)
-        fut: asyncio.Future[Transcript] = asyncio.get_running_loop().create_future()
-        pend = Pending(fut, on_event, last_seen=time.monotonic())
-        self.pending[req_id] = pend
-        try:
-            await self._send(p.LiveStart(id=req_id, language=language, options=(options or Options()).to_worker()))
-        except BaseException:
-            self.pending.pop(req_id, None)
-            raise
-        return LiveSession(self, req_id, pend, stall_sec)
-
     async def ping(self, timeout: float = 2.0) -> bool:
         nonce = next(self.ids)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -422,82 +408,6 @@ async def run_to_end(aw: Awaitable[Any]) -> None:
             await asyncio.shield(task)
         except asyncio.CancelledError:
             continue
-
-
-class LiveSession:
-    """The daemon's side of one live session: audio in, events out through the worker's ``on_event``.
-
-    ``done`` resolves with the result after :meth:`end`, or fails: the engine refused, the worker died, or it
-    stalled. The watchdog: audio (or the end) was sent, and the worker reported nothing on it for
-    ``stall_sec`` (HASR_STALL_SEC; 0: never) while it was due; silence from the client is no stall.
-    """
-
-    def __init__(self, worker: WorkerProcess, req_id: int, pend: Pending, stall_sec: float = 0.0) -> None:
-        self.worker = worker
-        self.id = req_id
-        self.pend = pend
-        self.done = pend.future
-        self.stall_sec = stall_sec
-        self.sent_at = 0.0  # when audio was last sent that the worker has not reported on yet
-        self.ended = False
-        self._watch = asyncio.ensure_future(self._watchdog()) if stall_sec > 0 else None
-
-    async def audio(self, pcm_f32: bytes) -> None:
-        if self.done.done():
-            return
-        self._due()
-        await self.worker._send(p.LiveAudio(id=self.id, pcm=pcm_f32))
-
-    async def commit(self) -> None:
-        if not self.done.done():
-            await self.worker._send(p.LiveCommit(id=self.id))
-
-    def _due(self) -> None:
-        """Something was sent that the worker must report on; the clock starts unless it already runs."""
-        if not self.sent_at or self.pend.last_seen >= self.sent_at:
-            self.sent_at = time.monotonic()
-
-    async def _watchdog(self) -> None:
-        while not self.done.done():
-            await asyncio.wait([self.done], timeout=min(1.0, self.stall_sec))
-            if (not self.done.done() and self.sent_at > self.pend.last_seen
-                    and time.monotonic() - self.pend.last_seen > self.stall_sec):
-                self.worker.kill(f"it reported nothing on live audio for {self.stall_sec:g} s (HASR_STALL_SEC) "
-                                 f"and was killed")
-                self.done.set_exception(errors.Stalled(
-                    f"the worker reported nothing on the live audio for {self.stall_sec:g} s (HASR_STALL_SEC) "
-                    f"and was killed; raise HASR_STALL_SEC if this machine is that slow"))
-
-    async def end(self) -> Transcript:
-        """Finish: the last utterance is closed and every final sentence comes out; then the result."""
-        if not self.ended and not self.done.done():
-            self.ended = True
-            self._due()
-            await self.worker._send(p.LiveEnd(id=self.id))
-        return await asyncio.shield(self.done)
-
-    async def cancel(self) -> None:
-        """The client left: stop the session and wait until the worker is free (or killed for ignoring it)."""
-        try:
-            if not self.done.done():
-                await self.worker._cancel_and_wait(self.id, self.done)
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-        self.worker.pending.pop(self.id, None)
-        if self.done.done() and not self.done.cancelled():
-            self.done.exception()  # retrieved
-
-
-
-
-
-
-
-
 
 
 async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
