@@ -1,19 +1,68 @@
-"""What /api/ps, /health, the STATUS= line and the tray read: the pool's JSON, built here in one place from
-frozen :class:`~hasrd.runner.RunnerStatus` values and the pool's own counts (pure functions, no pool object).
+"""What /api/ps, /health, the STATUS= line and the tray read: a runner's frozen :class:`RunnerStatus` (with its
+:class:`JobStatus` values, as hasrd.runner.Runner.status() fills them) and the pool's JSON, built here in one place
+from those and the pool's own counts (pure functions, no pool object). The status values live here, beside what
+renders them, so that the runner's module holds only its lifecycle and this one imports no runner.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hasrd import placement, policy
 from hasrd.lifecycle import State
-from hasrd.runner import RunnerStatus
 
 # which worker's line the pool shows when it shows one: the most active
 ORDER = {State.READY: 0, State.STARTING: 1, State.STOPPING: 2, State.FATAL: 3, State.BACKOFF: 4, State.STOPPED: 5}
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job a runner is running, as the status line and /api/ps show it."""
+
+    name: str
+    live: bool = False
+    done_s: float = 0.0
+    total_s: float = 0.0
+    progress: float = 0.0
+    phase: str = "decoding"  # what the worker does now (protocol.PHASES)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "done_s": self.done_s, "total_s": self.total_s,
+                               "progress": self.progress, "phase": self.phase}
+        if self.live:
+            out["live"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class RunnerStatus:
+    """A runner at one moment: what /api/ps, the STATUS= line and the tray read."""
+
+    state: State
+    pid: int | None = None
+    identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    load_s: float | None = None
+    phase: str = ""  # STARTING only
+    elapsed_s: float = 0.0  # STARTING only: since the load began
+    expected_s: float = 0.0  # STARTING only: what the last load took, or what the engine expects
+    jobs: tuple[JobStatus, ...] = ()  # what its worker holds now: live sessions first, then in start order
+    error: str | None = None  # BACKOFF and FATAL: the kept reason
+    error_code: str | None = None
+    failures: int = 0
+
+    @property
+    def job(self) -> JobStatus | None:
+        """The first of its jobs, a live session first, or None: what one status line shows."""
+        return next((j for j in self.jobs if j.live), self.jobs[0] if self.jobs else None)
+
+    @property
+    def vram_mb(self) -> int | None:
+        v = self.identity.get("vram_mb")
+        return int(v) if v is not None else None
 
 
 @dataclass(frozen=True)

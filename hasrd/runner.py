@@ -21,8 +21,8 @@ States, what happens in each, and the only transitions allowed (``lifecycle.TRAN
               :meth:`Runner.retry_now` (/api/load) or clear_failure                 -> STOPPED
 
 Background tasks (load, stop, the death watch, the loading heartbeat) are owned here and cancelled by
-:meth:`close`. Its observable state is one frozen :class:`RunnerStatus` (``status()``), read by /api/ps, the
-status line and the tray.
+:meth:`close`. Its observable state is one frozen :class:`~hasrd.poolstatus.RunnerStatus` (``status()``), read by
+/api/ps, the status line and the tray.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ import itertools
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 from hasrd import errors, policy
@@ -45,6 +44,7 @@ from hasrd.jobevents import EventSink, JobEvent, Loading
 from hasrd.lifecycle import Partial, State, check_transition
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
+from hasrd.poolstatus import JobStatus, RunnerStatus
 from hasrd.workerlive import LiveSession
 from hasrd.workerproc import WorkerProcess, run_to_end
 from hasrd.transcript import Transcript
@@ -53,52 +53,6 @@ log = logging.getLogger("hasrd.runner")
 
 SpawnFn = Callable[[Callable[[str], None]], Awaitable[WorkerProcess]]
 """Starts a worker; may report phases (e.g. waiting for VRAM) through its argument."""
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """A job a runner is running, as the status line and /api/ps show it."""
-
-    name: str
-    live: bool = False
-    done_s: float = 0.0
-    total_s: float = 0.0
-    progress: float = 0.0
-    phase: str = "decoding"  # what the worker does now (protocol.PHASES)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "done_s": self.done_s, "total_s": self.total_s,
-                               "progress": self.progress, "phase": self.phase}
-        if self.live:
-            out["live"] = True
-        return out
-
-
-@dataclass(frozen=True)
-class RunnerStatus:
-    """A runner at one moment: what /api/ps, the STATUS= line and the tray read."""
-
-    state: State
-    pid: int | None = None
-    identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    load_s: float | None = None
-    phase: str = ""  # STARTING only
-    elapsed_s: float = 0.0  # STARTING only: since the load began
-    expected_s: float = 0.0  # STARTING only: what the last load took, or what the engine expects
-    jobs: tuple[JobStatus, ...] = ()  # what its worker holds now: live sessions first, then in start order
-    error: str | None = None  # BACKOFF and FATAL: the kept reason
-    error_code: str | None = None
-    failures: int = 0
-
-    @property
-    def job(self) -> JobStatus | None:
-        """The first of its jobs, a live session first, or None: what one status line shows."""
-        return next((j for j in self.jobs if j.live), self.jobs[0] if self.jobs else None)
-
-    @property
-    def vram_mb(self) -> int | None:
-        v = self.identity.get("vram_mb")
-        return int(v) if v is not None else None
 
 
 class Runner:

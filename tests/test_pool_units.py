@@ -17,7 +17,7 @@ from hasrd.lifecycle import FOREVER, State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
-from hasrd.runner import JobStatus, RunnerStatus
+from hasrd.poolstatus import JobStatus, RunnerStatus
 from hasrd.scheduler import Pool
 from tests.conftest import run
 
