@@ -46,14 +46,14 @@ PARALLEL_NOTES = """\
   70 tokens; 32 windows 324 ms), but a 5-minute file alone already sends its 10-11 windows in one call, so
   stacking jobs into bigger calls gained only x1.4. Several calls at once gain more: CTranslate2 runs
   `worker_streams` replicas that share the weights, each on its own CUDA stream (1 to 4 calls of 32 windows: 65
-  to 179 windows a second). Defaults on a GPU: 3 streams (2 did worse, 4 no better), two for files and one kept
-  for live sessions and short files, which then never wait for a file's call; 32 windows a step (64 took four
-  times as long as 32); 32 jobs a worker, so that 16 live sessions are admitted beside 16 files instead of
-  queueing behind them.
+  to 179 windows a second). Defaults on a GPU: 3 streams (2 did worse; 4 gave the same throughput and costs a
+  fourth replica's working memory), two for files and one kept for live sessions and short files, which then
+  never wait for a file's call; 32 windows a step (a call of 64 took 3.6 times as long as one of 32); 32 jobs
+  a worker, so that 16 live sessions are admitted beside 16 files instead of queueing behind them.
 - Why x2.2 and not x3: the best the GPU's calls allow is about 5.6 ms a window (4 streams of 32) against 18 ms
   in a lone file's call, x3.2 for generate alone; each file also spends about a third of its time alone on the CPU
   (VAD, mel spectrograms, word timing in Python), and its steps wait on one another (encode, generate, align,
-  then its next batch), so 16 files cannot keep four streams full. English-only files gave the same x2.0: the
+  then its next batch), so 16 files cannot keep the streams full. English-only files gave the same x2.0: the
   Mandarin read as English is not the cause.
 - Float16 on a GPU: cuBLAS picks kernels by the batch's shape, so a window batched with other jobs' windows can
   decode differently where whisper is unsure (espeak-ng Mandarin heard as English), as faster-whisper's own batch

@@ -139,6 +139,41 @@ def test_with_two_lanes_a_live_step_runs_while_a_long_files_call_holds_the_other
     assert ex.calls == [["hold"], ["live step"], ["file step"]]
 
 
+def test_a_call_that_answers_the_wrong_number_of_steps_fails_them_instead_of_leaving_them_waiting() -> None:
+    b = Batcher(8, lanes=2)
+    with batcher.bound(JobTag(1)), pytest.raises(ValueError):
+        b.run("k", 1, "x", lambda payloads: [])
+
+
+def test_live_steps_asking_all_the_time_leave_a_lane_to_a_waiting_file() -> None:
+    b = Batcher(8, lanes=2)
+    stop = threading.Event()
+    done: list[int] = []
+
+    def slow(payloads: list[Any]) -> list[Any]:
+        time.sleep(0.02)
+        return payloads
+
+    def live(job: int) -> None:
+        with batcher.bound(JobTag(job, live=True)):
+            while not stop.is_set():
+                b.run(("live", job), 1, job, slow)
+
+    def file() -> None:
+        with batcher.bound(JobTag(9)):
+            for k in range(5):
+                done.append(b.run("file", 1, k, slow))
+
+    lives = [threading.Thread(target=live, args=(j,), daemon=True) for j in (1, 2, 3)]
+    for t in lives:
+        t.start()
+    f = threading.Thread(target=file, daemon=True)
+    f.start()
+    f.join(5)
+    stop.set()
+    assert done == [0, 1, 2, 3, 4], "the file starved behind live steps"
+
+
 def test_with_one_lane_a_live_step_waits_for_the_running_call() -> None:
     b, ex, out = Batcher(8, lanes=1), Gate(), {}
     ts = [start(b, JobTag(1), "file", "hold", ex, out)]

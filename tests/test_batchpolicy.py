@@ -102,22 +102,29 @@ def test_a_short_jobs_step_leads_after_live_ones_and_before_long_files_that_wait
 
 
 def test_one_lane_takes_any_step_when_free_and_none_while_busy() -> None:
-    assert may_start(1, running=0, running_files=0, urgent_waiting=False) == "any"
-    assert may_start(1, running=1, running_files=0, urgent_waiting=True) == "none"
+    assert may_start(1, running=0, running_files=0, urgent_waiting=True, files_waiting=True) == "any"
+    assert may_start(1, running=1, running_files=0, urgent_waiting=True, files_waiting=True) == "none"
 
 
 def test_long_files_leave_one_lane_for_live_and_short_jobs() -> None:
-    assert may_start(3, running=1, running_files=1, urgent_waiting=False) == "any"
-    assert may_start(3, running=2, running_files=2, urgent_waiting=False) == "none"
-    assert may_start(3, running=2, running_files=2, urgent_waiting=True) == "urgent"
-    assert may_start(3, running=3, running_files=2, urgent_waiting=True) == "none"
-    assert may_start(2, running=1, running_files=0, urgent_waiting=False) == "any"  # the running call is live
+    assert may_start(3, running=1, running_files=1, urgent_waiting=True, files_waiting=True) == "any"
+    assert may_start(3, running=2, running_files=2, urgent_waiting=False, files_waiting=True) == "none"
+    assert may_start(3, running=2, running_files=2, urgent_waiting=True, files_waiting=True) == "urgent"
+    assert may_start(3, running=3, running_files=2, urgent_waiting=True, files_waiting=True) == "none"
+    assert may_start(2, running=1, running_files=1, urgent_waiting=True, files_waiting=True) == "urgent"
 
 
-def test_an_urgent_only_batch_holds_live_and_short_steps_and_never_a_long_files() -> None:
+def test_live_steps_leave_one_lane_for_waiting_files_but_take_every_lane_when_no_file_waits() -> None:
+    assert may_start(3, running=2, running_files=0, urgent_waiting=True, files_waiting=True) == "files"
+    assert may_start(3, running=2, running_files=0, urgent_waiting=True, files_waiting=False) == "urgent"
+    assert may_start(2, running=1, running_files=0, urgent_waiting=True, files_waiting=True) == "files"
+
+
+def test_an_urgent_only_batch_holds_live_and_short_steps_and_a_files_only_batch_none_of_them() -> None:
     waits = [w(0, 1), w(1, 2, short=True), w(2, 3, live=True), w(3, 4)]
-    assert jobs_of(next_batch(waits, {}, 8, urgent_only=True)) == [3, 2]
-    assert next_batch([w(0, 1), w(1, 4)], {}, 8, urgent_only=True) == []
+    assert jobs_of(next_batch(waits, {}, 8, allow="urgent")) == [3, 2]
+    assert jobs_of(next_batch(waits, {}, 8, allow="files")) == [1, 4]
+    assert next_batch([w(0, 1), w(1, 4)], {}, 8, allow="urgent") == []
 
 
 def test_with_lanes_a_batch_led_by_a_live_step_takes_no_long_files_step() -> None:

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +99,7 @@ class Stats:
     shared: int = 0  # batches that held steps of more than one job
     largest: int = 0  # most items in one batch
     busy_s: float = 0.0  # running model calls (summed over lanes)
-    idle_s: float = 0.0  # waiting for any step
+    idle_s: float = 0.0  # waiting for a step, or for a lane it may take
     linger_s: float = 0.0  # waiting for the jobs just served (see the module docstring)
     kinds: dict[str, list[float]] = field(default_factory=dict)  # kind -> [calls, items, seconds] (benchmarks)
 
@@ -131,6 +133,7 @@ class Batcher:
         self._served: dict[int, int] = {}
         self._running = 0  # calls in flight
         self._running_files = 0  # of which led by a long file's step
+        self._in_lanes: Counter[int] = Counter()  # job -> its steps in running calls
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -165,7 +168,8 @@ class Batcher:
     def _allowed(self) -> str:
         """What a lane may take now (under the lock): batchpolicy.may_start over the loop's counts."""
         return may_start(self.lanes, self._running, self._running_files,
-                         any(urgent(s.wait) for s in self._waiting))
+                         any(urgent(s.wait) for s in self._waiting),
+                         any(not urgent(s.wait) for s in self._waiting))
 
     def _take(self) -> list[_Step]:
         """The next batch, chosen under the lock once a lane may take it; cancelled jobs' steps leave first."""
@@ -174,35 +178,41 @@ class Batcher:
                 for s in [s for s in self._waiting if s.tag.cancelled()]:
                     self._waiting.remove(s)
                     s.finish(error=_cancelled())
-                if self._waiting and self._allowed() != "none":
-                    break
+                allowed = self._allowed() if self._waiting else "none"
+                if allowed != "none":
+                    if allowed != "urgent":  # a live or short step goes at once; files may wait for their peers
+                        t0 = time.monotonic()
+                        self._linger()  # releases the lock: what waits, and so what may go, can change
+                        self.stats.linger_s += time.monotonic() - t0
+                        allowed = self._allowed() if self._waiting else "none"
+                    if allowed != "none":
+                        break
                 t0 = time.monotonic()
                 self._cv.wait(self.poll_s if self._waiting else None)
                 self.stats.idle_s += time.monotonic() - t0
-            t0 = time.monotonic()
-            self._linger()
-            self.stats.linger_s += time.monotonic() - t0
             chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items, self.stats.batches,
-                                urgent_only=self._allowed() == "urgent", mix=self.lanes <= 1)
+                                allow=allowed, mix=self.lanes <= 1)
             by_wait = {id(s.wait): s for s in self._waiting}
             steps = [by_wait[id(w)] for w in chosen]
             self._waiting = [s for s in self._waiting if s not in steps]
             n = self.stats.batches = self.stats.batches + 1
             for s in steps:
                 self._served[s.wait.job] = n
+                self._in_lanes[s.wait.job] += 1
             if len(self._served) > 4096:  # forget jobs that wait for nothing (they have ended)
                 live_jobs = {s.wait.job for s in self._waiting} | {s.wait.job for s in steps}
                 self._served = {j: b for j, b in self._served.items() if j in live_jobs}
-            if steps:
-                self._running += 1
-                self._running_files += not urgent(steps[0].wait)
+            self._running += 1
+            self._running_files += not urgent(steps[0].wait)
             return steps
 
     def _linger(self) -> None:
-        """Wait (under the lock) a little for the jobs just served to ask again, while the batch has room."""
+        """Wait (under the lock) a little for the jobs just served to ask again, while the batch has room; a job
+        whose next step already runs in another lane cannot ask, and is not waited for."""
         deadline = time.monotonic() + min(self.linger_max_s, self.linger * self._last_s)
-        while self._last_jobs and sum(s.wait.items for s in self._waiting) < self.max_items:
-            if self._last_jobs <= {s.wait.job for s in self._waiting}:
+        while sum(s.wait.items for s in self._waiting) < self.max_items:
+            expected = {j for j in self._last_jobs if not self._in_lanes[j]}
+            if not expected or expected <= {s.wait.job for s in self._waiting}:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
@@ -210,11 +220,10 @@ class Batcher:
             self._cv.wait(left)
 
     def _loop(self) -> None:
-        lanes: ThreadPoolExecutor | None = None
+        pool: ThreadPoolExecutor | None = None
+        size = 0
         while True:
             steps = self._take()
-            if not steps:  # every step that waited was cancelled meanwhile
-                continue
             items = sum(s.wait.items for s in steps)
             st = self.stats
             st.steps += len(steps)
@@ -225,19 +234,31 @@ class Batcher:
             if self.lanes <= 1:
                 self._call(steps, items)
                 continue
-            if lanes is None:
-                lanes = ThreadPoolExecutor(self.lanes, thread_name_prefix="hasr-lane")
-            lanes.submit(self._call, steps, items)
+            if pool is None or size != self.lanes:  # sized by the lanes the model was loaded with
+                if pool is not None:
+                    pool.shutdown(wait=False)  # its running calls finish; new ones go to the new pool
+                pool, size = ThreadPoolExecutor(self.lanes, thread_name_prefix="hasr-lane"), self.lanes
+            pool.submit(self._call, steps, items)
 
     def _call(self, steps: list[_Step], items: int) -> None:
-        """Run one batch (in the loop's thread, or a lane's), then free its lane and count it."""
+        """Run one batch (in the loop's thread, or a lane's), then free its lane and count it. No step is left
+        waiting: whatever escapes (a bug of ours) fails the steps not yet answered and is written to stderr."""
         t0 = time.monotonic()
         try:
             self._execute(steps)
+        except BaseException as e:  # noqa: BLE001 - a lane thread's error would vanish in its future
+            print(f"hasr worker: decode loop: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            for s in steps:
+                if not s.done.is_set():
+                    s.finish(error=EngineError("runtime_failure", f"the decode loop failed: {e}"))
         finally:
             with self._cv:
                 self._running -= 1
                 self._running_files -= not urgent(steps[0].wait)
+                for s in steps:
+                    self._in_lanes[s.wait.job] -= 1
+                    if not self._in_lanes[s.wait.job]:
+                        del self._in_lanes[s.wait.job]
                 self._last_jobs = {s.wait.job for s in steps}
                 self._last_s = time.monotonic() - t0
                 st = self.stats
@@ -253,6 +274,7 @@ class Batcher:
     def _execute(steps: list[_Step]) -> None:
         try:
             results = steps[0].execute([s.payload for s in steps])
+            answers = list(zip(steps, results, strict=True))
         except BaseException as e:  # noqa: BLE001 - handed to the waiting job threads
             if len(steps) == 1:
                 steps[0].finish(error=e)
@@ -260,7 +282,7 @@ class Batcher:
             for s in steps:  # one job's bad input fails that job alone: run each again on its own
                 Batcher._execute([s])
             return
-        for s, r in zip(steps, results, strict=True):
+        for s, r in answers:
             s.finish(result=r)
 
 

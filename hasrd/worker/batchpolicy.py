@@ -18,10 +18,11 @@ decode loop (:mod:`hasrd.worker.batcher`) asks :func:`next_batch` which of the w
    alone may exceed ``max_items`` (a job's own step is never split, only never joined).
 4. Lanes (:func:`may_start`): a worker may run several model calls at once (on a GPU, CTranslate2 replicas that
    share the weights, each on its own CUDA stream). Long files' calls take at most all lanes but one, so a live
-   step or a short job's never waits for a long file's call to end (on the H200 a batch of file windows where
-   one window runs to the token limit takes over a second). With lanes, a batch led by a live or short step takes
-   no long file's step (``mix=False``): the files have lanes of their own, and 31 file windows beside one live
-   window would make the live call as slow as theirs.
+   step or a short job's never waits for a long file's call to end (on the H200 a batch of file windows where one
+   window runs to the token limit takes over a second); live and short calls likewise leave files a lane while
+   files wait. With lanes, a batch led by a live or short step takes no long file's step (``mix=False``): the
+   files have lanes of their own, and 31 file windows beside one live window would make the live call as slow as
+   theirs.
 
 Vocabulary: a *step* is one call one job waits on; its *items* are the windows the call carries.
 """
@@ -64,24 +65,32 @@ def urgent(w: Wait) -> bool:
     return w.live or w.short
 
 
-def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool) -> str:
-    """Which steps a free lane may take now: "any", "urgent" (live and short jobs' only) or "none".
-    ``running``: calls in flight; ``running_files``: those led by a long file's step."""
+def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool, files_waiting: bool) -> str:
+    """Which steps a free lane may take now: "any", "urgent" (live and short jobs' only), "files" (long files'
+    only) or "none". ``running``: calls in flight; ``running_files``: those led by a long file's step.
+
+    With several lanes each kind keeps at most all lanes but one while the other kind waits: long files never
+    take the lane a dictation needs, and a steady stream of live steps never starves the files."""
     if running >= max(1, lanes):
         return "none"
-    if lanes > 1 and running_files >= lanes - 1:
-        return "urgent" if urgent_waiting else "none"
-    return "any"
+    if lanes == 1:
+        return "any"
+    running_urgent = running - running_files
+    files_ok = files_waiting and running_files < lanes - 1
+    urgent_ok = urgent_waiting and (running_urgent < lanes - 1 or not files_waiting)
+    if files_ok and urgent_ok:
+        return "any"
+    return "urgent" if urgent_ok else "files" if files_ok else "none"
 
 
 def next_batch(waits: Sequence[Wait], served: Mapping[int, int], max_items: int, now: int = 0,
-               patience: int = PATIENCE, urgent_only: bool = False, mix: bool = True) -> list[Wait]:
+               patience: int = PATIENCE, allow: str = "any", mix: bool = True) -> list[Wait]:
     """The steps the next model call runs, lead first (empty when nothing waits). ``served``: job -> the
     number of the batch that last served it (absent: never); ``now``: the number of batches run so far;
-    ``urgent_only``: only live and short jobs' steps may go (:func:`may_start`); ``mix``: whether long files'
-    steps may join a batch led by a live or short step."""
-    if urgent_only:
-        waits = [w for w in waits if urgent(w)]
+    ``allow``: which steps may go (:func:`may_start`: "any", "urgent" or "files"); ``mix``: whether long
+    files' steps may join a batch led by a live or short step."""
+    if allow != "any":
+        waits = [w for w in waits if urgent(w) == (allow == "urgent")]
     if not waits:
         return []
     live = sorted((w for w in waits if w.live), key=lambda w: w.seq)

@@ -19,7 +19,7 @@ def token_cap(seconds: float) -> int | None:
     # faster-whisper refuses prompt + max_new_tokens > 448 (the model's context); an initial prompt keeps at
     # most 223 tokens (half the context, less one) plus a few task tokens, so a cap must leave room for that
     # rounded up to a multiple of CAP_STEP: the cap is part of a decode step's key in the worker's decode loop
-    # (ct2batch), so live sessions at similar lengths of audio share one model call instead of taking turns
+    # (ct2batch), so live sessions (and files' retried clips) at similar lengths share one model call
     return min(-(-int(TOKENS_PER_S * seconds + 16) // CAP_STEP) * CAP_STEP, MAX_CAP)
 
 
