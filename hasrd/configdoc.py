@@ -21,12 +21,13 @@ PARALLEL_ROWS = [
     ("2-core CPU", "4 files of 40 s in one worker, alone then together",
      "texts, times and words identical; x1.07-1.24 throughput", ""),
     ("H200, 1 worker", "16 files of 300 s together / one after another",
-     "throughput x2.17 (10.6 / 23.1 s; x1.93-2.08 in other runs, x2.02 with English-only files; x1.37 with one "
+     "throughput x2.17 (10.6 / 23.1 s; x1.88-2.08 in other runs, x2.02 with English-only files; x1.37 with one "
      "stream)", "x0.94 (20.9 / 19.7 s)"),
     ("H200, 1 worker", "a 5 s file sent 3 s after 16 files of 300 s",
-     "0.47 s (0.48-0.98 s in other runs; 3.4 s with one stream)", "13.7 s"),
+     "0.47 s (0.34-0.98 s in other runs; 3.4 s with one stream)", "13.7 s"),
     ("H200, 1 worker", "16 live sessions beside those 16 files: first words / finals after the sentence",
-     "median 0.53 / 0.48 s, p90 0.75 / 1.12 s (with 16 jobs a worker the sessions queued behind the files: p90 "
+     "median 0.53 / 0.48 s, p90 0.75 / 1.12 s (final code: 0.49 / 0.61 s, p90 0.86 / 0.97 s; with 16 jobs a "
+     "worker the sessions queued behind the files: p90 "
      "3.4-4.5 s; one stream: p90 5.6 / 2.4 s)", "7 of 8 sessions waited 25 s"),
     ("H200, 1 worker", "16 files of 300 s, alone then together (float16, 3 streams)",
      "5 of 16 texts identical; the others differ in a few words where whisper hesitates", ""),
