@@ -185,13 +185,14 @@ class Batcher:
                         self._linger()  # releases the lock: what waits, and so what may go, can change
                         self.stats.linger_s += time.monotonic() - t0
                         allowed = self._allowed() if self._waiting else "none"
-                    if allowed != "none":
+                    chosen = [] if allowed == "none" else next_batch(
+                        [s.wait for s in self._waiting], self._served, self.max_items, self.stats.batches,
+                        allow=allowed, mix=self.lanes <= 1)
+                    if chosen:
                         break
                 t0 = time.monotonic()
                 self._cv.wait(self.poll_s if self._waiting else None)
                 self.stats.idle_s += time.monotonic() - t0
-            chosen = next_batch([s.wait for s in self._waiting], self._served, self.max_items, self.stats.batches,
-                                allow=allowed, mix=self.lanes <= 1)
             by_wait = {id(s.wait): s for s in self._waiting}
             steps = [by_wait[id(w)] for w in chosen]
             self._waiting = [s for s in self._waiting if s not in steps]
