@@ -9,12 +9,13 @@ from hasrd.config import (CHOICES, DEPRECATED, NOT_SETTINGS, NOT_SETTINGS_DOC, R
 
 PARALLEL_ROWS = [
     ("2-core CPU, 1 worker", "a 5 s file sent 3 s after a 270 s file: answered after",
-     "2.7 s, the long file's text unchanged", "15.3 s (load 2.2)"),
-    ("2-core CPU, 1 worker", "4 files of 25 s together / one after another", "x0.95 wall", "x0.97 (load 2.9)"),
-    ("2-core CPU, 1 worker", "a live session opened beside a 3-minute file: first draft after the onset", "2.7 s",
-     "8.5 s (pool.py, 2026-12-02)"),
+     "4.8 s (2.7 s in an earlier run), the long file's text unchanged", "24.1 s (load 2.4)"),
+    ("2-core CPU, 1 worker", "4 files of 25 s together / one after another", "x0.81 wall (x0.95 earlier)",
+     "x0.97 (load 2.8)"),
+    ("2-core CPU, 1 worker", "a live session opened beside a 270 s file: its first utterance's first words after "
+     "the onset", "2.7 / 2.9 / 3.0 s (three runs)", "25.4 s"),
     ("2-core CPU, 1 worker", "30 s of live clips beside a 270 s file: each clip's first words",
-     "median 15.5 s (it falls behind)", "10.9 s"),
+     "median 8.4-10.2 s (it falls behind: two cores cannot decode both in real time)", "median 20.0 s"),
     ("2-core CPU, 1 worker", "its memory with 1 / 4 jobs of 60 min, 4 jobs of 5 min (benchmarks/parallel_memory.py)",
      "heap 561 / 1252 / 1362 MB, PCM maps 217 / 865 / 264 MB: the heap grows about 230 MB a job whatever the "
      "audio's length; a job's PCM is 4 bytes a sample, so at most HASR_MAX_AUDIO_SEC's worth", ""),
