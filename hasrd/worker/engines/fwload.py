@@ -38,28 +38,22 @@ def batch_for(device: str, setting: int) -> int:
     return BATCH_BY_DEVICE.get(device, BATCH_BY_DEVICE["cpu"])
 
 
-def streams(device: str, settings: Any) -> int:
-    """The model calls a worker on ``device`` runs at once (HASR_WORKER_STREAMS, by device when 0): the load asks
-    CTranslate2 for that many replicas (``num_workers``), and the decode loop for that many lanes."""
-    from hasrd import placement
-
-    return placement.streams_for(placement.CPU if device == "cpu" else device,
-                                 max(0, int(getattr(settings, "worker_streams", 0))))
-
-
-def batched(model: Any, device: str, setting: int, lanes: int = 1) -> Any:
-    """``model`` (a WhisperModel) with its model calls going through the worker's decode loop, which takes up to
-    HASR_WORKER_BATCH windows a step from all the jobs the worker holds, in up to ``lanes`` calls at once
-    (hasrd.worker.ct2batch; placement.batch_for has the defaults by device and docs/CONFIG.md the figures behind
-    them)."""
+def load_shared(model: FwModel, device: str, compute_type: str, settings: Any) -> tuple[Any, int]:
+    """The worker's WhisperModel and its lanes: loaded with one CTranslate2 replica per lane of the decode loop
+    (HASR_WORKER_STREAMS; on a GPU the replicas share the weights, each on its own CUDA stream), its model calls
+    going through that loop, which takes up to HASR_WORKER_BATCH windows a step from all the jobs the worker holds
+    (hasrd.worker.ct2batch; placement has the defaults by device and docs/CONFIG.md the figures behind them)."""
     from hasrd import placement
     from hasrd.worker import batcher, ct2batch
 
+    where = placement.CPU if device == "cpu" else device
+    lanes = placement.streams_for(where, max(0, int(getattr(settings, "worker_streams", 0))))
+    whisper = load_model(model, device, compute_type, replicas=lanes)
     loop = batcher.default()
-    loop.max_items = placement.batch_for(placement.CPU if device == "cpu" else device, max(0, setting))
-    loop.lanes = max(1, lanes)
-    ct2batch.install(model, loop)
-    return model
+    loop.max_items = placement.batch_for(where, max(0, int(getattr(settings, "worker_batch", 0))))
+    loop.lanes = lanes
+    ct2batch.install(whisper, loop)
+    return whisper, lanes
 
 
 def warm_up(model: Any, name: str) -> float:

@@ -32,7 +32,7 @@ from hasrd.transcript import Transcript
 from hasrd.worker.engine import Emitter, EngineError
 from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, load_draft, r2t2_knows, run_v2c,
                                        versions, warm_up)
-from hasrd.worker.engines.fwload import batched, load_model, streams
+from hasrd.worker.engines.fwload import load_shared
 from hasrd.worker.engines.fwload import warm_up as fw_warm_up
 from hasrd.worker.engines.whisper import WhisperEngine, language_of, whisper_code, window_fn
 
@@ -76,9 +76,7 @@ class HybridEngine:
                         "bar_signal": bar_signal(self.draft)}
         fw_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {fw_ref.name} on {self.fw_device} ({self.compute_type})")
-        lanes = streams(self.fw_device, self.settings)
-        self.fw = batched(load_model(fw_ref, self.fw_device, self.compute_type, replicas=lanes), self.fw_device,
-                          int(getattr(self.settings, "worker_batch", 0)), lanes)
+        self.fw, _lanes = load_shared(fw_ref, self.fw_device, self.compute_type, self.settings)
         if self.fw_device == "cuda":  # CTranslate2's kernels compiled now, not in the first window (docs/GPU.md)
             phase("preparing the GPU's kernels for faster-whisper (the first load on a machine compiles them)")
             fw_warm_up(self.fw, fw_ref.name)

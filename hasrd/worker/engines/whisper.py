@@ -57,7 +57,7 @@ from hasrd.worker import resegment, segment, vad
 from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
 from hasrd.models import resolve_fw
 from hasrd.worker.engines.clips import Clip, Moved
-from hasrd.worker.engines.fwload import batch_for, batched, load_model, streams, warm_up
+from hasrd.worker.engines.fwload import batch_for, load_shared, warm_up
 from hasrd import transcript
 from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker.engine import Emitter, EngineError, heard
@@ -236,9 +236,7 @@ class WhisperEngine:
         # Silero's session is built beside the model's load (its first request would wait for it otherwise)
         primed = threading.Thread(target=vad.prime, name="hasr-vad-prime", daemon=True)
         primed.start()
-        lanes = streams(self.device, self.settings)
-        self.model = batched(load_model(self.model_ref, self.device, self.compute_type, replicas=lanes), self.device,
-                             int(getattr(self.settings, "worker_batch", 0)), lanes)
+        self.model, lanes = load_shared(self.model_ref, self.device, self.compute_type, self.settings)
         if self.device == "cuda":
             phase("preparing the GPU's kernels (the first load on a machine compiles them: seconds, once)")
             self.warm_up_s = warm_up(self.model, self.model_ref.name)
