@@ -28,7 +28,6 @@ import itertools
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -131,9 +130,7 @@ class Batcher:
         self._cv = threading.Condition()
         self._waiting: list[_Step] = []
         self._served: dict[int, int] = {}
-        self._running = 0  # calls in flight
-        self._running_files = 0  # of which led by a long file's step
-        self._in_lanes: Counter[int] = Counter()  # job -> its steps in running calls
+        self._in_flight: list[list[_Step]] = []  # the calls running now, each its steps (lead first)
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -167,7 +164,7 @@ class Batcher:
 
     def _allowed(self) -> str:
         """What a lane may take now (under the lock): batchpolicy.may_start over the loop's counts."""
-        return may_start(self.lanes, self._running, self._running_files,
+        return may_start(self.lanes, len(self._in_flight), sum(not urgent(c[0].wait) for c in self._in_flight),
                          any(urgent(s.wait) for s in self._waiting),
                          any(not urgent(s.wait) for s in self._waiting))
 
@@ -199,12 +196,10 @@ class Batcher:
             n = self.stats.batches = self.stats.batches + 1
             for s in steps:
                 self._served[s.wait.job] = n
-                self._in_lanes[s.wait.job] += 1
             if len(self._served) > 4096:  # forget jobs that wait for nothing (they have ended)
                 live_jobs = {s.wait.job for s in self._waiting} | {s.wait.job for s in steps}
                 self._served = {j: b for j, b in self._served.items() if j in live_jobs}
-            self._running += 1
-            self._running_files += not urgent(steps[0].wait)
+            self._in_flight.append(steps)
             return steps
 
     def _linger(self) -> None:
@@ -212,7 +207,8 @@ class Batcher:
         whose next step already runs in another lane cannot ask, and is not waited for."""
         deadline = time.monotonic() + min(self.linger_max_s, self.linger * self._last_s)
         while sum(s.wait.items for s in self._waiting) < self.max_items:
-            expected = {j for j in self._last_jobs if not self._in_lanes[j]}
+            running = {s.wait.job for c in self._in_flight for s in c}
+            expected = self._last_jobs - running
             if not expected or expected <= {s.wait.job for s in self._waiting}:
                 return
             left = deadline - time.monotonic()
@@ -254,12 +250,7 @@ class Batcher:
                     s.finish(error=EngineError("runtime_failure", f"the decode loop failed: {e}"))
         finally:
             with self._cv:
-                self._running -= 1
-                self._running_files -= not urgent(steps[0].wait)
-                for s in steps:
-                    self._in_lanes[s.wait.job] -= 1
-                    if not self._in_lanes[s.wait.job]:
-                        del self._in_lanes[s.wait.job]
+                self._in_flight.remove(steps)
                 self._last_jobs = {s.wait.job for s in steps}
                 self._last_s = time.monotonic() - t0
                 st = self.stats
@@ -293,7 +284,7 @@ _default_lock = threading.Lock()
 
 def default() -> Batcher:
     """The worker process's one decode loop: every engine's model steps share it (one model, one device, one
-    stream of batches). Its size is set by whoever loads the model (fwload.batched)."""
+    stream of batches). Its size is set by whoever loads the model (fwload.load_shared)."""
     global _default
     with _default_lock:
         if _default is None:
