@@ -46,7 +46,7 @@ class LiveSession:
         pend = Pending(fut, on_event, last_seen=time.monotonic())
         worker.pending[req_id] = pend
         try:
-            await worker._send(p.LiveStart(id=req_id, language=language, options=(options or Options()).to_worker()))
+            await worker.send(p.LiveStart(id=req_id, language=language, options=(options or Options()).to_worker()))
         except BaseException:
             worker.pending.pop(req_id, None)
             raise
@@ -56,11 +56,11 @@ class LiveSession:
         if self.done.done():
             return
         self._due()
-        await self.worker._send(p.LiveAudio(id=self.id, pcm=pcm_f32))
+        await self.worker.send(p.LiveAudio(id=self.id, pcm=pcm_f32))
 
     async def commit(self) -> None:
         if not self.done.done():
-            await self.worker._send(p.LiveCommit(id=self.id))
+            await self.worker.send(p.LiveCommit(id=self.id))
 
     def _due(self) -> None:
         """Something was sent that the worker must report on; the clock starts unless it already runs."""
@@ -83,14 +83,14 @@ class LiveSession:
         if not self.ended and not self.done.done():
             self.ended = True
             self._due()
-            await self.worker._send(p.LiveEnd(id=self.id))
+            await self.worker.send(p.LiveEnd(id=self.id))
         return await asyncio.shield(self.done)
 
     async def cancel(self) -> None:
         """The client left: stop the session and wait until the worker is free (or killed for ignoring it)."""
         try:
             if not self.done.done():
-                await self.worker._cancel_and_wait(self.id, self.done)
+                await self.worker.cancel_and_wait(self.id, self.done)
         finally:
             self.close()
 

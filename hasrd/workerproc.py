@@ -213,7 +213,8 @@ class WorkerProcess:
 
     # ---- writing ----------------------------------------------------------------------------------------
 
-    async def _send(self, msg: p.Msg, fds: Sequence[int] = ()) -> None:
+    async def send(self, msg: p.Msg, fds: Sequence[int] = ()) -> None:
+        """One message to the worker (a transcription's, a live session's: hasrd.workerlive), with its fds."""
         if self.dead.is_set():
             raise errors.WorkerCrashed(f"the worker (pid {self.pid}) died: {self.death_reason}")
         data = p.encode(msg)
@@ -288,7 +289,7 @@ class WorkerProcess:
                            options=(options or Options()).to_worker())
         started = pend.last_seen = time.monotonic()
         try:
-            await self._send(msg, fds=() if pcm.path else (pcm.fd,))
+            await self.send(msg, fds=() if pcm.path else (pcm.fd,))
             while True:
                 left, why = policy.watchdog_wait(time.monotonic(), started, pend.last_seen,
                                                  stall_sec if stall_sec > 0 else float("inf"), max_sec)
@@ -304,7 +305,7 @@ class WorkerProcess:
             # runs in its own task and further cancellations (anyio cancels a scope's every await) are
             # absorbed, so a healthy worker is never killed just because the client left.
             if not fut.done() and not self.dead.is_set():
-                await run_to_end(self._cancel_and_wait(req_id, fut))
+                await run_to_end(self.cancel_and_wait(req_id, fut))
             raise
         finally:
             self.pending.pop(req_id, None)
@@ -326,12 +327,12 @@ class WorkerProcess:
         it would fail them all."""
         return self.cancel_grace if len(self.pending) > 1 else self.grace_now()
 
-    async def _cancel_and_wait(self, req_id: int, fut: asyncio.Future[Transcript]) -> None:
+    async def cancel_and_wait(self, req_id: int, fut: asyncio.Future[Transcript]) -> None:
         """Cancel a job and wait for the worker to stop it, for the grace that holds at each moment (someone
         may start waiting meanwhile, the worker's other jobs may end); past it the worker is killed."""
         t0 = time.monotonic()
         try:
-            await self._send(p.Cancel(id=req_id))
+            await self.send(p.Cancel(id=req_id))
             while not fut.done():
                 left = t0 + self._grace() - time.monotonic()
                 if left <= 0:
@@ -356,7 +357,7 @@ class WorkerProcess:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pongs[nonce] = fut
         try:
-            await self._send(p.Ping(nonce=nonce))
+            await self.send(p.Ping(nonce=nonce))
             await asyncio.wait_for(fut, timeout)
             return True
         except (asyncio.TimeoutError, errors.WorkerCrashed):
@@ -384,7 +385,7 @@ class WorkerProcess:
         """Shutdown message, then SIGTERM, then SIGKILL of the process group; returns the exit code."""
         if self.exit_code is None and not self.dead.is_set():
             with contextlib.suppress(errors.WorkerCrashed):
-                await self._send(p.Shutdown())
+                await self.send(p.Shutdown())
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)

@@ -89,7 +89,7 @@ class Quiet(WorkerProcess):
         self.grace_now = lambda: grace_now
         self.sent: list[Any] = []
 
-    async def _send(self, msg: Any, fds: Any = ()) -> None:
+    async def send(self, msg: Any, fds: Any = ()) -> None:
         self.sent.append(msg)
 
     def kill(self, reason: str = "") -> None:
@@ -110,7 +110,7 @@ def test_a_cancelled_job_on_a_worker_holding_other_jobs_gets_the_full_grace_not_
         if stops_after is not None:
             loop.call_later(stops_after, fut.set_result, None)
         t0 = time.monotonic()
-        await w._cancel_and_wait(1, fut)
+        await w.cancel_and_wait(1, fut)
         assert [type(m).__name__ for m in w.sent] == ["Cancel"]
         return time.monotonic() - t0, w.death_reason
 
