@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -57,9 +58,10 @@ def send(sock: str, path: str) -> socket.socket:
     return s
 
 
-def ps(h: Hasrd) -> dict:  # type: ignore[type-arg]
+def ps(h: Hasrd) -> dict[str, Any]:
     with h.client(30) as c:
-        return c.get("/api/ps").json()  # type: ignore[no-any-return]
+        snap: dict[str, Any] = c.get("/api/ps").json()
+        return snap
 
 
 def phase(h: Hasrd, paths: list[str], seconds: float) -> dict[str, int]:
@@ -116,9 +118,9 @@ def main() -> None:
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nworker memory, peak over {args.seconds:g} s of each phase (MB; load {load})")
     print(f"{'phase':<22} | jobs seen | heap (RssAnon) | PCM maps (RssShmem) | RSS")
-    for name, p in rows:
-        print(f"{name:<22} | {p['running']:>9} | {p.get('RssAnon', 0) / 1024:14.0f} | "
-              f"{p.get('RssShmem', 0) / 1024:19.0f} | {p.get('VmRSS', 0) / 1024:.0f}")
+    for name, peak in rows:
+        print(f"{name:<22} | {peak['running']:>9} | {peak.get('RssAnon', 0) / 1024:14.0f} | "
+              f"{peak.get('RssShmem', 0) / 1024:19.0f} | {peak.get('VmRSS', 0) / 1024:.0f}")
     pcm_mb = args.minutes * 60 * SR * 4 / 1e6
     print(f"a {args.minutes:g}-minute request's PCM: {pcm_mb:.0f} MB (mapped as its pages are read)")
 
