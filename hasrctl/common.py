@@ -92,7 +92,7 @@ def model_hint(name: str | None, message: str) -> str:
     faster-whisper size, an owner/name repo id)."""
     if not name or _is_path(name):
         return message
-    from hasrd.download import REPO_ID, SIZES
+    from hasrd.hub import REPO_ID, SIZES
 
     sizes = {s.strip() for s in SIZES.split(",")} | {"large", "large-v1", "large-v2", "turbo", "distil-large-v2"}
     if name in sizes or ("/" in name and REPO_ID.fullmatch(name)):

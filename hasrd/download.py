@@ -22,7 +22,8 @@ Nothing is ever half-installed: a blob is checked against the hub's sha256 (LFS 
 others) before it gets its final name, and the snapshot directory is built beside ``snapshots/`` and renamed
 into it in one step (``refs/main`` last), so ``hasrd.models.hf_snapshot`` never sees a snapshot that lacks a
 file. A checksum mismatch or a full disk removes what was downloaded for the snapshot; a broken connection, an
-unreachable hub or a client that leaves keeps it for the next pull.
+unreachable hub or a client that leaves keeps it for the next pull. The hub's side (where it is, the cache's
+layout, its errors) is hasrd/hub.py.
 """
 
 from __future__ import annotations
@@ -43,141 +44,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hasrd import errors, models, modelspec
+from hasrd import errors, models
+from hasrd.hub import (SIZES, ChecksumMismatch, DiskFull, DownloadFailed, import_hub, mapped, mb, origin, repo_dir,
+                       repo_lock, usable_name)
 
 log = logging.getLogger("hasrd.pull")
 
 ALLOW_PATTERNS = models.FW_FILES
-DEFAULT_ENDPOINT = "https://huggingface.co"
 MANIFEST_TIMEOUT = 30.0  # seconds for the manifest and each file's HEAD
 PROGRESS_SEC = 0.5  # a progress line at least this often while bytes arrive ...
 PROGRESS_BYTES = 4 << 20  # ... and after at most this many bytes
 CHUNK = 256 << 10  # huggingface_hub's read size (10 MiB by default: a minute between lines on a slow line)
 _BLOCK = 1 << 20
-_REPO_PART = r"[A-Za-z0-9](?:[\w.-]{0,94}[\w])?"
-REPO_ID = re.compile(rf"{_REPO_PART}(?:/{_REPO_PART})?", re.ASCII)
-SIZES = "tiny, base, small, medium, large-v3, large-v3-turbo, distil-large-v3"
-
-
-class HubUnreachable(errors.Unavailable):
-    code = "hub_unreachable"
-
-
-class DownloadFailed(errors.HasrError):
-    code, status = "download_failed", 502
-
-
-class ChecksumMismatch(errors.HasrError):
-    code, status = "checksum_mismatch", 502
-
-
-class DiskFull(errors.HasrError):
-    code, status = "insufficient_storage", 507
 
 
 class _Stop(Exception):
     """The client went away: the download stops at its next chunk (what arrived is kept)."""
-
-
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-def repo_lock(repo: str) -> threading.Lock:
-    """One pull (or delete) of a repo at a time in this daemon."""
-    with _locks_guard:
-        return _locks.setdefault(repo, threading.Lock())
-
-
-def endpoint() -> str:
-    """The hub: HF_ENDPOINT (a mirror) or huggingface.co, read when a pull starts."""
-    return (os.environ.get("HF_ENDPOINT") or "").strip().rstrip("/") or DEFAULT_ENDPOINT
-
-
-def offline() -> bool:
-    """HF_HUB_OFFLINE, as huggingface_hub reads it: downloads are off by choice (not an unreachable hub)."""
-    return (os.environ.get("HF_HUB_OFFLINE") or "").strip().upper() in ("1", "ON", "YES", "TRUE")
-
-
-def _home_short(p: Path) -> str:
-    """``p`` with the home directory as ``~`` (as a person types it)."""
-    home = str(Path.home())
-    return "~" + str(p)[len(home):] if str(p) == home or str(p).startswith(home.rstrip("/") + "/") else str(p)
-
-
-def offline_route(name: str) -> str:
-    """The sentence that ends every "the hub is out of reach" error: how a model gets here without it (a
-    CTranslate2 directory carried over, imported by ``hasrctl pull PATH`` or copied into the data directory,
-    where hasrd.modelspec finds it by name before the Hugging Face cache)."""
-    repo = models.fw_repo(name)
-    local = name if "/" not in name else repo.rsplit("/", 1)[-1]
-    src = repo.rsplit("/", 1)[-1]
-    return (f"Without the hub: bring {repo}'s directory (model.bin, config.json, tokenizer.json, vocabulary.*) "
-            f"from a machine that has it and run `hasrctl pull /path/to/{src} --name {local}`, or copy it into "
-            f"{_home_short(modelspec.data_dir() / local)}; then --model {local} uses it.")
-
-
-def cache_dir() -> Path:
-    """The Hugging Face cache huggingface_hub writes to (and hasrd.models looks in first)."""
-    return models.hf_cache_dirs()[0]
-
-
-def repo_dir(cache: Path, repo: str) -> Path:
-    return cache / ("models--" + repo.replace("/", "--"))
-
-
-def _hub() -> Any:
-    """huggingface_hub, imported on the first pull only."""
-    try:
-        import huggingface_hub
-        from huggingface_hub import file_download, utils
-    except ImportError:
-        raise errors.Unsupported("downloading models needs huggingface_hub in hasrd's Python environment: "
-                                 "pip install huggingface_hub (hasr's cpu and gpu extras bring it with "
-                                 "faster-whisper)") from None
-    with contextlib.suppress(Exception):
-        utils.disable_progress_bars()  # the daemon streams its own progress; no tqdm bars in its log
-    for name in ("httpx", "httpx2"):  # not a log line per HTTP request
-        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger(name).level))
-    for mod in (huggingface_hub.constants, file_download):  # http_get writes (and we report) at least this often
-        if isinstance(getattr(mod, "DOWNLOAD_CHUNK_SIZE", None), int):
-            # getattr/setattr: not every huggingface_hub version has it in both modules, so mypy cannot see it
-            setattr(mod, "DOWNLOAD_CHUNK_SIZE", min(getattr(mod, "DOWNLOAD_CHUNK_SIZE"), CHUNK))  # noqa: B009, B010
-    return (huggingface_hub, file_download, utils)
-
-
-def _mb(n: float) -> str:
-    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.1f} MB"
-
-
-def _origin(url: str) -> tuple[str, str]:
-    from urllib.parse import urlsplit
-
-    u = urlsplit(url)
-    return u.scheme, u.netloc
-
-
-def _chain(e: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    cur: BaseException | None = e
-    while cur is not None and cur not in out:
-        out.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return out
-
-
-def _names(e: BaseException) -> set[str]:
-    return {c.__name__ for x in _chain(e) for c in type(x).__mro__}
-
-
-CONNECT_ERRORS = {"ConnectError", "ConnectTimeout", "ProxyError", "SSLError", "gaierror", "ConnectionRefusedError",
-                  "NewConnectionError", "NameResolutionError", "MaxRetryError"}
-BROKEN_ERRORS = {"RemoteProtocolError", "ReadTimeout", "ReadError", "ChunkedEncodingError", "ProtocolError",
-                 "IncompleteRead", "ConnectionResetError", "TimeoutException", "NetworkError", "ConnectionError"}
-
-
-def _disk_full(e: BaseException) -> bool:
-    return any(isinstance(x, OSError) and x.errno in (errno.ENOSPC, errno.EDQUOT) for x in _chain(e))
 
 
 @dataclass
@@ -219,7 +101,7 @@ class Pull:
     def manifest(self) -> dict[str, Any]:
         """The repo's commit and the files to fetch; HasrError when there is nothing to pull (unknown repo, no
         model.bin, hub unreachable, not enough disk)."""
-        hf, _fd, _u = _hub()
+        hf, _fd, _u = import_hub(CHUNK)
         try:
             info = hf.HfApi(endpoint=self.endpoint).model_info(self.repo, revision="main", files_metadata=True,
                                                                 timeout=MANIFEST_TIMEOUT)
@@ -262,8 +144,8 @@ class Pull:
             where = where.parent
         free = shutil.disk_usage(where).free
         if need > free:
-            raise DiskFull(f"{self.repo} needs {_mb(need)} more, but the disk of the Hugging Face cache ({self.cache}) "
-                           f"has {_mb(free)} free: free some space, or point HF_HUB_CACHE (in hasrd's environment) "
+            raise DiskFull(f"{self.repo} needs {mb(need)} more, but the disk of the Hugging Face cache ({self.cache}) "
+                           f"has {mb(free)} free: free some space, or point HF_HUB_CACHE (in hasrd's environment) "
                            f"at a larger disk")
 
     # ---- the download ---------------------------------------------------------------------------------------
@@ -301,7 +183,7 @@ class Pull:
             lock.release()
 
     def _run(self) -> dict[str, Any]:
-        hf, fd, utils = _hub()
+        hf, fd, utils = import_hub(CHUNK)
         doing = "preparing the download"
         try:
             self.blobs.mkdir(parents=True, exist_ok=True)
@@ -326,8 +208,9 @@ class Pull:
                 self._discard()
             raise mapped from None
         size = sum((self.blobs / i.etag).stat().st_size for i in self.items)
-        return {"status": "success", "model": self._usable_name(), "repo": self.repo, "revision": self.commit,
-                "path": str(snap), "size_mb": size // 2**20, "downloaded_mb": round(self.fetched / 2**20, 1)}
+        return {"status": "success", "model": usable_name(self.name, self.repo), "repo": self.repo,
+                "revision": self.commit, "path": str(snap), "size_mb": size // 2**20,
+                "downloaded_mb": round(self.fetched / 2**20, 1)}
 
     def _fetch(self, hf: Any, fd: Any, utils: Any, item: Item) -> None:
         if self.cancelled.is_set():
@@ -355,7 +238,7 @@ class Pull:
         if have < item.size or item.size == 0:
             headers = dict(utils.build_hf_headers())  # the token (HF_TOKEN) and the user agent
             location = str(meta.location or url)
-            if _origin(location) != _origin(url):  # a CDN: the token stays with the hub
+            if origin(location) != origin(url):  # a CDN: the token stays with the hub
                 for k in [k for k in headers if k.lower() == "authorization"]:
                     del headers[k]
             with open(part, "ab") as f:
@@ -458,63 +341,8 @@ class Pull:
         if not (snaps.is_dir() and any(snaps.iterdir())):
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def _usable_name(self) -> str:
-        """The name a request uses: the one pulled, unless something else answers to it (``base`` is the
-        embedded model, a directory under $XDG_DATA_HOME/hasr/models comes first): then the repo id."""
-        n = self.name
-        if n in modelspec.DEFAULT_IDS or n in (modelspec.EMBEDDED, "embedded"):
-            return self.repo
-        if "/" not in n and (modelspec.data_dir() / n / "model.bin").is_file():
-            return self.repo
-        return n
-
-    # ---- errors ---------------------------------------------------------------------------------------------
-
     def _mapped(self, e: BaseException, doing: str) -> errors.HasrError:
-        """A foreign exception as the error a client sees, in a sentence that says what to do."""
-        if isinstance(e, errors.HasrError):
-            return e
-        names = _names(e)
-        kept = (" What arrived is kept: the next pull continues it." if doing.startswith("downloading") else "")
-        if _disk_full(e):
-            free = shutil.disk_usage(self.cache).free if self.cache.exists() else 0
-            return DiskFull(f"the disk of the Hugging Face cache ({self.cache}) is full ({_mb(free)} free) while "
-                            f"{doing} of {self.repo}: what was downloaded was removed and nothing was installed; "
-                            f"free some space (or point HF_HUB_CACHE in hasrd's environment at a larger disk) and "
-                            f"pull again")
-        if "HFValidationError" in names:
-            return errors.BadRequest(f"`{self.name}` is no Hugging Face repo id: {str(e).splitlines()[0]}",
-                                     param="model")
-        if "GatedRepoError" in names:
-            return errors.ModelNotFound(f"{self.repo} on {self.endpoint} is gated: accept its terms on the hub and "
-                                        f"give hasrd a token (HF_TOKEN in its environment)", param="model")
-        if "RepositoryNotFoundError" in names or "RevisionNotFoundError" in names:
-            return errors.ModelNotFound(
-                f"there is no model {self.name!r} on {self.endpoint} (looked for the repo {self.repo}): a "
-                f"faster-whisper size ({SIZES}, ...) or a repo id of a CTranslate2 Whisper model; a private repo "
-                f"needs HF_TOKEN in hasrd's environment", param="model")
-        if "OfflineModeIsEnabled" in names:
-            return errors.Unsupported(f"downloads are off: HF_HUB_OFFLINE is set in hasrd's environment (unset it "
-                                      f"to pull {self.repo}). {offline_route(self.name)}", param="model")
-        reason = str(_chain(e)[-1]) or type(e).__name__
-        if names & CONNECT_ERRORS:
-            return HubUnreachable(f"this machine cannot reach {self.endpoint} ({reason}) while {doing} of "
-                                  f"{self.repo}: check the network (a proxy: HTTPS_PROXY in hasrd's environment), "
-                                  f"or set HF_ENDPOINT in hasrd's environment to a mirror of the Hugging Face "
-                                  f"hub.{kept} {offline_route(self.name)}")
-        if "EntryNotFoundError" in names or "RemoteEntryNotFoundError" in names:
-            return DownloadFailed(f"{self.endpoint} lists a file of {self.repo} that it does not serve while {doing}; "
-                                  f"pull again later")
-        if "HfHubHTTPError" in names:
-            status = next((getattr(getattr(x, "response", None), "status_code", None) for x in _chain(e)
-                           if getattr(x, "response", None) is not None), None)
-            return DownloadFailed(f"{self.endpoint} answered {status or 'an error'} while {doing} of {self.repo}: "
-                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}.{kept}")
-        if names & BROKEN_ERRORS:
-            return DownloadFailed(f"the connection to {self.endpoint} broke off while {doing} of {self.repo} "
-                                  f"({reason}).{kept}")
-        log.warning("pull of %s: %s: %r", self.repo, doing, e)
-        return DownloadFailed(f"{doing} of {self.repo} failed: {type(e).__name__}: {e}.{kept}")
+        return mapped(e, doing, self.name, self.repo, self.endpoint, self.cache)
 
 
 class _Sink:
@@ -560,5 +388,3 @@ def _link(blob: Path, dst: Path) -> None:
         except OSError:
             shutil.copyfile(blob, dst)
 
-
-# ---- the routes ---------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from starlette.responses import Response, StreamingResponse
 
 from hasrd import errors, models, modelspec
 from hasrd.context import JSONResponse, check_access, jsonl
-from hasrd.download import REPO_ID, SIZES, Pull, cache_dir, endpoint, offline, offline_route, repo_dir, repo_lock
+from hasrd.download import Pull
+from hasrd.hub import REPO_ID, SIZES, cache_dir, endpoint, offline, offline_route, repo_dir, repo_lock
 from hasrd.intake import read_json
 
 log = logging.getLogger("hasrd.pull")

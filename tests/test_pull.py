@@ -26,6 +26,7 @@ from hubserver import Hub
 from speech import DATA, cache_home, model_dir
 
 from hasrd import download, models
+from hasrd.hub import DiskFull, offline_route
 
 REPO_ID = "Systran/faster-whisper-testbase"
 FILES = {"config.json", "model.bin", "tokenizer.json", "vocabulary.txt"}  # what faster-whisper loads
@@ -244,7 +245,7 @@ def test_an_unreachable_hub_says_this_machine_cannot_reach_it_and_names_hf_endpo
 
 def test_the_offline_route_names_the_data_directory_as_a_person_types_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
-    text = download.offline_route("large-v3")
+    text = offline_route("large-v3")
     assert "Systran/faster-whisper-large-v3's directory (model.bin, config.json, tokenizer.json, vocabulary.*)" in text
     assert "copy it into ~/.local/share/hasr/models/large-v3" in text
 
@@ -446,7 +447,7 @@ def test_a_full_disk_fails_the_pull_says_so_and_installs_nothing(
     lines: list[dict[str, Any]] = []
     job.emit = lines.append
     job.manifest()
-    with pytest.raises(download.DiskFull) as e:
+    with pytest.raises(DiskFull) as e:
         job.run()
     assert e.value.status == 507 and e.value.code == "insufficient_storage"
     assert str(cache) in e.value.message and "is full" in e.value.message and "nothing was installed" in e.value.message
@@ -457,7 +458,7 @@ def test_a_full_disk_fails_the_pull_says_so_and_installs_nothing(
     monkeypatch.undo()
     hub.reset_counts()
     monkeypatch.setattr(download.shutil, "disk_usage", lambda p: type("U", (), {"free": 10 * MiB})())
-    with pytest.raises(download.DiskFull) as e:
+    with pytest.raises(DiskFull) as e:
         download.Pull("testbase", cache, hub.endpoint).manifest()
     assert "needs 141.0 MB more" in e.value.message and "10.0 MB free" in e.value.message
     assert sum(hub.served.values()) == 0
