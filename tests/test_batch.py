@@ -55,6 +55,13 @@ def _env(base: str, **extra: str) -> dict[str, str]:
     return _ray_env(base, HASR_ENGINE="auto", HASR_FW_DEVICE="cpu", HASR_IDLE_EXIT_SEC="30", **extra)
 
 
+def _ray_log(out: Path) -> str:
+    """The run's own Ray log (its C++ core's lines, and anything the driver printed while Ray held its stderr), for
+    a failure's message: why the driver ended where its stderr says nothing."""
+    log = out / ".hasr-batch.ray.log"
+    return f"\n{log.name}:\n{log.read_text(errors='replace')[-6000:]}" if log.exists() else f"\nno {log.name}"
+
+
 def _rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
 
@@ -497,8 +504,8 @@ def test_a_full_output_disk_stops_the_run_and_its_ray_cleanly(short_tmp: str) ->
     env["PYTHONPATH"] = f"{site}{os.pathsep}{env['PYTHONPATH']}"
     out = Path(short_tmp) / "out"
     res = hasrctl("batch", str(src), "-o", str(out), "--workers", "1", "--no-progress", env=env, timeout=300)
-    assert res.returncode == 1, show(res)
-    assert f"{out} is full (No space left on device): 2 of 4 file(s) done" in res.stderr, show(res)
+    assert res.returncode == 1, show(res) + _ray_log(out)
+    assert f"{out} is full (No space left on device): 2 of 4 file(s) done" in res.stderr, show(res) + _ray_log(out)
     assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr and "Ray instance" not in res.stderr
     assert not [p for p in out.rglob("*.tmp")]
     assert [Path(r["path"]).name for r in _rows(out)] == ["a.flac", "b.flac"]
