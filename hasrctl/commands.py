@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hasrctl import output, terminal
+from hasrctl import liveview, output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable
 from hasrctl.common import (Daemon, daemon_options, engine_options, model_argument, model_hint, parse_formats, say,
                             settings, socket_option)
@@ -25,9 +25,9 @@ def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
     """The view for one file and whether it leaves the final text on stdout (then it is not printed again)."""
     if stream:
         if terminal.is_tty(sys.stdout):
-            return terminal.LiveView(sys.stdout, language, name, lines=True), True
+            return liveview.LiveView(sys.stdout, language, name, lines=True), True
         if terminal.is_tty(sys.stderr):
-            return terminal.LiveView(sys.stderr, language, name, lines=True), False
+            return liveview.LiveView(sys.stderr, language, name, lines=True), False
     show = terminal.is_tty(sys.stderr) if progress is None else progress
     if show and not quiet:
         return terminal.ProgressBar(sys.stderr, name), False

@@ -86,7 +86,8 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
     Final sentences are printed as they are settled; on a terminal the draft of what is being said is shown
     after them, dimmed, and replaced. Ctrl-C stops listening and prints what was still being said.
     """
-    from hasrctl.terminal import LiveView, ProgressBar, is_tty
+    from hasrctl.liveview import LiveView
+    from hasrctl.terminal import ProgressBar, is_tty
 
     stop = threading.Event()
     interruptible(stop)

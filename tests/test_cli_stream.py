@@ -146,7 +146,7 @@ def no_dim_left(lines: list[str]) -> None:
 # --- the live view itself, driven with scripted events in a real terminal ------------------------------------------
 LIVE = r"""
 import json, subprocess, sys, time
-from hasrctl.terminal import LiveView
+from hasrctl.liveview import LiveView
 tmux, events, shots, language = json.loads(sys.argv[1])
 view = LiveView(sys.stdout, language)
 n = 0
@@ -244,7 +244,7 @@ def test_wide_characters_wrap_and_are_rewritten_in_place(tmux: list[str], short_
 def test_a_labelled_segment_rebases_the_live_view_where_guessing_would_not() -> None:
     import io
 
-    from hasrctl.terminal import LiveView
+    from hasrctl.liveview import LiveView
 
     out = io.StringIO()
     view = LiveView(out, "Chinese")
@@ -276,7 +276,7 @@ def test_the_progress_line_says_what_runs_before_the_first_words() -> None:
 def test_listen_keeps_the_status_and_the_draft_of_a_finished_utterance_off_the_screen() -> None:
     import io
 
-    from hasrctl.terminal import LiveView
+    from hasrctl.liveview import LiveView
 
     out = io.StringIO()
     view = LiveView(out, "English", "hasrctl:")
