@@ -183,7 +183,7 @@ def test_a_model_that_does_not_load_is_explained_without_what_was_read_from_its_
 
 def test_a_hybrid_window_that_loops_is_said_once() -> None:
     """Issue 31 #12: the hybrid's faster-whisper windows skipped whisper's text rules (`...啾啾啾啾啾啾啾啾`)."""
-    from hasrd.worker.engines.whisper import window_fn
+    from hasrd.worker.engines.fwterms import window_fn
 
     class Looping(StubWhisper):
         def transcribe(self, audio: np.ndarray, **kw: Any) -> tuple[Any, Any]:

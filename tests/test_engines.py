@@ -21,7 +21,8 @@ from hasrd import config
 from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker.engine import NullEmitter
-from hasrd.worker.engines.whisper import WhisperEngine, token_cap, whisper_code
+from hasrd.worker.engines.fwterms import whisper_code
+from hasrd.worker.engines.whisper import WhisperEngine, token_cap
 from hasrd.languages import resolve
 
 EN = [k for k, (lang, _) in CLIPS.items() if lang == "en"]

@@ -34,7 +34,8 @@ from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, load_dr
                                        versions, warm_up)
 from hasrd.worker.engines.fwload import load_shared
 from hasrd.worker.engines.fwload import warm_up as fw_warm_up
-from hasrd.worker.engines.whisper import WhisperEngine, language_of, whisper_code, window_fn
+from hasrd.worker.engines.fwterms import language_of, whisper_code, window_fn
+from hasrd.worker.engines.whisper import WhisperEngine
 
 RESULT_ENGINE = "hybrid-asr-v2c"  # the seed's name in results
 

@@ -40,7 +40,7 @@ from hasrd.models import resolve_weights
 from hasrd.worker import segment, v2c
 from hasrd.transcript import Transcript
 from hasrd.worker.engine import Emitter, EngineError, heard
-from hasrd.worker.engines.whisper import language_of
+from hasrd.worker.engines.fwterms import language_of
 from hasrd.languages import R2T2_LANGUAGES, UnknownLanguage, resolve
 
 REPO = "https://github.com/netease-youdao/Confucius4-R2T2"

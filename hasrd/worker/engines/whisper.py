@@ -1,7 +1,5 @@
-"""faster-whisper: loading a model, v2c window transcription, and the whisper-only engine.
-
-Windows (hybrid): the seed's call exactly, ``transcribe(window, language=<code>, beam_size=5,
-vad_filter=False)``, on a numpy view of the request's PCM (no temporary files).
+"""The whisper-only engine: faster-whisper alone on whole files (fwterms.py has a request in faster-whisper's terms
+and its segments in hasr's; fwload.py the model's load).
 
 Whole files (whisper engine): Silero VAD on, timestamps per segment, optional word timestamps
 (``options={"word_timestamps": true}``), ``options["prompt"]`` (the OpenAI ``prompt``; ``"initial_prompt"`` is
@@ -32,9 +30,6 @@ the silences the sentences are cut at.
 Without a language the language is voted over several windows of speech (language_id.py, from the first
 pieces' spans), once per file, and reported with its probability.
 
-The v2c windows never get the prompt: they are the seed's call verbatim, and a prompt on a short fragment of a
-truncated sentence invites whisper to echo or continue it (hybrid.py).
-
 faster-whisper returns numpy.float64 times and probabilities once word timestamps are on (segment times
 included); the worker channel (msgspec) cannot encode those, so every number is made a float where it is read
 (and the channel's encoder turns any it meets anyway: ``hasrd.transcript.numbers``).
@@ -62,12 +57,13 @@ from hasrd import transcript
 from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker.engine import Emitter, EngineError, heard
 from hasrd.worker.textrules import MAX_CAP, TOKENS_PER_S, clean_text, collapse_loops, token_cap  # noqa: F401
-from hasrd.languages import NAMES, UnknownLanguage, join_sentences, resolve
+from hasrd.languages import NAMES, join_sentences
+from hasrd.worker.engines.fwterms import (language_of, model_codes, prompt_of, sentence_entry, task_of,
+                                         temperature_of, timed_words, whisper_code)
 
 SR = 16000
 FIRST_CLIP_SEC = 10.0  # issue 32 #2: ~25 tokens, not ~90, before the first words (1-1.5 s on a 2-core CPU)
 SHORT_FIRST_AFTER = 60.0  # ... in files longer than this
-WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
 TEMPERATURES = (0.0,)
 WHOLE_KW: dict[str, Any] = {
     "beam_size": 5, "vad_filter": True, "vad_parameters": {"min_silence_duration_ms": 500},
@@ -76,104 +72,11 @@ WHOLE_KW: dict[str, Any] = {
 }
 
 
-def whisper_code(model: Any, code: str) -> str | None:
-    """The language code this model accepts ('' -> None = detect); Cantonese falls back to Chinese."""
-    if not code:
-        return None
-    supported = set(model_codes(model))  # "yue" is the 100th: large-v3 has it, base does not
-    if supported and code not in supported:
-        if code == "yue" and "zh" in supported:
-            return "zh"
-        raise EngineError("invalid_audio", f"this faster-whisper model does not know {NAMES.get(code, code)} "
-                                           f"({code!r})")
-    return code
-
-
-def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
-    """v2c's final stage: one window -> its text (the seed's parameters), under whisper's text rules as every
-    other decode: a token cap for its length (a 7 s window looped for 45.8 s of fallback decoding on the CPU)
-    and a decoding loop said once (issue 31 #12)."""
-
-    def transcribe_window(audio: np.ndarray) -> str:
-        if len(audio) == 0:
-            return ""
-        segments, _info = model.transcribe(audio, language=code, max_new_tokens=token_cap(len(audio) / SR),
-                                           **WINDOW_KW)
-        return collapse_loops(clean_text("".join(str(s.text) for s in segments)))
-
-    return transcribe_window
-
-
-def task_of(options: dict[str, Any]) -> str:
-    """whisper's task: "transcribe", or "translate" (into English: /v1/audio/translations)."""
-    task = str(options.get("task") or "transcribe")
-    if task not in ("transcribe", "translate"):
-        raise EngineError("invalid_audio", f"unknown task {task!r}: transcribe or translate")
-    return task
-
-
-def temperature_of(options: dict[str, Any]) -> float:
-    """The sampling temperature a request asks for (the OpenAI field); 0 = beam search, the same text each time."""
-    try:
-        t = float(options.get("temperature") or 0.0)
-    except (TypeError, ValueError):
-        raise EngineError("invalid_audio",
-                          f"temperature must be a number, not {options.get('temperature')!r}") from None
-    return min(max(t, 0.0), 1.0)
-
-
-def prompt_of(options: dict[str, Any]) -> str | None:
-    """The initial prompt a request asks for: ``options["prompt"]`` (the OpenAI field), else "initial_prompt"."""
-    for key in ("prompt", "initial_prompt"):
-        if options.get(key):
-            return str(options[key])
-    return None
-
-
-def language_of(language: str) -> tuple[str, str]:
-    try:
-        return resolve(language)
-    except UnknownLanguage as e:
-        raise EngineError("invalid_audio", str(e)) from None
-
-
 BATCHED_KW: dict[str, Any] = {"beam_size": 5, "temperature": 0.0}
 NO_SPEECH_PROB = 0.6  # whisper's rule: a segment this likely silent and this unsure is dropped
 LOG_PROB_FLOOR = -1.0
 RETRY_KW: dict[str, Any] = {"no_repeat_ngram_size": 4}
 COMPRESSION_RATIO = 2.4  # whisper's rule: text that compresses more than this is a decoding loop
-
-
-def timed_words(seg: Any, offset: float, source: int) -> list[resegment.Word]:
-    """A decoded segment's words on the file's clock; a segment without words becomes one word of its text."""
-    if seg.words:
-        return [resegment.Word(clean_text(str(w.word), strip=False), round(offset + float(w.start), 3),
-                               round(offset + float(w.end), 3), float(w.probability), source) for w in seg.words]
-    text = clean_text(str(seg.text), strip=False)
-    return [resegment.Word(text, round(offset + float(seg.start), 3), round(offset + float(seg.end), 3), 1.0,
-                           source)] if text.strip() else []
-
-
-def sentence_entry(piece: resegment.Piece, text: str, sources: list[Any], tokenize: Callable[[str], list[int]],
-                   want_words: bool) -> TimedSentence:
-    """One ``per_sentence`` entry: the piece's text and times, the scores of the decoder segment most of its
-    words came from, and its own text's tokens (a decoder segment may hold several sentences)."""
-    counts: dict[int, int] = {}
-    for w in piece.words:
-        counts[w.source] = counts.get(w.source, 0) + 1
-    main = sources[max(counts, key=lambda k: counts[k])]
-    raw = "".join(w.text for w in piece.words)
-    tokens = tokenize(raw if raw.strip() == text else " " + text)
-    entry = TimedSentence(text=text, engine="fw", start_s=round(float(piece.start), 3),
-                          end_s=round(float(piece.end), 3), avg_logprob=round(float(main.avg_logprob), 4),
-                          no_speech_prob=round(float(main.no_speech_prob), 4),
-                          compression_ratio=round(float(main.compression_ratio), 4),
-                          temperature=float(main.temperature or 0.0), seek=int(round(piece.start * 100)),
-                          tokens=[int(t) for t in tokens])
-    if want_words:
-        entry.words = [transcript.Word(w.text, round(float(w.start), 3), round(float(w.end), 3),
-                                       round(float(w.probability), 4)) for w in piece.words]
-    return entry
 
 
 class Passed:
@@ -203,15 +106,6 @@ class Track:
 
 def is_no_speech(segment: Any) -> bool:
     return (float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR)
-
-
-def model_codes(model: Any) -> list[str]:
-    """The language codes this model can write (base lacks 'yue', large-v3 has it)."""
-    codes = list(getattr(model, "supported_languages", []) or [])
-    n = getattr(getattr(model, "model", None), "num_languages", None)
-    if isinstance(n, int) and 0 < n < len(codes):
-        codes = codes[:n]
-    return codes
 
 
 class WhisperEngine:
