@@ -132,6 +132,7 @@ def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int
                                               on_window=order.append)
     # Both stages: the result a client gets.
     m = model(hyps, gens, **opts)  # type: ignore[arg-type]
+    takes = recorded_bars(m)
     r, rec, fw = run(m, pcm)
     ws = r["sent_windows"]
     assert [(w.text, w.start_chunk, w.end_chunk, w.truncated_by) for w in windows] == [
@@ -185,17 +186,40 @@ def check_invariants(hyps: list[tuple[float, str]], gens: dict[int, str], n: int
     for a, b in zip(windows, windows[1:], strict=False):
         if v2c.ends_with_mark(a.text) and stand_in_mark(b.text.lstrip()[:1]):
             assert any(a.text + b.text in v for v in shown), (a.text, b.text)
-    # the model's "|" regenerated before a closed sentence's mark is no symptom of any sentence: with no other
-    # "|" anywhere, no window is truncated by a bar; but the finish's own "|" is the last window's (what it cut
-    # away goes to faster-whisper: issue 31 #9)
+    # the model's "|" regenerated before a closed sentence's mark is no symptom of the sentence that follows: with
+    # no other "|" anywhere, no window is truncated by a bar; but the finish's own "|", and one regenerated after
+    # the last close, are the last window's (what it cut away goes to faster-whisper: issue 31 #9, 38 #4)
+    barred = [k - 1 for k, had in enumerate(takes) if had and k > 0]
     if not legacy and "|" not in "".join(h for _, h in hyps) + "".join(gens.values()):
         by_bar = [w for w in windows if w.truncated_by == "bar"]
         finish_bar = str(m.generate_calls - 1) in bar_before_mark.split(",")
-        assert not by_bar or (finish_bar and by_bar == windows[-1:]), [(w.text, w.truncated_by) for w in windows]
+        before = windows[-2].end_chunk if len(windows) > 1 else -1
+        tail_bar = any(k > before for k in barred)
+        assert not by_bar or ((finish_bar or tail_bar) and by_bar == windows[-1:]), [
+            (w.text, w.truncated_by) for w in windows]
+    # the audio where the model generated a "|" always reaches faster-whisper or a sentence: some window covers
+    # its chunk, also when the "|" stood inside closed text and the finish showed nothing past it (issue 38 #4)
+    for k in barred:
+        assert any(w.end_chunk >= min(k, last) for w in windows), (k, [(w.text, w.end_chunk) for w in windows])
     # first_text_s is a time within the audio
     # (audio under half a millisecond rounds to a duration of 0.0 s, and its first text to 0.0 too)
     first = r["first_text_s"]
     assert first is None or (first > 0 or r["duration_s"] == 0.0) and first <= r["duration_s"]
+
+
+def recorded_bars(m: Any) -> list[bool]:
+    """Whether each of v2c's takes of the model's generations had a ``|``: the first take forgets earlier calls,
+    then one per chunk (take k + 1 is chunk k's) and one after the finish."""
+    take = m.take_generations
+    seen: list[bool] = []
+
+    def recording() -> list[str]:
+        gens = take()
+        seen.append(any("|" in g for g in gens))
+        return gens
+
+    m.take_generations = recording
+    return seen
 
 
 def stand_in_mark(ch: str) -> bool:
@@ -314,6 +338,18 @@ def test_a_bar_the_finish_writes_before_a_closed_sentences_mark_still_sends_the_
     # ("你好"), and no window covered the rest: no faster-whisper call, the final ended at "你好。".
     r, rec, fw = run(model([(0.3, "你好。")], {19: "|。我们走吧。"}), audio(20))  # call 19: the finish
     assert rec.drafts[-1] == "你好"  # the finish's text, cut at its "|"
+    assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [("你好。", None), ("", "bar")]
+    assert r["fw_calls"] == 1 and fw.heard[0][1] == 19 and r["final"] == "你好。<fw1>"
+
+
+@pytest.mark.parametrize("calls", ["8", "8,9,10", "15"])
+def test_a_bar_a_streaming_step_writes_before_a_closed_mark_still_sends_the_silent_tail_to_faster_whisper(
+        calls: str) -> None:
+    # Issue 38 #4: "你好。" closed; a later streaming step regenerated its mark as "|" (the text was "你好" for a
+    # chunk) and the finish showed nothing past it: the bar was dropped, no window covered the rest of the audio
+    # and whatever was said there was lost. Kept, it is treated at the finish like the finish's own "|".
+    r, rec, fw = run(model([(0.3, "你好。")], bar_before_mark=calls), audio(20))
+    assert "你好" in rec.drafts and rec.drafts[-1] == "你好。"
     assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [("你好。", None), ("", "bar")]
     assert r["fw_calls"] == 1 and fw.heard[0][1] == 19 and r["final"] == "你好。<fw1>"
 

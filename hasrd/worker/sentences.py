@@ -120,6 +120,7 @@ class Windows:
         self.closed = ""
         self.bars: list[int] = []  # where "|" was seen past the closed windows (character offsets in the draft)
         self.seen_open = False  # the draft once showed text in the open window (a shrink must not drop it)
+        self.tail_bar = False  # a "|" regenerated inside the closed text since the last close (see observe)
         self.last_text = ""  # the latest full text observed
         self.windows: list[Window] = []
         self.open_chunk = 0  # the chunk after the previous close
@@ -158,8 +159,10 @@ class Windows:
         A generated ``|`` stands where R2T2 cut its text, at the text's end; an older R2T2 leaves it in place.
         A ``|`` right after a sentence's end mark belongs to the sentence that follows. One that stands inside a
         closed sentence's text (R2T2 regenerating that sentence's last token, its mark, as ``|``: the text is
-        shorter than the closed windows) is that sentence's, which is settled and may be out already: it is
-        not the open sentence's symptom, and is dropped.
+        shorter than the closed windows) flags no sentence: the closed one is settled and may be out already,
+        and the next one is judged on its own. It is kept as ``tail_bar`` until the next close: when the finish
+        shows nothing past the closed sentences, it is treated as the finish's own ``|`` (:meth:`finish`), so
+        the audio after them still goes to faster-whisper instead of being lost.
         """
         c = self.cut(text)
         part = text[c:]
@@ -171,6 +174,8 @@ class Windows:
         at = c + part.index("|") if "|" in part else max(c, len(text)) if bar else -1
         if at >= len(self.closed):
             self.bars.append(at)
+        elif at >= 0:
+            self.tail_bar = True
 
     def commit(self, fixed: str, chunk: int) -> Window | None:
         """Committed text after ``chunk``: close the open window at its last sentence-end mark, if any."""
@@ -184,10 +189,12 @@ class Windows:
     def finish(self, final: str, last_chunk: int, bar: bool = False) -> Window | None:
         """After the finish: the rest of the draft is the last window (also when the draft withdrew it).
 
-        ``bar``: the finish itself generated a ``|``. Its text is cut there, and where it regenerated a closed
-        sentence's mark as ``|。我们走吧。`` the cut text shows nothing past the closed sentences: the audio after
-        them still becomes a last window, truncated by the bar (one more faster-whisper call is cheap; a lost
-        tail is silent: issue 31 #9)."""
+        ``bar``: the finish itself generated a ``|``, or a streaming step did inside the closed text since the last
+        close (``tail_bar``). Its text is cut there, and where it regenerated a closed sentence's mark as
+        ``|。我们走吧。`` the cut text shows nothing past the closed sentences: the audio after them still becomes
+        a last window, truncated by the bar (one more faster-whisper call is cheap; a lost tail is silent: issue
+        31 #9, issue 38 #4)."""
+        bar = bar or self.tail_bar
         c = self.cut(final)
         part = final[c:]
         if bar and last_chunk >= 0 and self.open_chunk <= last_chunk:
@@ -208,6 +215,7 @@ class Windows:
         self.closed = view[:end]
         self.open_chunk = chunk + 1
         self.bars = [b for b in self.bars if b >= end and not last]
+        self.tail_bar = False  # the draft went on past it: no longer the tail's symptom
         self.seen_open = bool(self.open_text(self.last_text).strip())  # what the draft already said past it
         return w
 
