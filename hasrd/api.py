@@ -135,7 +135,8 @@ async def ps(request: Request) -> Response:
             w["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(w["pid"]))
     if snap["pid"] and str(snap["identity"].get("device") or "").startswith("cuda"):
         snap["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(snap["pid"]))
-    return JSONResponse({**snap, "daemon_pid": os.getpid()})
+    return JSONResponse({**snap, "daemon_pid": os.getpid(), "queued_audio_mb": d.queued_audio.held_mb,
+                         "max_queued_audio_mb": d.settings.max_queued_audio_mb})
 
 
 async def load(request: Request) -> Response:

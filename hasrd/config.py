@@ -104,6 +104,9 @@ class Settings:
                               since="0.2.0")
     max_audio_sec: float = _s(4 * 3600.0, "longest audio accepted")
     max_upload_mb: float = _s(512.0, "largest upload accepted")
+    max_queued_audio_mb: float = _s(1024.0, "decoded audio (16 kHz float32: 225 MB an hour) that requests waiting "
+                                            "for a worker may hold together; past it '503 queue full' (a request "
+                                            "alone always gets in)", since="0.3.0")
     max_segment_sec: float = _s(60.0, "long audio is split at silences into segments of at most this")
     gpu: str = _s("", "GPU index or UUID for the worker ('' = let CUDA choose)")
     need_vram_mb: int = _s(0, "wait for this much free VRAM before a GPU load (0 = don't wait)")

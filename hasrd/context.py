@@ -21,6 +21,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse as _StarletteJSON
 
 from hasrd import errors, modelspec
+from hasrd.audiobudget import AudioBudget
 from hasrd.config import Settings
 from hasrd.events import Broadcaster
 from hasrd.modelspec import ModelSpec
@@ -52,6 +53,7 @@ class Daemon:
     group_socket: bool = False  # the socket is group-accessible
     shared_gid: int | None = None  # HASR_SHARED_GROUP's gid: its members may use a group-accessible socket
     decode_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(DECODES_AT_ONCE))
+    queued_audio: AudioBudget = field(default_factory=AudioBudget)  # what waiting requests hold, decoded
 
 
 def error_response(e: errors.HasrError) -> JSONResponse:

@@ -403,9 +403,8 @@ class Pool:
                          options: Options | None = None, on_event: EventSink | None = None,
                          lease: Lease | None = None, model: ModelSpec | None = None) -> Transcript:
         """Wait for room on a worker of ``model``, load it if needed, run one transcription (beside the worker's
-        other jobs) and return its result,
-        with the time spent queued, loading and working (``timings``). ``lease``: the request's admission,
-        taken before its audio was decoded; without one, it is admitted here."""
+        other jobs) and return its result with the time spent queued, loading and working (``timings``).
+        ``lease``: the request's admission, taken before its audio was decoded; without one, it is admitted here."""
         if lease is None:
             async with self.lease(model) as own:
                 return await self.transcribe(pcm, name=name, language=language, options=options,
@@ -420,6 +419,7 @@ class Pool:
             t1 = self.clock()
             await self._ready(ref, on_event)
             t2 = self.clock()
+            lease.running()
             result = await ref.runner.transcribe(pcm, name=name, language=language, options=options,
                                                  on_event=on_event)
             t3 = self.clock()
