@@ -186,8 +186,12 @@ async def unload(request: Request) -> Response:
 async def stop(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request, control=True)
-    asyncio.get_running_loop().call_soon(d.request_stop)
-    return JSONResponse({"stopping": True})
+    body = await read_json(request, '{"now": true}')
+    now = body.get("now", False) if isinstance(body, dict) else False if body is None else None
+    if not isinstance(now, bool):
+        raise errors.BadRequest("the body must be empty or a JSON object like {\"now\": true}", param="now")
+    asyncio.get_running_loop().call_soon(d.request_stop, now)
+    return JSONResponse({"stopping": True, "now": now})
 
 
 async def events(request: Request) -> Response:

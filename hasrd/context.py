@@ -48,7 +48,7 @@ class Daemon:
     settings: Settings
     pool: Pool  # the worker pool (hasrd.scheduler): admission, the queue, a runner per worker
     events: Broadcaster
-    request_stop: Callable[[], None] = lambda: None
+    request_stop: Callable[[bool], None] = lambda now: None  # now: fail what runs instead of finishing it
     uid: int = field(default_factory=os.getuid)
     group_socket: bool = False  # the socket is group-accessible
     shared_gid: int | None = None  # HASR_SHARED_GROUP's gid: its members may use a group-accessible socket
