@@ -157,8 +157,9 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
             except ValueError as e:  # a daemon of another version
                 raise CliError(str(e)) from None
             texts = {fmt: lines(doc) if fmt == "text" else render(doc, fmt, rules=rules) for fmt in formats}
-            for fmt, target in item.targets:
-                output.write(target, texts[fmt], force)
+            unwritten = [why for fmt, target in item.targets if (why := _write(target, texts[fmt], force))]
+            if unwritten:
+                raise CliError("; ".join(unwritten))
             if not item.targets and not (shown and formats == ["text"]):
                 output.emit(texts[formats[0]])
             if not quiet:
@@ -185,6 +186,22 @@ def _next_step(e: CliError, model: str | None) -> str:
     if isinstance(e, DaemonError) and e.code == "model_not_found":
         return model_hint(model, e.message)
     return e.message
+
+
+def _write(target: Path, text: str, force: bool) -> str | None:
+    """Write one output once the work is done; when that fails (the directory turned read-only, the disk is
+    full, the name was taken meanwhile) the text is kept in output.kept_dir(), or at worst printed: never lost.
+    Returns what went wrong and where the text is, or None."""
+    try:
+        output.write(target, text, force)
+        return None
+    except (OSError, CliError) as e:
+        why = e.message if isinstance(e, CliError) else f"cannot write {target}: {e.strerror or e}"
+    try:
+        return f"{why}; the transcript is kept in {output.keep(target, text)}"
+    except OSError as e:
+        output.emit(text)
+        return f"{why}; nor in {output.kept_dir()} ({e.strerror or e}): the transcript is on stdout"
 
 
 def _keep_partial(e: CliError, item: Any, quiet: bool) -> None:
