@@ -34,7 +34,7 @@ def reading_chars(text: str) -> int:
 
 # --- words -------------------------------------------------------------------------------------------------
 
-def _zh_words(text: str) -> list[str]:
+def zh_words(text: str) -> list[str]:
     """Chinese words by rjieba (jieba's dictionary and algorithm in Rust), imported on the first call only
     (a tenth of a second). Not jieba itself: it is built from an sdist at install (pip's DEPRECATION warning in
     the quick start), keeps a cache file in /tmp that another user's copy breaks (a traceback and a rebuild at
@@ -111,7 +111,7 @@ def _is_japanese(text: str, language: str | None) -> bool:
 
 def words(text: str, width: int, language: str | None) -> list[str]:
     """``text`` as the words it may be cut between, each with the blank before it: words between blanks, and
-    inside a run of Chinese or Japanese the words a segmenter finds (``_zh_words``, ``_ja_words``)."""
+    inside a run of Chinese or Japanese the words a segmenter finds (``zh_words``, ``_ja_words``)."""
     japanese = _is_japanese(text, language)
     out: list[str] = []
     for m in _CHUNK.finditer(text):
@@ -120,7 +120,7 @@ def words(text: str, width: int, language: str | None) -> list[str]:
         if not _HAS_IDEO.search(body):
             out.append(chunk)
             continue
-        found = _glue(_ja_words(body) if japanese else _zh_words(body))
+        found = _glue(_ja_words(body) if japanese else zh_words(body))
         pieces: list[str] = []
         for w in found:  # a word longer than a line: between its characters (punctuation still kept with one)
             pieces.extend(_glue(list(w)) if len(w) > width else [w])
