@@ -71,14 +71,19 @@ class Jobs:
         self._thread.start()
 
     def add(self, paths: list[str]) -> list[Job]:
-        """Queue files (absolute or relative paths, in order); returns their jobs."""
+        """Queue files (absolute or relative paths, in order; a folder: the audio and video in it, or one job
+        that fails saying it has none); returns their jobs."""
+        from hasrctl.batch.inputs import media_in
+
         new = []
         for p in paths:
-            job = Job(next(self._ids), Path(p).expanduser().absolute())
-            self.jobs.append(job)
-            new.append(job)
-            self.on_change(job)
-            self._queue.put(job)
+            path = Path(p).expanduser().absolute()
+            for f in ([Path(m) for m in media_in(str(path))] if path.is_dir() else []) or [path]:
+                job = Job(next(self._ids), f)
+                self.jobs.append(job)
+                new.append(job)
+                self.on_change(job)
+                self._queue.put(job)
         return new
 
     def pending(self) -> int:
@@ -116,7 +121,7 @@ class Jobs:
         if not job.path.exists():
             return self._fail(job, f"{job.path} does not exist")
         if job.path.is_dir():
-            return self._fail(job, f"{job.path.name} is a folder; drop audio or video files")
+            return self._fail(job, f"the folder {job.path.name} holds no audio or video files")
         try:
             result = self._transcribe(job, language)
             out = output.write_next_to(job.path, output.render(result, fmt), fmt)
