@@ -188,3 +188,20 @@ def test_stop_with_the_socket_unit_inactive_does_not_claim_it_listens(sd_manager
     res = hasrctl("stop", env=env)
     assert res.returncode == 0, show(res)
     assert "still listens" not in res.stdout + res.stderr and "not running" in res.stderr, show(res)
+
+
+def test_a_command_that_starts_a_stopped_socket_unit_says_so(sd_manager: SdManager) -> None:
+    """Issue 39 #10: hasrctl started hasrd.socket again, silently, after the user had stopped it."""
+    m = sd_manager
+    env = _env(m)
+    (m.unit_dir / "hasrd.service.d").mkdir()
+    (m.unit_dir / "hasrd.service.d" / "50-test.conf").write_text(test_dropin(
+        env={"HASR_ENGINE": "fake", "PYTHONPATH": str(REPO)}, stdout=m.base / "hasrd.log"))
+    assert hasrctl("setup", "--no-tray", env=env).returncode == 0
+    m.systemctl("stop", "hasrd.socket")
+    wav = write_wav(str(m.base / "a.wav"), 1.0)
+    res = hasrctl("transcribe", wav, env=env)
+    assert res.returncode == 0 and res.stdout == FINAL, show(res) + m.log()
+    assert res.stderr.startswith("hasrctl: hasrd.socket was not listening: started it (systemctl --user start "
+                                 "hasrd.socket; --no-autostart leaves it stopped)\n"), show(res)
+    assert m.show("hasrd.socket", "ActiveState") == "active"
