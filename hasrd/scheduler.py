@@ -209,9 +209,8 @@ class Pool:
         return ref
 
     def _new_ref(self, spec: ModelSpec, device: str, after: asyncio.Future[None] | None) -> RunnerRef:
-        key = next(self._keys)
+        key, runner = next(self._keys), self.make_runner(spec, device)
         estimate = spec.gpu_need_mb if spec.gpu_need_mb and device != placement.CPU else spec.need_mb
-        runner = self.make_runner(spec, device)
         ref = RunnerRef(key, spec, device, runner, self.measured.get(spec.key) or estimate, self.clock(),
                         capacity=placement.parallel_for(device, self.s.worker_parallel), after=after)
         ref.free.set()
@@ -220,7 +219,8 @@ class Pool:
         if self.killed:  # a waiter handed a new worker during a forced exit hears shutting_down, not a load
             runner.kill("the daemon was stopped before the work finished")
         self.refs[key] = ref
-        log.info("worker %d: %s on %s (%d of %d)", key, spec.name, device, len(self.refs), self.max_workers)
+        live = sum(r.retiring is None for r in self.refs.values())  # a worker evicted for it is not counted
+        log.info("worker %d: %s on %s (%d of %d)", key, spec.name, device, live, self.max_workers)
         return ref
 
     async def _acquire(self, spec: ModelSpec, on_event: EventSink | None, live: bool, max_wait: float
