@@ -206,7 +206,7 @@ def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:
 NOT_SETTINGS = ("HASR_FAKE_", "HASR_TEST_", "HASR_EVAL_", "HASR_DOCTOR_", "HASR_TRAY_", "HASR_SETUP_", "HASR_STATUS_",
                 "HASR_AUTOSTART", "HASR_BESIDE", "HASR_FORCE", "HASR_FORMAT", "HASR_OUTPUT", "HASR_PROGRESS",
                 "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE",
-                "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR", "HASR_PS_",
+                "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_STOP_NOW", "HASR_UNITS_DIR", "HASR_PS_",
                 "HASR_UNLOAD_", "HASR_PULL_")
 
 
@@ -233,6 +233,7 @@ NOT_SETTINGS_DOC: dict[str, str] = {
     "HASR_TRANSLATE": "`hasrctl transcribe --translate`",
     "HASR_KEEP_ALIVE": "`hasrctl load --keep-alive`",
     "HASR_STOP_WAIT_SEC": "`hasrctl stop`: how long to wait for the daemon to exit",
+    "HASR_STOP_NOW": "`hasrctl stop --now`: stop at once, failing what runs and waits",
     "HASR_UNITS_DIR": "`hasrctl setup --units-dir`",
     "HASR_PS_": "`hasrctl ps` option defaults (HASR_PS_JSON)",
     "HASR_UNLOAD_": "`hasrctl unload` option defaults (HASR_UNLOAD_MODEL)",
