@@ -17,6 +17,7 @@ the whisper engine (faster-whisper alone); only the default may be the hybrid.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ GPU_NEED_MB = {"hybrid": 12000, "r2t2": 9000}
 GPU_OVERHEAD_MB = 647
 GPU_WEIGHT_FACTOR = 1.186
 FAKE_OVERHEAD_MB = 600  # a fake worker's CUDA context beside the memory it was asked to hold
+# A CTranslate2 model directory holds a handful of files (a Hugging Face snapshot about a dozen): a stranger's path
+# to a directory with more is no model, and is refused without walking it all on the event loop.
+MAX_MODEL_FILES = 64
 
 
 @dataclass(frozen=True)
@@ -86,16 +90,18 @@ def _only_ours(path: Path) -> bool:
 
 def _safe_model_dir(p: Path) -> Path | None:
     """The model directory ``p`` names, resolved once, when nobody but the daemon's user and root can change it
-    or any file in it (each file's links resolved and checked the same way) and its model.bin is whole; else
-    None. The worker is handed exactly this path, so a link re-pointed after the check changes nothing."""
+    or any file in it (each file's links resolved and checked the same way; MAX_MODEL_FILES at most) and its
+    model.bin is whole; else None. The worker is handed exactly this path, so a link re-pointed after the check
+    changes nothing."""
     try:
         real = Path(os.path.realpath(p, strict=True))
         if not _only_ours(real) or not stat.S_ISDIR(os.stat(real).st_mode):
             return None
-        if not all(_only_ours(Path(os.path.realpath(f, strict=True))) for f in real.iterdir()):
+        files = list(itertools.islice(real.iterdir(), MAX_MODEL_FILES + 1))  # bounded work, whatever is named
+        if len(files) > MAX_MODEL_FILES or not all(_only_ours(Path(os.path.realpath(f, strict=True))) for f in files):
             return None
         return None if models.model_bin_problem(real / "model.bin") else real
-    except (OSError, RuntimeError):  # gone, unreadable, a loop of links
+    except (OSError, RuntimeError, ValueError):  # gone, unreadable, a loop of links, a NUL byte
         return None
 
 
@@ -142,10 +148,11 @@ def resolve(name: str, settings: Any, *, trusted: bool = True) -> ModelSpec:
     name = name.strip()
     try:
         return _resolve(name, settings, trusted)
-    except OSError as e:  # a name the file system refuses: a part over 255 bytes, ...
+    except (OSError, ValueError) as e:  # a name the file system refuses: a part over 255 bytes, a NUL byte
         shown = name if len(name) <= 80 else name[:60] + "..."
-        raise errors.ModelNotFound(f"The model `{shown}` does not exist here: {e.strerror or e} (`hasrctl models` "
-                                   f"lists them)", param="model") from None
+        why = (e.strerror if isinstance(e, OSError) else None) or e
+        raise errors.ModelNotFound(f"The model `{shown}` does not exist here: {why} (`hasrctl models` lists them)",
+                                   param="model") from None
 
 
 def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:

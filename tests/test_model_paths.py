@@ -166,13 +166,14 @@ def test_a_link_re_pointed_after_the_check_never_makes_the_worker_open_the_plant
 
 
 @pytest.mark.parametrize("case", ["sticky", "their_file", "group_writable", "missing", "no_model_bin", "bad_bin",
-                                  "loop"])
+                                  "loop", "nul", "crowded"])
 def test_every_model_path_a_stranger_may_not_use_gets_one_answer_and_nothing_is_opened(base: Path,
                                                                                         case: str) -> None:
     """A world-writable sticky directory of the owner's (/tmp for a root daemon) with planted files, a planted
-    file in the owner's directory, a group-writable one, and the owner's paths that hold no model: the same
-    403 (the answer tells nothing of what exists), and nothing of them is opened by a worker."""
-    d = base / "m"
+    file in the owner's directory, a group-writable one, the owner's paths that hold no model, a NUL byte (was a
+    500) and a directory of more files than a model has (not walked): the same 403 (the answer tells nothing of
+    what exists), and nothing of them is opened by a worker."""
+    d = base / ("m\0" if case == "nul" else "m")
     if case == "sticky":
         fake_model(d)
         os.chmod(d, 0o1777)
@@ -192,6 +193,10 @@ def test_every_model_path_a_stranger_may_not_use_gets_one_answer_and_nothing_is_
     elif case == "loop":
         d.symlink_to(base / "m2")
         (base / "m2").symlink_to(d)
+    elif case == "crowded":  # the owner's good model among 64 other files
+        own_model(d)
+        for i in range(64):
+            (d / f"{i}.txt").write_text("")
     watched = d if d.is_dir() else base
     watch = Watch(watched)
     wav = write_wav(str(base / "a.wav"), 0.5)
