@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import need, wait_until
-from tests.daemon import write_wav
+from tests.daemon import TcpHasrd, write_wav
 
 IN_OPEN, IN_ACCESS = 0x20, 0x01
 NOBODY = 65534
@@ -73,49 +72,22 @@ def own_model(d: Path) -> Path:
     return d
 
 
-class TcpDaemon:
-    """hasrd activated with a Unix socket and the unit's optional TCP socket; ``env`` adds settings."""
+class TcpDaemon(TcpHasrd):
+    """hasrd with a TCP socket (whisper on the CPU, real workers); its output in ``base``/d.log."""
 
     def __init__(self, base: Path, env: dict[str, str]) -> None:
         from tests.speech import cache_home
 
-        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.unix.bind(str(base / "s.sock"))
-        self.unix.listen(8)
-        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.bind(("127.0.0.1", 0))
-        self.tcp.listen(8)
-        self.port = self.tcp.getsockname()[1]
-        fds = (self.unix.fileno(), self.tcp.fileno())
-
-        def child() -> None:
-            for i, fd in enumerate(fds):
-                os.dup2(fd, 100 + i)
-            for i in range(len(fds)):
-                os.dup2(100 + i, 3 + i)
-                os.set_inheritable(3 + i, True)
-
-        full = {**os.environ, "HASR_ENGINE": "whisper", "HASR_FW_DEVICE": "cpu", "XDG_CACHE_HOME": cache_home(),
-                "LISTEN_FDS": "2", "LISTEN_FDNAMES": "hasrd:tcp", **env}
-        self.log = open(base / "d.log", "ab")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", sys.executable, "-m",
-                                      "hasrd.server"], env=full, preexec_fn=child, close_fds=False,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        self.base = base
+        self.log = base / "d.log"
+        super().__init__(str(base), {"HASR_ENGINE": "whisper", "HASR_FW_DEVICE": "cpu",
+                                     "XDG_CACHE_HOME": cache_home(), **env}, log=str(self.log))
 
     def transcribe(self, model: str, wav: str) -> httpx.Response:
-        with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120) as c, open(wav, "rb") as f:
+        with self.http(120) as c, open(wav, "rb") as f:
             return c.post("/v1/audio/transcriptions", data={"model": model}, files={"file": ("a.wav", f)})
 
     def text(self) -> str:
-        return (self.base / "d.log").read_text(errors="replace")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-        self.log.close()
-        self.unix.close()
-        self.tcp.close()
+        return self.log.read_text(errors="replace")
 
 
 @pytest.fixture
