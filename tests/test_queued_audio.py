@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+from pathlib import Path
 
 from tests.conftest import wait_until
 from tests.daemon import Hasrd, write_wav
+from tests.test_audio import write_media
 
 MB = 2**20
 
@@ -59,4 +61,19 @@ def test_requests_whose_waiting_audio_would_pass_the_budget_get_503_and_retry_af
     finally:
         for s in held:
             s.close()
+        d.stop()
+
+
+def test_a_request_whose_decode_fails_midway_lets_go_of_the_audio_it_held(short_tmp: str) -> None:
+    """An MP2's length is only estimated, so it is refused as too long only once 60 s of it are decoded (3.7 MB
+    counted by then): the failure lets go of them, or the budget would creep until it refused everything."""
+    mp2 = write_media(Path(short_tmp) / "70s.mp2", "mp2", rate=16000, seconds=70.0)
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_MAX_AUDIO_SEC": "60"})
+    try:
+        with d.client() as c:
+            for _ in range(3):
+                r = c.post("/transcribe", json={"audio_path": str(mp2)})
+                assert r.status_code == 400 and r.json()["error"]["code"] == "audio_too_long", r.text
+                assert d.get("/api/ps")["queued_audio_mb"] == 0
+    finally:
         d.stop()
