@@ -300,8 +300,7 @@ def stop(wait: float, now: bool, daemon: Daemon) -> int:
                 _systemctl("stop", discovery.UNIT_SERVICE)
                 return _stopped(active, "hasrd.service was not running")
     if unit is not None and unit[discovery.UNIT_SERVICE] == "deactivating":  # a stop runs: connecting now would
-        pid: int | None = int(_systemctl("show", "-p", "MainPID", "--value", discovery.UNIT_SERVICE).stdout or 0)
-        work = "its work"  # start the next instance, so nothing is asked
+        pid, work = _main_pid(), "its work"  # start the next instance, so nothing is asked
         if now:  # a SIGTERM to a stopping daemon stops it at once
             _systemctl("kill", "--kill-whom=main", "--signal=SIGTERM", discovery.UNIT_SERVICE)
         say("stopping hasrd.service now: what it was finishing fails" if now else
@@ -313,9 +312,7 @@ def stop(wait: float, now: bool, daemon: Daemon) -> int:
         except Unreachable:
             say("hasrd is not running")
             return EXIT_OK
-        pid = peer_pid(client.path)
-        if unit is not None:
-            pid = int(_systemctl("show", "-p", "MainPID", "--value", discovery.UNIT_SERVICE).stdout or 0) or pid
+        pid = _main_pid() if unit is not None else peer_pid(client.path)  # under systemd the peer is systemd
         work = _work(client.get("/api/ps"))
         how = "`hasrctl stop --now`" if unit is not None else f"`kill {pid}` (a SIGTERM while it stops)"
         if work:  # said before any waiting, so that nobody watches a silent terminal for --wait seconds
@@ -346,6 +343,13 @@ def _systemctl(*args: str) -> Any:
     except subprocess.TimeoutExpired:
         raise CliError(f"systemctl --user {' '.join(args)} did not answer within 10 s (is the user manager "
                        f"busy? see systemctl --user status hasrd.service)") from None
+
+
+def _main_pid() -> int | None:
+    """hasrd.service's main process, None when it has none (it is gone)."""
+    from hasrctl import discovery
+
+    return int(_systemctl("show", "-p", "MainPID", "--value", discovery.UNIT_SERVICE).stdout or 0) or None
 
 
 def _stopped(active: dict[str, str], what: str) -> int:
