@@ -26,7 +26,8 @@ class AudioBudget:
 
     @property
     def held_mb(self) -> float:
-        return round(sum(self._held.values()) / MB, 1)
+        with self._lock:  # a decode thread may add or drop a hold meanwhile
+            return round(sum(self._held.values()) / MB, 1)
 
     def hold(self, budget_mb: float) -> Hold:
         return Hold(self, int(budget_mb * MB))
