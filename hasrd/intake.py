@@ -48,7 +48,7 @@ async def decode(d: Daemon, source: Any, name: str, lease: Lease) -> tuple[PcmBu
     async with d.decode_slots:
         stop = threading.Event()
         hold = d.queued_audio.hold(d.settings.max_queued_audio_mb)
-        lease.held = hold.drop
+        lease.let_go = hold.drop
 
         def more(frames: int) -> bool:
             hold.grow(frames * 4)
