@@ -13,11 +13,11 @@ import socket
 import subprocess
 import sys
 
-from sdmanager import SdManager, sd_manager, test_dropin  # noqa: F401  (sd_manager is a fixture)
+from sdmanager import SdManager, sd_manager  # noqa: F401  (sd_manager is a fixture)
 from tests.cliutil import REPO, cli_env, hasrctl, show
 from tests.conftest import wait_until
 from tests.daemon import Hasrd, client, write_wav
-from tests.test_cli_setup import _env
+from tests.test_cli_setup import _env, _fake_service
 
 
 def send(sock_path: str, wav: str) -> socket.socket:
@@ -90,9 +90,7 @@ def test_stop_of_the_systemd_service_during_long_work_waits_as_long_as_asked_the
         sd_manager: SdManager) -> None:
     m = sd_manager
     env = _env(m)
-    (m.unit_dir / "hasrd.service.d").mkdir()
-    (m.unit_dir / "hasrd.service.d" / "50-test.conf").write_text(test_dropin(
-        env={"HASR_ENGINE": "fake", "HASR_FAKE_RTF": "1", "PYTHONPATH": str(REPO)}, stdout=m.base / "hasrd.log"))
+    _fake_service(m, HASR_FAKE_RTF="1")
     assert hasrctl("setup", "--no-tray", env=env).returncode == 0
     sock = str(m.runtime_dir / "hasr" / "hasrd.sock")
     wavs = [write_wav(str(m.base / f"{n}.wav"), 600.0) for n in ("one", "two")]
