@@ -157,8 +157,9 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
             except ValueError as e:  # a daemon of another version
                 raise CliError(str(e)) from None
             texts = {fmt: lines(doc) if fmt == "text" else render(doc, fmt, rules=rules) for fmt in formats}
-            for fmt, target in item.targets:
-                output.write(target, texts[fmt], force)
+            unwritten = [why for fmt, target in item.targets if (why := _write(target, texts[fmt], force))]
+            if unwritten:
+                raise CliError("; ".join(unwritten))
             if not item.targets and not (shown and formats == ["text"]):
                 output.emit(texts[formats[0]])
             if not quiet:
@@ -185,6 +186,22 @@ def _next_step(e: CliError, model: str | None) -> str:
     if isinstance(e, DaemonError) and e.code == "model_not_found":
         return model_hint(model, e.message)
     return e.message
+
+
+def _write(target: Path, text: str, force: bool) -> str | None:
+    """Write one output once the work is done; when that fails (the directory turned read-only, the disk is
+    full, the name was taken meanwhile) the text is kept in output.kept_dir(), or at worst printed: never lost.
+    Returns what went wrong and where the text is, or None."""
+    try:
+        output.write(target, text, force)
+        return None
+    except (OSError, CliError) as e:
+        why = e.message if isinstance(e, CliError) else f"cannot write {target}: {e.strerror or e}"
+    try:
+        return f"{why}; the transcript is kept in {output.keep(target, text)}"
+    except OSError as e:
+        output.emit(text)
+        return f"{why}; nor in {output.kept_dir()} ({e.strerror or e}): the transcript is on stdout"
 
 
 def _keep_partial(e: CliError, item: Any, quiet: bool) -> None:
@@ -261,46 +278,94 @@ def unload(model: str | None, daemon: Daemon) -> int:
     return EXIT_OK
 
 
-@click.command()
+@click.command(epilog="Exit: 0 stopped (or not running), 1 still finishing after --wait (it goes on and exits when "
+                      "done), 3 no answer.")
 @click.option("--wait", type=float, default=30.0, show_default=True, metavar="SEC", envvar="HASR_STOP_WAIT_SEC",
-              show_envvar=True, help="How long to wait for it to exit.")
+              show_envvar=True, help="How long to wait for it to finish its transcriptions and exit.")
+@click.option("--now", is_flag=True, envvar="HASR_STOP_NOW", show_envvar=True,
+              help="Stop at once: running and waiting transcriptions fail (shutting_down) instead of finishing first.")
 @socket_option
-def stop(wait: float, daemon: Daemon) -> int:
-    """Stop the daemon (systemd's service when it manages hasrd; its socket stays and restarts it on demand)."""
+def stop(wait: float, now: bool, daemon: Daemon) -> int:
+    """Stop the daemon once its running transcriptions are done (first it says which, and how to stop at once);
+    systemd's service when it manages hasrd: its socket stays and starts it again on demand."""
     from hasrctl import discovery
-    from hasrctl.client import peer_pid, probe, wait_gone
+    from hasrctl.client import peer_pid, wait_gone
 
+    unit = None
     if not daemon.socket and discovery.socket_unit() is not None:
-        active = {u: discovery.systemctl("is-active", u, timeout=10).stdout.strip()
-                  for u in (discovery.UNIT_SOCKET, discovery.UNIT_SERVICE)}
-        if "active" in active.values():  # else no unit of systemd's runs: a daemon hasrctl started may hold the path
-            res = discovery.systemctl("stop", discovery.UNIT_SERVICE, timeout=wait + 30)
-            if res.returncode != 0:
-                raise CliError(f"systemctl --user stop hasrd.service failed: {res.stderr.strip()}")
-            what = "stopped hasrd.service" if active[discovery.UNIT_SERVICE] == "active" else \
-                "hasrd.service was not running"
-            if active[discovery.UNIT_SOCKET] == "active":
-                click.echo(f"{what} (hasrd.socket still listens and starts it on the next request)")
-            else:
-                click.echo(f"{what}; hasrd.socket is {active[discovery.UNIT_SOCKET] or 'inactive'}, so nothing "
-                           f"starts it on demand (systemctl --user start hasrd.socket)")
-            return EXIT_OK
-    try:
-        client = daemon.client(autostart=False)
-    except Unreachable:
-        say("hasrd is not running")
-        return EXIT_OK
-    pid = peer_pid(client.path)
-    client.post("/api/stop", timeout=30.0)
-    if pid is not None:
-        if not wait_gone(pid, wait):
-            raise CliError(f"hasrd (pid {pid}) is still running after {wait:g} s (finishing accepted work?)")
+        active = {u: _systemctl("is-active", u).stdout.strip() for u in (discovery.UNIT_SOCKET, discovery.UNIT_SERVICE)}
+        if "active" in active.values() or active[discovery.UNIT_SERVICE] == "deactivating":
+            unit = active  # else no unit of systemd's runs: a daemon hasrctl started may hold the path
+            if active[discovery.UNIT_SERVICE] not in ("active", "deactivating"):
+                _systemctl("stop", discovery.UNIT_SERVICE)
+                return _stopped(active, "hasrd.service was not running")
+    if unit is not None and unit[discovery.UNIT_SERVICE] == "deactivating":  # a stop runs: connecting now would
+        pid, work = _main_pid(), "its work"  # start the next instance, so nothing is asked
+        if now:  # a SIGTERM to a stopping daemon stops it at once
+            _systemctl("kill", "--kill-whom=main", "--signal=SIGTERM", discovery.UNIT_SERVICE)
+        say("stopping hasrd.service now: what it was finishing fails" if now else
+            f"hasrd.service is stopping already, finishing its work; waiting up to {wait:g} s (--wait); "
+            f"`hasrctl stop --now` stops it at once")
     else:
-        deadline = time.monotonic() + wait
-        while probe(client.path, timeout=0.5):
-            if time.monotonic() > deadline:
-                raise CliError(f"hasrd still answers on {client.path} after {wait:g} s")
-            time.sleep(0.05)
+        try:
+            client = daemon.client(autostart=False)
+        except Unreachable:
+            say("hasrd is not running")
+            return EXIT_OK
+        pid = _main_pid() if unit is not None else peer_pid(client.path)  # under systemd the peer is systemd
+        work = _work(client.get("/api/ps"))
+        how = "`hasrctl stop --now`" if unit is not None else f"`kill {pid}` (a SIGTERM while it stops)"
+        if work:  # said before any waiting, so that nobody watches a silent terminal for --wait seconds
+            say(f"stopping hasrd now: {work} fail" if now else f"hasrd is finishing {work} before it exits; "
+                f"waiting up to {wait:g} s (--wait); {how} stops it at once, failing them")
+        if now or unit is None:
+            client.post("/api/stop", {"now": True} if now else None, timeout=30.0)
+        if unit is not None:  # systemd stops it, not waited for here: --wait bounds the wait
+            _systemctl("stop", "--no-block", discovery.UNIT_SERVICE)
+    if pid and not wait_gone(pid, wait):
+        how = "`hasrctl stop --now`" if unit is not None else f"`kill {pid}`"
+        raise CliError(f"hasrd (pid {pid}) is still finishing {work or 'accepted work'} after {wait:g} s; it exits "
+                       f"once that is done ({how} stops it at once)")
+    if unit is not None:
+        return _stopped(unit, "stopped hasrd.service")
     click.echo("stopped hasrd")
     return EXIT_OK
 
+
+def _systemctl(*args: str) -> Any:
+    """``systemctl --user ARGS`` that never blocks long: a manager that does not answer is an error in words."""
+    import subprocess
+
+    from hasrctl import discovery
+
+    try:
+        return discovery.systemctl(*args, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise CliError(f"systemctl --user {' '.join(args)} did not answer within 10 s (is the user manager "
+                       f"busy? see systemctl --user status hasrd.service)") from None
+
+
+def _main_pid() -> int | None:
+    """hasrd.service's main process, None when it has none (it is gone)."""
+    from hasrctl import discovery
+
+    return int(_systemctl("show", "-p", "MainPID", "--value", discovery.UNIT_SERVICE).stdout or 0) or None
+
+
+def _stopped(active: dict[str, str], what: str) -> int:
+    from hasrctl import discovery
+
+    if active[discovery.UNIT_SOCKET] == "active":
+        click.echo(f"{what} (hasrd.socket still listens and starts it on the next request)")
+    else:
+        click.echo(f"{what}; hasrd.socket is {active[discovery.UNIT_SOCKET] or 'inactive'}, so nothing starts it "
+                   f"on demand (systemctl --user start hasrd.socket)")
+    return EXIT_OK
+
+
+def _work(ps: dict[str, Any]) -> str:
+    """What a daemon would finish before it exits, in words ("" for nothing): its jobs, and those waiting."""
+    jobs = ["a live session" if j.get("live") else f"{j.get('name')} ({float(j.get('progress') or 0):.0%})"
+            for j in ps.get("jobs") or []]
+    waiting = int(ps.get("in_flight") or 0) - len(jobs)
+    return ", ".join(jobs + ([f"{waiting} more waiting"] if waiting > 0 else []))

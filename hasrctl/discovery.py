@@ -277,7 +277,9 @@ def find(explicit: str | None, *, autostart: bool, idle_exit: float, timeout: fl
     if not autostart:
         hint = "systemctl --user start hasrd.socket" if unit else "run `hasrd` or drop --no-autostart"
         raise NotRunning(f"no hasrd answers on {tried} and autostart is off ({hint})", tried, unit)
-    if unit is not None:
+    if unit is not None:  # said: whoever stopped it may have meant it (`hasrctl stop` leaves it listening)
+        say("hasrd.socket was not listening: started it (systemctl --user start hasrd.socket; --no-autostart "
+            "leaves it stopped)")
         res = systemctl("start", UNIT_SOCKET)
         if res.returncode == 0 and probe(target):
             return target

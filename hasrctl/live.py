@@ -194,9 +194,9 @@ def dictate(toggle: bool, language: str, prompt: str, silence_ms: int, device: s
             subprocess.run([*command, text + " "], check=False)
 
     try:
+        source = microphone_source(device, stop)  # a missing microphone fails here, before "speak"
         say("dictating: speak; Ctrl-C or `hasrctl dictate --toggle` stops")
-        run(daemon.client().path, microphone_source(device, stop), stop, language, prompt, silence_ms,
-            on_sentence, lambda text, seg: None)
+        run(daemon.client().path, source, stop, language, prompt, silence_ms, on_sentence, lambda text, seg: None)
     finally:
         with_pid = running_dictation()
         if with_pid in (None, os.getpid()):

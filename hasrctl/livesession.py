@@ -83,7 +83,7 @@ def _pieces(container: Any, url: str, realtime: bool, stop: threading.Event) -> 
 def microphone_source(device: str | None, stop: threading.Event) -> Iterator[bytes]:
     """PCM16 24 kHz mono from the microphone (PortAudio's default input, or ``device``), until ``stop``.
 
-    The device is looked up here, before any connection."""
+    The device is looked up and opened here, before any connection (and before dictate says "speak")."""
     try:
         import sounddevice as sd
     except (ImportError, OSError) as e:
@@ -98,12 +98,7 @@ def microphone_source(device: str | None, stop: threading.Event) -> Iterator[byt
 
 
 def _recorded(sd: Any, dev: Any, rate: int, stop: threading.Event) -> Iterator[bytes]:
-    import av
-
-    from hasrd.audio import s16_mono_frame
-
     q: queue.Queue[bytes] = queue.Queue()
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
 
     def callback(indata: Any, frames: int, _time: Any, _status: Any) -> None:
         q.put(bytes(indata))
@@ -113,6 +108,15 @@ def _recorded(sd: Any, dev: Any, rate: int, stop: threading.Event) -> Iterator[b
                                    blocksize=rate * 16 // 100, callback=callback)
     except sd.PortAudioError as e:
         raise CliError(f"the microphone could not be opened: {e}", EXIT_FAILED) from None
+    return _pcm(stream, q, rate, stop)
+
+
+def _pcm(stream: Any, q: queue.Queue[bytes], rate: int, stop: threading.Event) -> Iterator[bytes]:
+    import av
+
+    from hasrd.audio import s16_mono_frame
+
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
     with stream:
         while not stop.is_set():
             try:
@@ -151,6 +155,7 @@ class Session:
         self.on_done = on_done
         self.result: dict[str, Any] | None = None
         self.error: str | None = None
+        self.broken = False  # our stdout's reader went away (hasrctl listen | head)
         self.done = threading.Event()
         session: dict[str, Any] = {"input_audio_format": "pcm16", "turn_detection": {
             "type": "server_vad", "silence_duration_ms": silence_ms}}
@@ -183,6 +188,9 @@ class Session:
                     say(self.error)
         except ConnectionClosed:
             pass
+        except BrokenPipeError:  # nobody reads what we print: end the session (run() raises it where the
+            self.broken = True  # command's handler ends quietly), never a traceback from this thread
+            self.ws.close()
         finally:
             self.done.set()
 
@@ -236,6 +244,8 @@ def run(path: str, source: Iterator[bytes], stop: threading.Event, language: str
         pass
     stop.set()
     result = s.finish()
+    if s.broken:
+        raise BrokenPipeError
     if result is None:
         raise CliError(s.error or "the live session ended without a result", EXIT_FAILED)
     return result

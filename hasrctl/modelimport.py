@@ -16,12 +16,14 @@ tokenizer.json, vocabulary.*). Only the files faster-whisper loads are copied (a
 hidden temporary directory beside the destination; model.bin keeps a ``.partial`` name until it is whole and
 checked again, then the directory gets its name in one rename. An interrupted import (Ctrl-C, a full disk)
 removes the temporary directory; one killed outright leaves a hidden ``.hasr-import-*`` directory that holds no
-model.bin and so is never taken for a model.
+model.bin and so is never taken for a model, and that the next import removes (each import holds a shared lock
+on the models directory; one that gets it alone knows that no other import is copying).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
@@ -33,6 +35,7 @@ from hasrctl.client import CliError, UsageError
 from hasrd import models, modelspec
 
 CHUNK = 4 << 20
+STAGING = ".hasr-import-"  # the hidden directory an import copies into, renamed into place when whole
 RESERVED = (*modelspec.DEFAULT_IDS, modelspec.EMBEDDED, "embedded")
 
 
@@ -110,10 +113,14 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     files = models.fw_files(src)
     files.sort(key=lambda p: (p.name == "model.bin", p.name))  # the big file last, as a pull does
     total = sum(p.stat().st_size for p in files)
+    held = -1
     try:
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".hasr-import-", dir=root))
+        held = _hold(root, view)
+        tmp = Path(tempfile.mkdtemp(prefix=STAGING, dir=root))
     except OSError as e:
+        if held >= 0:
+            os.close(held)
         raise UsageError(f"cannot write the models directory {root}: {e.strerror or e} (it is "
                          f"$XDG_DATA_HOME/hasr/models; make it writable, or point XDG_DATA_HOME elsewhere for "
                          f"hasrctl and hasrd alike)") from None
@@ -145,4 +152,23 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     finally:
         view.close()
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when the rename succeeded
+        os.close(held)
     return src, dest, total
+
+
+def _hold(root: Path, view: Any) -> int:
+    """A shared lock on the models directory for as long as this import lives (its fd, closed to release). Before
+    it, when no other import holds one, what imports killed outright left behind (their staging directories)
+    is removed, and said."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pass  # another import is running: its staging directory is its own
+    else:
+        for d in root.glob(STAGING + "*"):
+            size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
+            shutil.rmtree(d, ignore_errors=True)
+            view.note(f"removed {d}: {size / 2**20:.1f} MB that an import killed before it ended left behind")
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd

@@ -159,12 +159,54 @@ def _kind(target: Path) -> str:
 
 
 def check_free(target: Path, force: bool) -> None:
-    """Refuse early (before any transcription work) when the target exists and --force is absent."""
+    """Refuse early (before any transcription work) when the target exists and --force is absent, or when its
+    directory cannot be written (a file is made there and removed: permissions, a read-only mount, ACLs)."""
+    import tempfile
+
     kind = _kind(target)
     if kind in ("file", "link") and not force:
         raise UsageError(f"{target} exists (use --force to overwrite)")
     if kind != "stream" and not target.parent.is_dir():
         raise UsageError(f"{target.parent}: no such directory")
+    if kind in ("missing", "file"):
+        try:
+            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        except OSError as e:
+            raise UsageError(f"cannot write {target.name} in {target.parent}: {e.strerror or e}") from None
+        os.close(fd)
+        os.unlink(probe)
+
+
+def kept_dir() -> Path:
+    """Where a transcript goes that could not be written where it was meant to (the tray's as well)."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hasr" / "transcripts"
+
+
+def create_new(paths: Sequence[Path], data: bytes) -> Path:
+    """Write ``data`` to the first of ``paths`` that does not exist (O_EXCL: two writers racing for a name never
+    clobber each other); FileExistsError when all do."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path
+    raise FileExistsError(f"{paths[0].parent}: {paths[0].name} and {len(paths) - 1} other names are taken")
+
+
+def keep(target: Path, text: str) -> Path:
+    """Keep a transcript whose target could not be written, under its name (NAME-1.ext, ... when taken) in
+    kept_dir(); OSError when that fails too."""
+    folder = kept_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [folder / target.name] + [folder / f"{target.stem}-{i}{target.suffix}" for i in range(1, 1000)]
+    return create_new(names, text.encode("utf-8"))
 
 
 def write(target: Path, text: str | bytes, force: bool, streams: bool = True) -> None:

@@ -135,7 +135,8 @@ async def ps(request: Request) -> Response:
             w["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(w["pid"]))
     if snap["pid"] and str(snap["identity"].get("device") or "").startswith("cuda"):
         snap["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(snap["pid"]))
-    return JSONResponse({**snap, "daemon_pid": os.getpid()})
+    return JSONResponse({**snap, "daemon_pid": os.getpid(), "queued_audio_mb": d.queued_audio.held_mb,
+                         "max_queued_audio_mb": d.settings.max_queued_audio_mb})
 
 
 async def load(request: Request) -> Response:
@@ -185,8 +186,12 @@ async def unload(request: Request) -> Response:
 async def stop(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request, control=True)
-    asyncio.get_running_loop().call_soon(d.request_stop)
-    return JSONResponse({"stopping": True})
+    body = await read_json(request, '{"now": true}')
+    now = body.get("now", False) if isinstance(body, dict) else False if body is None else None
+    if not isinstance(now, bool):
+        raise errors.BadRequest("the body must be empty or a JSON object like {\"now\": true}", param="now")
+    asyncio.get_running_loop().call_soon(d.request_stop, now)
+    return JSONResponse({"stopping": True, "now": now})
 
 
 async def events(request: Request) -> Response:

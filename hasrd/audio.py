@@ -324,11 +324,11 @@ def _remaining(f: IO[bytes]) -> int | None:
 
 
 def decode(source: Source, out: Writer, *, max_audio_sec: float | None = None,
-           name: str | None = None, stop: Callable[[], bool] = lambda: False) -> AudioInfo:
+           name: str | None = None, stop: Callable[[int], bool] = lambda frames: False) -> AudioInfo:
     """Decode a path (checked as by :func:`check_path`), bytes or a seekable binary file into ``out``.
 
-    Writes 16 kHz mono float32 LE PCM to ``out`` as it goes; ``name`` labels an upload in messages; ``stop()``
-    is asked between packets (the client left: Cancelled).
+    Writes 16 kHz mono float32 LE PCM to ``out`` as it goes; ``name`` labels an upload in messages; ``stop(frames)``
+    is asked between packets with the frames written so far (True: the client left, Cancelled; it may raise).
     Raises AudioPathError / AudioDecodeError / AudioTooLong (400) or HasrError ``pcm_store_failed`` (500).
     """
     t0 = time.perf_counter()
@@ -354,7 +354,7 @@ def _open(f: IO[bytes]) -> Any:
 
 
 def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t0: float,
-                 stop: Callable[[], bool]) -> AudioInfo:
+                 stop: Callable[[int], bool]) -> AudioInfo:
     try:
         container = _open(f)
     except _NestedOpen as e:
@@ -420,7 +420,7 @@ def _secs(s: float) -> str:
 
 
 def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int | None,
-          max_sec: float | None, stop: Callable[[], bool]) -> tuple[int, int]:
+          max_sec: float | None, stop: Callable[[int], bool]) -> tuple[int, int]:
     """Demux, decode, resample and write; return (frames written, damaged packets)."""
     resampler = _Resampler()
     grouper = _Grouper()
@@ -436,7 +436,7 @@ def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int 
             break
         except OSError as e:
             raise AudioPathError(f"{shown} cannot be read: {e.strerror or e}", code="read_error") from None
-        if stop():
+        if stop(frames):
             raise Cancelled(f"decoding {shown} was stopped: the client went away")
         try:
             decoded = packet.decode()
@@ -479,7 +479,7 @@ def decode_to_array(source: Source, *, max_audio_sec: float | None = None,
 
 
 def decode_to_memfd(source: Source, *, max_audio_sec: float | None = None, name: str | None = None,
-                    stop: Callable[[], bool] = lambda: False) -> tuple[int, AudioInfo]:
+                    stop: Callable[[int], bool] = lambda frames: False) -> tuple[int, AudioInfo]:
     """Decode into a new sealed memfd ("hasr-pcm"); return (fd, info). The caller owns and closes the fd.
 
     The memfd is sealed against writes, growth and shrinking, so the worker can map it and trust its size.

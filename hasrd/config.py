@@ -104,6 +104,9 @@ class Settings:
                               since="0.2.0")
     max_audio_sec: float = _s(4 * 3600.0, "longest audio accepted")
     max_upload_mb: float = _s(512.0, "largest upload accepted")
+    max_queued_audio_mb: float = _s(1024.0, "decoded audio (16 kHz float32: 225 MB an hour) that requests waiting "
+                                            "for a worker may hold together; past it '503 queue full' (a request "
+                                            "alone always gets in)", since="0.3.0")
     max_segment_sec: float = _s(60.0, "long audio is split at silences into segments of at most this")
     gpu: str = _s("", "GPU index or UUID for the worker ('' = let CUDA choose)")
     need_vram_mb: int = _s(0, "wait for this much free VRAM before a GPU load (0 = don't wait)")
@@ -203,7 +206,7 @@ def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:
 NOT_SETTINGS = ("HASR_FAKE_", "HASR_TEST_", "HASR_EVAL_", "HASR_DOCTOR_", "HASR_TRAY_", "HASR_SETUP_", "HASR_STATUS_",
                 "HASR_AUTOSTART", "HASR_BESIDE", "HASR_FORCE", "HASR_FORMAT", "HASR_OUTPUT", "HASR_PROGRESS",
                 "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE",
-                "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_UNITS_DIR", "HASR_PS_",
+                "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_STOP_NOW", "HASR_UNITS_DIR", "HASR_PS_",
                 "HASR_UNLOAD_", "HASR_PULL_")
 
 
@@ -230,6 +233,7 @@ NOT_SETTINGS_DOC: dict[str, str] = {
     "HASR_TRANSLATE": "`hasrctl transcribe --translate`",
     "HASR_KEEP_ALIVE": "`hasrctl load --keep-alive`",
     "HASR_STOP_WAIT_SEC": "`hasrctl stop`: how long to wait for the daemon to exit",
+    "HASR_STOP_NOW": "`hasrctl stop --now`: stop at once, failing what runs and waits",
     "HASR_UNITS_DIR": "`hasrctl setup --units-dir`",
     "HASR_PS_": "`hasrctl ps` option defaults (HASR_PS_JSON)",
     "HASR_UNLOAD_": "`hasrctl unload` option defaults (HASR_UNLOAD_MODEL)",

@@ -21,6 +21,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse as _StarletteJSON
 
 from hasrd import errors, modelspec
+from hasrd.audiobudget import AudioBudget
 from hasrd.config import Settings
 from hasrd.events import Broadcaster
 from hasrd.modelspec import ModelSpec
@@ -47,11 +48,12 @@ class Daemon:
     settings: Settings
     pool: Pool  # the worker pool (hasrd.scheduler): admission, the queue, a runner per worker
     events: Broadcaster
-    request_stop: Callable[[], None] = lambda: None
+    request_stop: Callable[[bool], None] = lambda now: None  # now: fail what runs instead of finishing it
     uid: int = field(default_factory=os.getuid)
     group_socket: bool = False  # the socket is group-accessible
     shared_gid: int | None = None  # HASR_SHARED_GROUP's gid: its members may use a group-accessible socket
     decode_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(DECODES_AT_ONCE))
+    queued_audio: AudioBudget = field(default_factory=AudioBudget)  # what waiting requests hold, decoded
 
 
 def error_response(e: errors.HasrError) -> JSONResponse:

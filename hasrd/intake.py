@@ -40,19 +40,31 @@ async def check_path(path: str) -> None:
     await asyncio.to_thread(check)
 
 
-async def decode(d: Daemon, source: Any, name: str) -> tuple[PcmBuffer, dict[str, Any]]:
+async def decode(d: Daemon, source: Any, name: str, lease: Lease) -> tuple[PcmBuffer, dict[str, Any]]:
     """Decode to a memfd in a thread, at most DECODES_AT_ONCE at a time (a burst of long files cannot pin all
-    memory and cores); map every failure to a typed 4xx. Cancelling stops the decode at its next packet."""
+    memory and cores); map every failure to a typed 4xx. Cancelling stops the decode at its next packet. What
+    is decoded counts against HASR_MAX_QUEUED_AUDIO_MB until the lease's job is on a worker (audiobudget.py):
+    past it, QueueFull while it decodes."""
     async with d.decode_slots:
         stop = threading.Event()
+        hold = d.queued_audio.hold(d.settings.max_queued_audio_mb)
+        lease.let_go = hold.drop
+
+        def more(frames: int) -> bool:
+            hold.grow(frames * 4)
+            return stop.is_set()
 
         def work() -> tuple[PcmBuffer, dict[str, Any]]:
             from hasrd import audio  # in the thread, as check_path does
 
-            fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name,
-                                             stop=stop.is_set)
+            fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name, stop=more)
             buf = PcmBuffer(fd)
             buf.frames = info.frames
+            try:
+                hold.grow(info.frames * 4)  # the last packets too
+            except BaseException:
+                buf.close()
+                raise
             return buf, info.to_json()
 
         fut = asyncio.get_running_loop().run_in_executor(None, work)

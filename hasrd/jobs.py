@@ -114,7 +114,7 @@ async def admitted(d: Daemon, request: Request, source: Any, job: Job,
     lease = d.pool.admit(job.model)
     handed_on = False
     try:
-        pcm, info = await until_disconnected(request, decode(d, source, job.name))
+        pcm, info = await until_disconnected(request, decode(d, source, job.name, lease))
         if render is not None:
             handed_on = True  # the response releases the lease, however it ends
             return LeasedStream(stream_job(d, pcm, info, render, job, lease=lease), lease, pcm,

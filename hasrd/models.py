@@ -13,8 +13,10 @@ netease-youdao/Confucius4-R2T2 from the cache.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,14 +86,20 @@ def fw_dir_problem(d: Path) -> str | None:
     CTranslate2 reads), a vocabulary.* file (CTranslate2's vocabulary) and tokenizer.json (without it
     faster-whisper fetches a tokenizer from the Hugging Face hub at every load). Cheap: the weights are not
     read, only their table of contents (seeks over each tensor)."""
-    if not d.exists():
-        return "no such directory"
-    if not d.is_dir():
+    try:
+        st = os.stat(d)
+    except OSError as e:  # a loop of links says so, not "no such directory"
+        return "no such directory" if e.errno == errno.ENOENT else f"it cannot be reached: {e.strerror or e}"
+    if not stat.S_ISDIR(st.st_mode):
         return "it is not a directory (a CTranslate2 model is a directory holding model.bin)"
     try:
-        names = {p.name for p in fw_files(d)}
+        files = fw_files(d)
+        for f in files:  # each readable, or named (the copy would fail later without saying which)
+            open(f, "rb").close()
     except OSError as e:
-        return f"it cannot be read: {e.strerror or e}"
+        what = f"its {Path(e.filename).name}" if e.filename and Path(e.filename) != d else "it"
+        return f"{what} cannot be read: {e.strerror or e}"
+    names = {p.name for p in files}
     if "model.bin" not in names:
         return "it has no model.bin: no CTranslate2 model directory"
     missing = [n for n in ("config.json", "tokenizer.json") if n not in names]
@@ -128,7 +136,8 @@ def model_bin_problem(path: Path) -> str | None:
             if not 1 <= version <= 64:
                 return "its model.bin is no CTranslate2 model (its first bytes are no format version)"
             if version > CT2_BINARY_VERSION:
-                return None  # a newer layout than this reader knows: CTranslate2 itself will judge it
+                return (f"its model.bin says format version {version}, newer than any this hasr reads "
+                        f"({CT2_BINARY_VERSION}): no model, or one a newer CTranslate2 made")
             spec = ""
             if version >= 2:
                 spec = string()

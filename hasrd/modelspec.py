@@ -17,6 +17,7 @@ the whisper engine (faster-whisper alone); only the default may be the hybrid.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ GPU_NEED_MB = {"hybrid": 12000, "r2t2": 9000}
 GPU_OVERHEAD_MB = 647
 GPU_WEIGHT_FACTOR = 1.186
 FAKE_OVERHEAD_MB = 600  # a fake worker's CUDA context beside the memory it was asked to hold
+# A CTranslate2 model directory holds a handful of files (a Hugging Face snapshot about a dozen): a stranger's path
+# to a directory with more is no model, and is refused without walking it all on the event loop.
+MAX_MODEL_FILES = 64
 
 
 @dataclass(frozen=True)
@@ -71,13 +75,34 @@ def _dir_mb(d: Path) -> int:
         return 0
 
 
-def _owned_directory(p: Path) -> bool:
-    """A directory the daemon's user owns (symbolic links followed); False for anything else or nothing."""
+def _only_ours(path: Path) -> bool:
+    """Nobody but the daemon's user and root can change what ``path`` (resolved: no links in it) holds: it and
+    every directory above it are theirs and writable by no one else, except a sticky directory above it (there
+    only an entry's owner may replace the entry)."""
+    for i, part in enumerate([path, *path.parents]):
+        st = os.lstat(part)
+        if st.st_uid not in (os.getuid(), 0) or stat.S_ISLNK(st.st_mode):
+            return False
+        if st.st_mode & 0o022 and not (i and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+            return False
+    return True
+
+
+def _safe_model_dir(p: Path) -> Path | None:
+    """The model directory ``p`` names, resolved once, when nobody but the daemon's user and root can change it
+    or any file in it (each file's links resolved and checked the same way; MAX_MODEL_FILES at most) and its
+    model.bin is whole; else None. The worker is handed exactly this path, so a link re-pointed after the check
+    changes nothing."""
     try:
-        st = p.stat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+        real = Path(os.path.realpath(p, strict=True))
+        if not _only_ours(real) or not stat.S_ISDIR(os.stat(real).st_mode):
+            return None
+        files = list(itertools.islice(real.iterdir(), MAX_MODEL_FILES + 1))  # bounded work, whatever is named
+        if len(files) > MAX_MODEL_FILES or not all(_only_ours(Path(os.path.realpath(f, strict=True))) for f in files):
+            return None
+        return None if models.model_bin_problem(real / "model.bin") else real
+    except (OSError, RuntimeError, ValueError):  # gone, unreadable, a loop of links, a NUL byte
+        return None
 
 
 def _cpu_need(model_mb: int) -> int:
@@ -117,16 +142,17 @@ def resolve(name: str, settings: Any, *, trusted: bool = True) -> ModelSpec:
     """The model a request names, or ModelNotFound (404) saying what this daemon has.
 
     ``trusted``: the caller may name files (the daemon's own user or root). Any other caller (over TCP, a
-    member of HASR_SHARED_GROUP) names models by name only, or a directory the daemon's user owns: a
-    directory it planted would be loaded by the owner's worker (Forbidden, the same answer whether the path
-    exists or not)."""
+    member of HASR_SHARED_GROUP) names models by name only, or a model directory that nobody but the daemon's
+    user and root can change (``_safe_model_dir``): a directory it planted or can swap would be loaded by the
+    owner's worker. Every other path is the same Forbidden, so the answer tells nothing of what exists."""
     name = name.strip()
     try:
         return _resolve(name, settings, trusted)
-    except OSError as e:  # a name the file system refuses: a part over 255 bytes, ...
+    except (OSError, ValueError) as e:  # a name the file system refuses: a part over 255 bytes, a NUL byte
         shown = name if len(name) <= 80 else name[:60] + "..."
-        raise errors.ModelNotFound(f"The model `{shown}` does not exist here: {e.strerror or e} (`hasrctl models` "
-                                   f"lists them)", param="model") from None
+        why = (e.strerror if isinstance(e, OSError) else None) or e
+        raise errors.ModelNotFound(f"The model `{shown}` does not exist here: {why} (`hasrctl models` lists them)",
+                                   param="model") from None
 
 
 def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
@@ -139,9 +165,12 @@ def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
         return ModelSpec(name, "fake", name, int(name[5:]) + FAKE_OVERHEAD_MB, gpu_only=True)
     p = Path(name)
     if p.is_absolute():
-        if not trusted and not _owned_directory(p):
+        safe = _safe_model_dir(p) if not trusted else None
+        if not trusted and safe is None:  # one answer, whatever is or is not there
             raise errors.Forbidden("this caller may name a model only by its name (GET /v1/models lists them) or "
-                                   "by a directory of the daemon's own user", param="model")
+                                   "by a model directory that nobody but the daemon's user can change",
+                                   param="model")
+        p = safe or Path(os.path.realpath(p))  # the worker loads what was checked, not what a link says later
         if (p / "model.bin").is_file():
             return _whisper(str(p), str(p), _dir_mb(p), settings)
         raise errors.ModelNotFound(f"The model `{name}` does not exist: {p} is not a CTranslate2 model directory "

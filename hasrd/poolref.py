@@ -63,8 +63,14 @@ class Lease:
     def __init__(self, release: Callable[[], None]) -> None:
         self._release = release
         self.released = False
+        self.let_go: Callable[[], None] = lambda: None  # lets go of what it holds while it waits (its audio)
+
+    def running(self) -> None:
+        """Its job is on a worker now: what it held while it waited is let go (hasrd.audiobudget)."""
+        self.let_go()
 
     def release(self) -> None:
         if not self.released:
             self.released = True
+            self.let_go()
             self._release()

@@ -1,39 +1,36 @@
 """``/v1/realtime?intent=transcription``: live audio over a WebSocket, OpenAI's Realtime transcription protocol.
 
-Client events (``?intent=transcription`` alone selects the beta protocol's ``transcription_session.*``
-events; GA clients, which name a ``model``, get ``session.*``): ``transcription_session.update`` (beta shape:
-``input_audio_format``,
-``input_audio_transcription{model, language, prompt}``, ``turn_detection{silence_duration_ms}``) or
-``session.update`` (GA shape: ``session.audio.input.{format, transcription, turn_detection}``),
-``input_audio_buffer.append`` (base64 PCM16, 24 kHz mono little-endian, OpenAI's only PCM format),
-``input_audio_buffer.commit`` (end the current utterance now), ``input_audio_buffer.clear`` (accepted; audio
-already fed is not taken back), and hasr's ``hasr.finish`` (close the last utterance, send every final, then
-``hasr.done`` with the whole result, and close).
+Client events (``?intent=transcription`` alone selects the beta protocol's ``transcription_session.*`` events; GA
+clients, which name a ``model``, get ``session.*``): ``transcription_session.update`` (beta shape:
+``input_audio_format``, ``input_audio_transcription{model, language, prompt}``,
+``turn_detection{silence_duration_ms}``) or ``session.update`` (GA shape: ``session.audio.input.{format,
+transcription, turn_detection}``), ``input_audio_buffer.append`` (base64 PCM16, 24 kHz mono little-endian, OpenAI's
+only PCM format), ``input_audio_buffer.commit`` (end the current utterance now), ``input_audio_buffer.clear``
+(accepted; audio already fed is not taken back), and hasr's ``hasr.finish`` (close the last utterance, send every
+final, then ``hasr.done`` with the whole result, and close).
 
 Server events: ``transcription_session.created`` / ``session.created`` and ``.updated``;
-``input_audio_buffer.speech_started`` / ``speech_stopped`` / ``committed`` and ``conversation.item.created``
-per utterance (item ``item_<session>_<n>``); ``conversation.item.input_audio_transcription.delta`` per final
-sentence (deltas concatenate to the item's transcript) and ``.completed``; ``error`` (``error.code``,
-``error.message``, ``error.param``; the connection stays open unless the error ends the session). hasr's own:
-``hasr.draft`` (the utterance's current unstable text), ``hasr.sentence`` (a final sentence with engine
-draft|fw and times), ``hasr.progress`` (audio received and processed, seconds), ``hasr.queued`` and
-``hasr.loading``, with the query parameter ``hasr_events=true`` (off by default: the OpenAI SDK parses every
-event as one of its own types). Deviation: a sentence can be final (and its delta sent) before its utterance
-has ended.
+``input_audio_buffer.speech_started`` / ``speech_stopped`` / ``committed`` and ``conversation.item.created`` per
+utterance (item ``item_<session>_<n>``); ``conversation.item.input_audio_transcription.delta`` per final sentence
+(deltas concatenate to the item's transcript) and ``.completed``; ``error`` (``error.code``, ``error.message``,
+``error.param``; the connection stays open unless the error ends the session). hasr's own: ``hasr.draft`` (the
+utterance's current unstable text), ``hasr.sentence`` (a final sentence with engine draft|fw and times),
+``hasr.progress`` (audio received and processed, seconds), ``hasr.queued`` and ``hasr.loading``, with the query
+parameter ``hasr_events=true`` (off by default: the OpenAI SDK parses every event as one of its own types).
+Deviation: a sentence can be final (and its delta sent) before its utterance has ended.
 
-Lifecycle: the session is admitted at connect (a lease: no TTL unload and no idle exit while it is open),
-loads the worker at the first audio, and takes the worker ahead of queued files (Pool.live). A client
-that goes away ends it (the worker stays loaded); one that sends nothing for HASR_LIVE_IDLE_SEC is told so
-and closed.
+Lifecycle: the session is admitted at connect (a lease: no TTL unload and no idle exit while it is open), loads the
+worker at the first audio, and takes the worker ahead of queued files (Pool.live). A client that goes away ends it
+(the worker stays loaded); one that sends nothing for HASR_LIVE_IDLE_SEC is told so and closed.
 
 Limits (docs/API.md "Live transcription"): a client event is at most 16 MiB (a larger one hears
 ``message_too_large``, then the 1009 close); audio waiting in front of the worker is bounded by
-HASR_LIVE_MAX_PENDING_SEC (past it appends are dropped, with at most one ``input_audio_buffer_full`` error a
-second saying how much); a client that does not read its events is not read either (its events wait, bounded);
-a session that waits HASR_LIVE_QUEUE_SEC behind a running job is refused with ``queue_full``. A daemon that
-stops sends the audio already received to the worker, lets the utterance in flight finish within
-HASR_STOP_GRACE_SEC, sends its finals, then an ``error`` ``shutting_down`` and the 1012 close.
-"""
+HASR_LIVE_MAX_PENDING_SEC (past it appends are dropped, with at most one ``input_audio_buffer_full`` error a second
+saying how much); a client that does not read its events is not read either (its events wait, bounded); a session
+that waits HASR_LIVE_QUEUE_SEC behind a running job is refused with ``queue_full``. A daemon that stops sends the
+audio already received to the worker, lets the utterance in flight finish within HASR_STOP_GRACE_SEC, sends its
+finals, then an ``error`` ``shutting_down`` and the 1012 close. A session that fails (``worker_crashed``) ends with
+its ``error`` and an error close: 1011, 1013 when it may be tried again."""
 
 from __future__ import annotations
 
@@ -70,8 +67,7 @@ class Live:
     """One WebSocket connection: reads client events, feeds the worker, translates the worker's events."""
 
     def __init__(self, d: Daemon, ws: WebSocket) -> None:
-        self.d = d
-        self.ws = ws
+        self.d, self.ws = d, ws
         self.sid = f"sess_hasr_{next(_sessions)}"
         # the beta protocol (transcription_session.*): ?intent=transcription alone; GA clients (the SDK) name a model
         q = ws.query_params
@@ -286,7 +282,7 @@ class Live:
         try:
             lease = pool.admit()
         except errors.HasrError as e:
-            self.send(error_event(e.code, e.message, kind="server_error"))
+            self.fail(e)
             return
         try:
             while True:  # nothing runs until there is audio: the session's settings come first
@@ -335,7 +331,7 @@ class Live:
                     else:  # gone: the session is cancelled on the way out
                         return
         except errors.HasrError as e:
-            self.send(error_event(e.code, e.message, kind="server_error"))
+            self.fail(e)
         finally:
             self.session = None
             lease.release()
@@ -394,6 +390,10 @@ class Live:
                               f"(reconnect to go on once it is back)", kind="server_error"))
         self.ended = True  # the error is the last event: what the worker still sends is not this session's now
         self.close_code = 1012  # service restart: the client may reconnect
+
+    def fail(self, e: errors.HasrError) -> None:
+        self.send(error_event(e.code, e.message, kind="server_error"))
+        self.close_code = 1008 if e.status < 500 else 1013 if e.status == 503 else 1011  # RFC 6455's codes
 
     def idle(self) -> None:
         secs = self.d.settings.live_idle_sec

@@ -209,9 +209,8 @@ class Pool:
         return ref
 
     def _new_ref(self, spec: ModelSpec, device: str, after: asyncio.Future[None] | None) -> RunnerRef:
-        key = next(self._keys)
+        key, runner = next(self._keys), self.make_runner(spec, device)
         estimate = spec.gpu_need_mb if spec.gpu_need_mb and device != placement.CPU else spec.need_mb
-        runner = self.make_runner(spec, device)
         ref = RunnerRef(key, spec, device, runner, self.measured.get(spec.key) or estimate, self.clock(),
                         capacity=placement.parallel_for(device, self.s.worker_parallel), after=after)
         ref.free.set()
@@ -220,7 +219,8 @@ class Pool:
         if self.killed:  # a waiter handed a new worker during a forced exit hears shutting_down, not a load
             runner.kill("the daemon was stopped before the work finished")
         self.refs[key] = ref
-        log.info("worker %d: %s on %s (%d of %d)", key, spec.name, device, len(self.refs), self.max_workers)
+        live = sum(r.retiring is None for r in self.refs.values())  # a worker evicted for it is not counted
+        log.info("worker %d: %s on %s (%d of %d)", key, spec.name, device, live, self.max_workers)
         return ref
 
     async def _acquire(self, spec: ModelSpec, on_event: EventSink | None, live: bool, max_wait: float
@@ -403,9 +403,8 @@ class Pool:
                          options: Options | None = None, on_event: EventSink | None = None,
                          lease: Lease | None = None, model: ModelSpec | None = None) -> Transcript:
         """Wait for room on a worker of ``model``, load it if needed, run one transcription (beside the worker's
-        other jobs) and return its result,
-        with the time spent queued, loading and working (``timings``). ``lease``: the request's admission,
-        taken before its audio was decoded; without one, it is admitted here."""
+        other jobs) and return its result with the time spent queued, loading and working (``timings``).
+        ``lease``: the request's admission, taken before its audio was decoded; without one, it is admitted here."""
         if lease is None:
             async with self.lease(model) as own:
                 return await self.transcribe(pcm, name=name, language=language, options=options,
@@ -420,6 +419,7 @@ class Pool:
             t1 = self.clock()
             await self._ready(ref, on_event)
             t2 = self.clock()
+            lease.running()
             result = await ref.runner.transcribe(pcm, name=name, language=language, options=options,
                                                  on_event=on_event)
             t3 = self.clock()

@@ -4,9 +4,8 @@ Startup: take the sockets systemd passed (LISTEN_FDS) or bind ``--socket`` (dir 
 READY=1. The worker starts on the first request (never here). Idle exit (socket-activated, or ``--idle-exit``):
 when no connection is open, nothing is admitted and the worker is stopped for HASR_IDLE_EXIT_SEC, send
 STOPPING=1, close our listener copy (never shutdown(), never unlink an inherited socket), finish what was
-accepted, stop the worker and exit 0. Connections arriving meanwhile wait in the kernel's backlog and start
-the next instance. SIGTERM and ``POST /api/stop`` take the same path.
-"""
+accepted, stop the worker and exit 0. Connections arriving meanwhile wait in the backlog and start the next
+instance. SIGTERM and ``POST /api/stop`` take the same path; a second SIGTERM or ``{"now": true}`` stops at once."""
 
 from __future__ import annotations
 
@@ -165,6 +164,7 @@ class HasrServer(uvicorn.Server):
 
     def force(self, reason: str) -> None:
         """Stop now: the worker is killed, so running and queued requests fail with worker_crashed."""
+        self.request_exit(reason)  # a no-op when it is exiting already
         log.warning("forced exit: %s", reason)
         self.force_exit = True
         if self.on_force is not None:
@@ -192,7 +192,7 @@ class HasrServer(uvicorn.Server):
         name = signal.Signals(sig).name
         loop = asyncio.get_event_loop()
         self.signals += 1
-        if self.signals > 1:  # a second signal: stop waiting for accepted work
+        if self.signals > 1 or self.should_exit:  # a signal while stopping: stop waiting for accepted work
             loop.call_soon_threadsafe(self.force, f"second {name}")
         else:
             loop.call_soon_threadsafe(self.request_exit, f"signal {name}")
@@ -282,7 +282,7 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
                          access_log=settings.debug, timeout_keep_alive=5, timeout_graceful_shutdown=None,
                          server_header=False, backlog=4096)
     server = HasrServer(cfg, notifier)
-    daemon.request_stop = lambda: server.request_exit("stop requested over the API")
+    daemon.request_stop = lambda now: (server.force if now else server.request_exit)("stop requested over the API")
     tasks = []
     if idle_exit is not None and idle_exit >= 0:
         tasks.append(asyncio.create_task(idle_watch(server, pool, idle_exit, poke)))

@@ -1,15 +1,11 @@
 """Where a text may be cut between words, for subtitle cues (subtitles.py): blanks in spaced scripts, Chinese
-words by jieba (loaded on first use), Japanese phrases where its scripts change (no segmenter as light as
-jieba exists for it); and how many characters a viewer reads."""
+words by rjieba (jieba in Rust, loaded on first use), Japanese phrases where its scripts change (no segmenter as
+light exists for it); and how many characters a viewer reads."""
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
 import unicodedata
-import warnings
-from typing import Any
 
 _IDEO = "\u2e80-\u2fff\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff"
 _HAS_IDEO = re.compile(f"[{_IDEO}]")
@@ -38,28 +34,14 @@ def reading_chars(text: str) -> int:
 
 # --- words -------------------------------------------------------------------------------------------------
 
-_jieba: Any = None
-_jieba_lock = threading.Lock()
+def zh_words(text: str) -> list[str]:
+    """Chinese words by rjieba (jieba's dictionary and algorithm in Rust), imported on the first call only
+    (a tenth of a second). Not jieba itself: it is built from an sdist at install (pip's DEPRECATION warning in
+    the quick start), keeps a cache file in /tmp that another user's copy breaks (a traceback and a rebuild at
+    every run), and talks on stderr; rjieba is a wheel with its dictionary inside, and says nothing."""
+    import rjieba
 
-
-def _zh_words(text: str) -> list[str]:
-    """Chinese words by jieba: imported and its dictionary loaded on the first call only (about a second),
-    without its chatter on stderr (its own handler is removed: its warnings and errors go to the process's
-    logging like any other library's)."""
-    global _jieba
-    if _jieba is None:
-        with _jieba_lock:
-            if _jieba is None:
-                with warnings.catch_warnings():  # an old jieba imports pkg_resources, deprecated in setuptools
-                    warnings.simplefilter("ignore")
-                    import jieba
-                log = logging.getLogger("jieba")
-                for handler in list(log.handlers):
-                    log.removeHandler(handler)
-                log.setLevel(logging.WARNING)
-                jieba.initialize()
-                _jieba = jieba
-    return [w for w in _jieba.lcut(text) if w]
+    return [w for w in rjieba.cut(text) if w]
 
 
 def _script(ch: str) -> str:
@@ -129,7 +111,7 @@ def _is_japanese(text: str, language: str | None) -> bool:
 
 def words(text: str, width: int, language: str | None) -> list[str]:
     """``text`` as the words it may be cut between, each with the blank before it: words between blanks, and
-    inside a run of Chinese or Japanese the words a segmenter finds (``_zh_words``, ``_ja_words``)."""
+    inside a run of Chinese or Japanese the words a segmenter finds (``zh_words``, ``_ja_words``)."""
     japanese = _is_japanese(text, language)
     out: list[str] = []
     for m in _CHUNK.finditer(text):
@@ -138,7 +120,7 @@ def words(text: str, width: int, language: str | None) -> list[str]:
         if not _HAS_IDEO.search(body):
             out.append(chunk)
             continue
-        found = _glue(_ja_words(body) if japanese else _zh_words(body))
+        found = _glue(_ja_words(body) if japanese else zh_words(body))
         pieces: list[str] = []
         for w in found:  # a word longer than a line: between its characters (punctuation still kept with one)
             pieces.extend(_glue(list(w)) if len(w) > width else [w])

@@ -23,11 +23,16 @@ def cli_env(base: str, **extra: str) -> dict[str, str]:
     return env
 
 
+# run as root without the rights to pass file permissions: what a user meets (a read-only directory, a file of mode 0)
+NO_OVERRIDE = ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
+
+
 def hasrctl(*args: str, env: dict[str, str], stdin: bytes | None = None, cwd: str | None = None,
-            timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
-    """``hasrctl ARGS`` with text output (stdout, stderr) and the exit code."""
-    res = subprocess.run([sys.executable, "-m", "hasrctl", *args], env=env, input=stdin, cwd=cwd or str(REPO),
-                         capture_output=True, timeout=timeout)
+            timeout: float = 90.0, wrap: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """``hasrctl ARGS`` with text output (stdout, stderr) and the exit code; ``wrap`` runs it under a command
+    (NO_OVERRIDE)."""
+    res = subprocess.run([*wrap, sys.executable, "-m", "hasrctl", *args], env=env, input=stdin,
+                         cwd=cwd or str(REPO), capture_output=True, timeout=timeout)
     return subprocess.CompletedProcess(res.args, res.returncode, res.stdout.decode("utf-8", "replace"),
                                        res.stderr.decode("utf-8", "replace"))
 

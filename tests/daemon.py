@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -93,3 +94,47 @@ def whisper_hasrd(sock: str) -> Hasrd:
     from speech import model_dir
 
     return Hasrd(sock, env={"HASR_ENGINE": "whisper", "HASR_FW_MODEL": model_dir(), "HASR_FW_DEVICE": "cpu"})
+
+
+class TcpHasrd:
+    """hasrd socket-activated as systemd starts it with the unit's optional TCP socket: a Unix socket (``sock``)
+    and a TCP one on 127.0.0.1 (``port``), LISTEN_FDNAMES=hasrd:tcp; ``env`` adds settings (the fake engine by
+    default); ``log``: a file for its output."""
+
+    def __init__(self, base: str, env: dict[str, str] | None = None, log: str | None = None) -> None:
+        self.sock = os.path.join(base, "s.sock")
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(self.sock)
+        self.unix.listen(8)
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(8)
+        self.port = self.tcp.getsockname()[1]
+        fds = (self.unix.fileno(), self.tcp.fileno())
+
+        def child() -> None:  # the listeners at fds 3 and 4, as systemd passes them
+            for i, fd in enumerate(fds):
+                os.dup2(fd, 100 + i)
+            for i in range(len(fds)):
+                os.dup2(100 + i, 3 + i)
+                os.set_inheritable(3 + i, True)
+
+        full = {**os.environ, "HASR_ENGINE": "fake", "LISTEN_FDS": "2", "LISTEN_FDNAMES": "hasrd:tcp", **(env or {})}
+        self.logf = open(log, "ab") if log else None  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", sys.executable, "-m",
+                                      "hasrd.server"], env=full, preexec_fn=child, close_fds=False,
+                                     stdout=self.logf, stderr=subprocess.STDOUT if log else None)
+
+    def http(self, timeout: float = 60.0) -> httpx.Client:
+        """A client over the TCP socket (no SO_PEERCRED: a caller who may not name files)."""
+        return httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=timeout)
+
+    def close(self) -> int:
+        """SIGTERM, and its exit code."""
+        self.proc.terminate()
+        code = self.proc.wait(30)
+        if self.logf:
+            self.logf.close()
+        self.unix.close()
+        self.tcp.close()
+        return code

@@ -8,16 +8,14 @@ the daemon by DNS rebinding and run uploads on the user's CPU.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.conftest import need
-from tests.daemon import Hasrd, client
+from tests.daemon import Hasrd, TcpHasrd, client
 from tests.test_daemon_errors import as_nobody
 
 READS = ["/health", "/api/version", "/v1/models", "/v1/models/whisper-1"]
@@ -43,35 +41,12 @@ def test_a_stranger_on_an_open_socket_is_refused_on_every_read(short_tmp: str) -
 
 @pytest.fixture
 def tcp_daemon(short_tmp: str) -> Iterator[tuple[int, str]]:
-    """An activated daemon with the unit's optional TCP socket (LISTEN_FDNAMES=hasrd:tcp) and an allowed origin."""
-    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    path = os.path.join(short_tmp, "s.sock")
-    unix.bind(path)
-    unix.listen(8)
-    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    tcp.bind(("127.0.0.1", 0))
-    tcp.listen(8)
-    port = tcp.getsockname()[1]
-    fds = (unix.fileno(), tcp.fileno())
-
-    def child() -> None:
-        for i, fd in enumerate(fds):
-            os.dup2(fd, 100 + i)
-        for i in range(len(fds)):
-            os.dup2(100 + i, 3 + i)
-            os.set_inheritable(3 + i, True)
-
-    env = {**os.environ, "HASR_ENGINE": "fake", "LISTEN_FDS": "2", "LISTEN_FDNAMES": "hasrd:tcp",
-           "HASR_ALLOWED_ORIGINS": "http://localhost:3000, http://127.0.0.1:5173/"}
-    proc = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", sys.executable, "-m", "hasrd.server"],
-                            env=env, preexec_fn=child, close_fds=False)
+    """An activated daemon with the unit's optional TCP socket and an allowed origin."""
+    d = TcpHasrd(short_tmp, {"HASR_ALLOWED_ORIGINS": "http://localhost:3000, http://127.0.0.1:5173/"})
     try:
-        yield port, path
+        yield d.port, d.sock
     finally:
-        proc.terminate()
-        assert proc.wait(20) == 0
-        unix.close()
-        tcp.close()
+        assert d.close() == 0
 
 
 @pytest.mark.parametrize("headers,status", [

@@ -127,35 +127,12 @@ def test_sigterm_takes_the_idle_exit_path_and_finishes_the_running_request(short
 
 
 def test_an_optional_tcp_socket_from_the_unit_is_served_but_may_not_name_paths(short_tmp: str) -> None:
-    import socket
-    import subprocess
-    import sys
+    from tests.daemon import TcpHasrd
 
-    import httpx
-
-    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    unix.bind(os.path.join(short_tmp, "s.sock"))
-    unix.listen(8)
-    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    tcp.bind(("127.0.0.1", 0))
-    tcp.listen(8)
-    port = tcp.getsockname()[1]
-    fds = (unix.fileno(), tcp.fileno())
-
-    def child() -> None:
-        for i, fd in enumerate(fds):
-            os.dup2(fd, 100 + i)
-        for i in range(len(fds)):
-            os.dup2(100 + i, 3 + i)
-            os.set_inheritable(3 + i, True)
-
-    env = {**os.environ, "HASR_ENGINE": "fake", "LISTEN_FDS": "2", "LISTEN_FDNAMES": "hasrd:tcp"}
-    proc = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", sys.executable, "-m", "hasrd.server"],
-                            env=env, preexec_fn=child, pass_fds=(3, 4) if fds == (3, 4) else (),
-                            close_fds=False)
+    d = TcpHasrd(short_tmp)
     try:
         wav = write_wav(os.path.join(short_tmp, "a.wav"), 0.5)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+        with d.http(30) as c:
             assert c.get("/health").json()["status"] == "idle"
             r = c.post("/transcribe", json={"audio_path": wav})
             assert r.status_code == 403 and "upload" in r.json()["error"]["message"]
@@ -164,13 +141,10 @@ def test_an_optional_tcp_socket_from_the_unit_is_served_but_may_not_name_paths(s
             assert r.status_code == 200 and r.json()["text"]
             r = c.post("/api/stop")
             assert r.status_code == 403 and "Unix socket" in r.json()["error"]["message"]
-        with client(os.path.join(short_tmp, "s.sock")) as c:
+        with client(d.sock) as c:
             assert c.post("/transcribe", json={"audio_path": wav}).status_code == 200
     finally:
-        proc.terminate()
-        assert proc.wait(20) == 0
-        unix.close()
-        tcp.close()
+        assert d.close() == 0
 
 
 def test_watchdog_pings_arrive_when_systemd_asks_for_them(short_tmp: str) -> None:

@@ -722,7 +722,7 @@ def test_a_file_named_like_audio_that_is_not_gets_a_skipped_row_with_the_reason(
     (src / "notes.txt").write_text("not audio either\n")
     out = tmp_path / "out"
     code, err = batch_here(str(src), "-o", str(out))
-    assert code == 0, err
+    assert code == 1 and "1 of 3 file(s) failed:\n  x.mp3: x.mp3 is named like audio" in err, err  # issue 39 #8
     rows = _manifest_rows(out)
     assert set(rows) == {"en_hello_world.flac", "zh_nihao_shijie.flac", "x.mp3"}
     skipped = rows["x.mp3"]
@@ -734,7 +734,7 @@ def test_a_file_named_like_audio_that_is_not_gets_a_skipped_row_with_the_reason(
     assert "1 file(s) in the input directories are not audio or video: left out" in err  # notes.txt
     before = (out / manifest.NAME).read_bytes()
     code, err = batch_here(str(src), "-o", str(out))
-    assert code == 0 and batch_here.sent == [] and (out / manifest.NAME).read_bytes() == before  # type: ignore[attr-defined]
+    assert code == 1 and batch_here.sent == [] and (out / manifest.NAME).read_bytes() == before  # type: ignore[attr-defined]
     (src / "x.mp3").write_bytes((DATA / "en_hello_world.flac").read_bytes())  # repaired: now it is transcribed
     code, err = batch_here(str(src), "-o", str(out))
     assert code == 0 and [Path(p).name for p in batch_here.sent] == ["x.mp3"], err  # type: ignore[attr-defined]
@@ -748,7 +748,7 @@ def test_a_directory_of_only_mislabelled_files_records_them_without_starting_ray
     (src / "a.wav").write_text("text\n")
     out = tmp_path / "out"
     code, err = batch_here(str(src), "-o", str(out))
-    assert code == 0 and batch_here.sent == [], err  # type: ignore[attr-defined]
+    assert code == 1 and batch_here.sent == [] and "1 of 1 file(s) failed:\n  a.wav" in err, err  # type: ignore[attr-defined]
     assert _manifest_rows(out)["a.wav"]["status"] == "skipped"
 
 

@@ -206,3 +206,33 @@ def test_models_lists_the_embedded_base_and_its_hf_cache_copy_at_one_size(base: 
     assert res.returncode == 0, show(res)
     sizes = {ln.split()[0]: ln.split()[2:4] for ln in res.stdout.splitlines()[1:]}
     assert sizes["base"] == sizes["Systran/faster-whisper-base"] == ["141", "MB"], res.stdout
+
+
+def test_listen_into_a_pipe_nobody_reads_ends_quietly(short_tmp: str) -> None:
+    """Issue 39 #10: `hasrctl listen FILE | head` ended in a thread's traceback and BrokenPipeError."""
+    d = Hasrd(os.path.join(short_tmp, "s.sock"), env={"HASR_FAKE_SCRIPT": "第一句话。第二句话。第三句话。第四句话。"})
+    clip = write_wav(os.path.join(short_tmp, "a.wav"), 8.0)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: every write fails with EPIPE
+    try:
+        res = subprocess.run([sys.executable, "-m", "hasrctl", "listen", clip], stdout=write, stderr=subprocess.PIPE,
+                             env=cli_env(short_tmp, HASR_SOCKET=d.sock), text=True, timeout=120)
+    finally:
+        os.close(write)
+        d.stop()
+    assert res.returncode == 0 and "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
+
+
+def test_dictate_with_a_missing_microphone_fails_before_it_says_speak(short_tmp: str) -> None:
+    """Issue 39 #10: `dictate --toggle` said "dictating: speak" before it failed on a missing microphone."""
+    tools = os.path.join(short_tmp, "bin")
+    os.mkdir(tools)
+    with open(os.path.join(tools, "xdotool"), "w") as f:  # a typist that types nowhere
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(os.path.join(tools, "xdotool"), 0o755)
+    env = cli_env(short_tmp, HASR_SOCKET=os.path.join(short_tmp, "nobody.sock"), HASR_AUTOSTART="0",
+                  PATH=tools + os.pathsep + os.environ["PATH"], DISPLAY=":9")
+    res = subprocess.run([sys.executable, "-m", "hasrctl", "dictate", "--toggle", "--device", "no-such-microphone"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode in (1, 2) and "speak" not in res.stderr, res.stderr
+    assert "microphone" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr

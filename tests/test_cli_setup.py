@@ -37,6 +37,13 @@ def _env(m: SdManager) -> dict[str, str]:
     return env
 
 
+def _fake_service(m: SdManager, **env: str) -> None:
+    """hasrd.service's test drop-in: the fake engine from this checkout, ``env`` besides, output in hasrd.log."""
+    (m.unit_dir / "hasrd.service.d").mkdir()
+    (m.unit_dir / "hasrd.service.d" / "50-test.conf").write_text(test_dropin(
+        env={"HASR_ENGINE": "fake", "PYTHONPATH": str(REPO), **env}, stdout=m.base / "hasrd.log"))
+
+
 def test_setup_enables_the_socket_and_uninstall_removes_what_it_installed(sd_manager: SdManager) -> None:
     m = sd_manager
     env = _env(m)
@@ -119,9 +126,7 @@ def test_setup_takes_the_socket_over_from_an_autostarted_daemon(sd_manager: SdMa
 
     m = sd_manager
     env = _env(m)
-    (m.unit_dir / "hasrd.service.d").mkdir()
-    (m.unit_dir / "hasrd.service.d" / "50-test.conf").write_text(test_dropin(
-        env={"HASR_ENGINE": "fake", "PYTHONPATH": str(REPO)}, stdout=m.base / "hasrd.log"))
+    _fake_service(m)
     wav = write_wav(str(m.base / "a.wav"), 1.0)
     first = hasrctl("transcribe", wav, env={**env, "HASR_ENGINE": "fake"})
     assert first.returncode == 0 and "started hasrd" in first.stderr, show(first)
@@ -158,9 +163,7 @@ def test_without_xdg_runtime_dir_hasrctl_finds_the_systemd_socket_in_run_user(sd
     works there too, and stop says what systemd does."""
     need(os.path.isdir("/run/user") and shutil.which("unshare") is not None, "needs /run/user and unshare")
     m = sd_manager
-    (m.unit_dir / "hasrd.service.d").mkdir()
-    (m.unit_dir / "hasrd.service.d" / "50-test.conf").write_text(test_dropin(
-        env={"HASR_ENGINE": "fake", "PYTHONPATH": str(REPO)}, stdout=m.base / "hasrd.log"))
+    _fake_service(m)
     uid = os.getuid()
     res = _as_su(m, "setup", "--no-tray")
     assert res.returncode == 0, show(res) + m.log()
@@ -188,3 +191,18 @@ def test_stop_with_the_socket_unit_inactive_does_not_claim_it_listens(sd_manager
     res = hasrctl("stop", env=env)
     assert res.returncode == 0, show(res)
     assert "still listens" not in res.stdout + res.stderr and "not running" in res.stderr, show(res)
+
+
+def test_a_command_that_starts_a_stopped_socket_unit_says_so(sd_manager: SdManager) -> None:
+    """Issue 39 #10: hasrctl started hasrd.socket again, silently, after the user had stopped it."""
+    m = sd_manager
+    env = _env(m)
+    _fake_service(m)
+    assert hasrctl("setup", "--no-tray", env=env).returncode == 0
+    m.systemctl("stop", "hasrd.socket")
+    wav = write_wav(str(m.base / "a.wav"), 1.0)
+    res = hasrctl("transcribe", wav, env=env)
+    assert res.returncode == 0 and res.stdout == FINAL, show(res) + m.log()
+    assert res.stderr.startswith("hasrctl: hasrd.socket was not listening: started it (systemctl --user start "
+                                 "hasrd.socket; --no-autostart leaves it stopped)\n"), show(res)
+    assert m.show("hasrd.socket", "ActiveState") == "active"

@@ -252,7 +252,7 @@ def test_status_imports_nothing_of_transcription(env: dict[str, str]) -> None:
     import sys
 
     light = ("msgspec", "hasrd.subtitles", "hasrd.transcript", "hasrctl.commands", "hasrctl.output",
-             "hasrctl.terminal", "jieba")
+             "hasrctl.terminal", "rjieba")
     code = ("import sys\nsys.argv = ['hasrctl', 'status']\nfrom hasrctl.cli import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             f"print(sorted(m for m in sys.modules if m in {light!r} or m.split('.')[0] in {light!r}))")

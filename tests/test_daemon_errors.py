@@ -157,7 +157,7 @@ def test_a_keep_alive_that_is_not_a_finite_number_of_seconds_is_400_and_loads_no
 LONG = "m" * 300  # a path component over NAME_MAX (255 bytes): the file system refuses it
 
 
-@pytest.mark.parametrize("name", [LONG, "/tmp/" + LONG, "org/" + LONG])
+@pytest.mark.parametrize("name", [LONG, "/tmp/" + LONG, "org/" + LONG, "/tmp/a\0b"])  # a NUL byte too
 def test_a_model_name_the_file_system_refuses_is_404_on_every_route_without_a_traceback(
         daemon: Hasrd, tmpdir_m: str, name: str) -> None:
     wav = write_wav(os.path.join(tmpdir_m, "long.wav"), 0.5)
@@ -165,7 +165,7 @@ def test_a_model_name_the_file_system_refuses_is_404_on_every_route_without_a_tr
         answers = [
             c.post("/transcribe", json={"audio_path": wav, "options": {"model": name}}),
             c.post("/v1/audio/transcriptions", data={"path": wav, "model": name}),
-            c.get(f"/v1/models/{name}"),
+            c.get(f"/v1/models/{name}".replace("\0", "%00")),
             c.post("/api/load", json={"model": name}),
             c.post("/api/unload", json={"model": name}),
         ]

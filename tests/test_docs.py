@@ -48,7 +48,8 @@ def test_every_setting_has_a_meaning_and_a_version_and_a_row_in_config_md() -> N
                                                             "max_cue_sec", "allowed_origins", "live_queue_sec",
                                                             "live_max_pending_sec", "max_workers",
                                                             "cublas_from_cuda13"}
-    assert {n for n, v in since.items() if v == "0.3.0"} == {"worker_parallel", "worker_batch", "worker_streams"}
+    assert {n for n, v in since.items() if v == "0.3.0"} == {"worker_parallel", "worker_batch", "worker_streams",
+                                                            "max_queued_audio_mb"}
     assert config.toml_value(900.0) == "900.0" and config.toml_value(False) == "false"
     assert config.toml_value('a"b') == '"a\\"b"'
 

@@ -40,6 +40,14 @@ def test_auto_falls_back_to_whisper_on_the_gpu_then_the_embedded_model_on_the_cp
     assert choose(av(fw_configured=True, fw_model=True)) .device == "cpu"
 
 
+def test_without_cuda_the_reason_is_that_alone_not_downloads_only_a_gpu_could_run() -> None:
+    """Issue 39 #10: `hasrctl status` on a CPU-only machine said why not the hybrid with a 4.1 GB download."""
+    details = {"cuda": "no CUDA device is usable", "r2t2_weights": "not found; download them (4.1 GB, ...)"}
+    assert choose(av(embedded=True, details=details)).reason == "hybrid unavailable: no CUDA device is usable"
+    c = choose(av(cuda=True, embedded=True, details={"r2t2_weights": "not found; download them (4.1 GB, ...)"}))
+    assert c.reason == "hybrid unavailable: not found; download them (4.1 GB, ...)"  # with a GPU it is the way on
+
+
 def test_auto_with_nothing_usable_is_one_error_naming_every_missing_piece() -> None:
     with pytest.raises(EngineError) as e:
         choose(av(details={"cuda": "no CUDA here", "embedded": "run pip install 'hasr[cpu]'"}))

@@ -41,7 +41,7 @@ def test_a_stop_with_a_loaded_worker_says_it_unloads_and_why_then_why(short_tmp:
     try:
         with client(act.path) as c:
             assert c.post("/api/load", json={"keep_alive": -1}).json()["state"] == "ready"
-            assert c.post("/api/stop").json() == {"stopping": True}
+            assert c.post("/api/stop").json() == {"stopping": True, "now": False}
         assert act.wait_for(lambda: act.exits == [0], timeout=60), act.log()
         notes = act.notes_from(act.started[0].pid)
     finally:

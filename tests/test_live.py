@@ -343,7 +343,7 @@ def test_a_worker_that_hangs_or_dies_mid_session_ends_it_with_an_error_and_the_n
         feeder.start()
         err = c.wait_for("error", timeout=30)["error"]
         assert err["code"] == code, err
-        assert c.closed.wait(10)
+        assert c.closed.wait(10) and c.close_code == 1011, c.close_code  # an error close, not 1000 (issue 39 #10)
         c.close()
         assert h.get("/health")["status"] in ("idle", "ok")
         with h.client(60) as hc:  # the next request gets a fresh worker (the knob still applies to live only)

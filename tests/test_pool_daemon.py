@@ -141,6 +141,7 @@ def test_with_one_worker_allowed_another_model_takes_the_idle_workers_place(shor
         assert second["final"] == first["final"]
         workers = h.get("/api/ps")["workers"]
         assert [w["model"] for w in workers] == ["mybase"] and workers[0]["pid"] == second["worker"]["pid"]
+        assert h.log().count(" (1 of 1)") == 2, h.log()  # the evicted worker is not counted: no "(2 of 1)"
         assert not os.path.exists(f"/proc/{first['worker']['pid']}/status") or wait_until(
             lambda: not os.path.exists(f"/proc/{first['worker']['pid']}/status"), timeout=10)
         with h.client() as c:  # unloading one model's workers leaves none here

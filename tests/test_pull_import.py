@@ -9,14 +9,18 @@ import errno
 import io
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cliutil import REPO, cli_env, hasrctl, one_line, show
+from cliutil import NO_OVERRIDE, REPO, cli_env, hasrctl, one_line, show
 from daemon import Hasrd
 from speech import DATA, cache_home, model_dir
+
+from tests.conftest import wait_until
 
 from hasrctl import modelimport
 from hasrctl.client import CliError, UsageError
@@ -95,7 +99,8 @@ def test_an_import_copies_what_faster_whisper_loads_under_its_name_and_refuses_t
 
 @pytest.mark.parametrize("case", ["missing", "file", "no_model_bin", "truncated", "garbage", "trailing",
                                   "no_tokenizer", "slash", "dotdot", "hidden", "reserved", "unnamed", "existing",
-                                  "not_a_model_there", "unwritable"])
+                                  "not_a_model_there", "unwritable", "version_7", "version_64", "loop",
+                                  "unreadable"])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(short_tmp: str, case: str) -> None:
     env = env_for(short_tmp)
     tmp = Path(short_tmp)
@@ -132,10 +137,21 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(short_tmp: str, case: s
     elif case == "not_a_model_there":
         (models_dir(short_tmp) / "taken").mkdir(parents=True)
         args, words = [str(small_model(tmp / "m")), "--name", "taken"], ("exists", "no model")
+    elif case in ("version_7", "version_64"):  # issue 39 #3: was imported, then every request got 503
+        version = int(case.split("_")[1])
+        args, words = [str(small_model(tmp / "m", version.to_bytes(4, "little")))], (f"format version {version}",)
+    elif case == "loop":  # issue 39 #3: said "no such directory"
+        (tmp / "a").symlink_to(tmp / "b")
+        (tmp / "b").symlink_to(tmp / "a")
+        args, words = [str(tmp / "a")], ("Too many levels of symbolic links",)
+    elif case == "unreadable":  # issue 39 #3: failed without naming the file
+        src = small_model(tmp / "m")
+        (src / "tokenizer.json").chmod(0)
+        args, words = [str(src)], ("its tokenizer.json cannot be read: Permission denied",)
     else:  # unwritable: the data directory's hasr/ is a file (root may write anywhere; nobody makes a dir in a file)
         (tmp / "data" / "hasr").write_text("")
         args, words = [str(small_model(tmp / "m")), "--name", "x"], ("cannot write the models directory",)
-    res = hasrctl("pull", *args, env=env)
+    res = hasrctl("pull", *args, env=env, wrap=NO_OVERRIDE if case == "unreadable" else ())
     assert res.returncode == 2, show(res)
     line = one_line(res.stderr)
     assert line.startswith("hasrctl: ") and all(w in line for w in words), (case, line)
@@ -145,6 +161,50 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(short_tmp: str, case: s
     assert leftovers(short_tmp) == []
     kept = {"taken"} if case in ("existing", "not_a_model_there") else set()
     assert {p.name for p in models_dir(short_tmp).iterdir()} == kept if models_dir(short_tmp).exists() else True
+
+
+def big_model(base: Path, mb: int) -> Path:
+    """A model directory whose model.bin is whole by its table (one tensor of ``mb`` MB) and sparse on disk: a
+    copy that takes a while."""
+    src = small_model(base, b"")
+    spec = b"WhisperSpec"
+    with open(src / "model.bin", "wb") as f:
+        f.write((6).to_bytes(4, "little") + len(spec).to_bytes(2, "little") + spec + (3).to_bytes(4, "little"))
+        name = b"w"
+        f.write((1).to_bytes(4, "little") + len(name).to_bytes(2, "little") + name + bytes([1])
+                + (mb << 20).to_bytes(4, "little") + bytes([0]) + (mb << 20).to_bytes(4, "little"))
+        f.seek(mb << 20, os.SEEK_CUR)
+        f.write((0).to_bytes(4, "little"))
+    assert models.fw_dir_problem(src) is None
+    return src
+
+
+def test_what_an_import_killed_outright_left_is_removed_by_the_next_one_and_said(short_tmp: str) -> None:
+    """Issue 39 #3: a killed import left a hidden .hasr-import-* directory (1.2 GB) that nothing removed or
+    listed. An import that runs beside a living one (stopped mid-copy) leaves that one's alone; once it is
+    killed, the next import removes what it left, and says so."""
+    env = env_for(short_tmp)
+    src = big_model(Path(short_tmp) / "big", 400)
+    first = subprocess.Popen([sys.executable, "-m", "hasrctl", "pull", str(src), "--name", "first"], env=env,
+                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def copying() -> bool:
+            return any(f.stat().st_size for f in models_dir(short_tmp).glob(".hasr-import-*/model.bin.partial"))
+        assert wait_until(copying, 60)
+        first.send_signal(signal.SIGSTOP)  # alive, mid-copy
+        staging = leftovers(short_tmp)
+        res = hasrctl("pull", str(small_model(Path(short_tmp) / "m")), "--name", "second", env=env)
+        assert res.returncode == 0 and "removed" not in res.stderr, show(res)
+        assert leftovers(short_tmp) == staging and len(staging) == 1
+    finally:
+        first.kill()
+        first.wait()
+    left = models_dir(short_tmp) / staging[0]
+    assert left.is_dir() and not (models_dir(short_tmp) / "first").exists()
+    res = hasrctl("pull", str(Path(short_tmp) / "m"), "--name", "third", env=env)
+    assert res.returncode == 0, show(res)
+    assert f"removed {left}: " in res.stderr and "import killed before it ended" in res.stderr, show(res)
+    assert leftovers(short_tmp) == [] and (models_dir(short_tmp) / "third" / "model.bin").is_file()
 
 
 def test_a_directory_with_an_unusable_name_asks_for_name(short_tmp: str) -> None:
@@ -262,3 +322,11 @@ def test_pull_help_teaches_both_forms() -> None:
     assert res.returncode == 0
     assert "hasrctl pull large-v3" in res.stdout and "--name large-v3" in res.stdout
     assert "$XDG_DATA_HOME/hasr/models/NAME" in res.stdout
+
+
+def test_the_newest_model_format_hasr_reads_is_the_installed_ctranslate2s() -> None:
+    """A model.bin newer than CT2_BINARY_VERSION is refused at import (issue 39 #3): the day CTranslate2 writes a
+    newer one, this fails here rather than hasr refusing good models."""
+    from ctranslate2.specs import model_spec
+
+    assert models.CT2_BINARY_VERSION == model_spec.CURRENT_BINARY_VERSION

@@ -3,6 +3,8 @@ test_transcripts.py)."""
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -64,6 +66,29 @@ def test_a_whisper_boundary_after_chinese_without_a_mark_is_kept() -> None:
     assert texts(cut(a + b)) == ["今天天气很好", "我们去公园"]
     c = [Word("今天天气很好，", 0.0, 1.2, source=0)]
     assert texts(cut(c + b)) == ["今天天气很好，我们去公园"]
+
+
+def test_a_whisper_boundary_inside_a_chinese_word_is_no_sentence_end() -> None:
+    """Issue 39 #9: a 30 s window ended mid-word, whisper's segment with it (…正式范 | 围。): a one-character
+    sentence "围。" and a 0.83 s cue of it. Character by character, as whisper times Chinese."""
+    a = [Word(ch, 0.3 * i, 0.3 * i + 0.3, source=0) for i, ch in enumerate("我们进入了正式范")]
+    b = [Word(ch, 2.4 + 0.3 * i, 2.7 + 0.3 * i, source=1) for i, ch in enumerate("围。")]
+    assert texts(cut(a + b)) == ["我们进入了正式范围。"]
+    streamed = Resegmenter()
+    assert texts(streamed.add(a) + streamed.add(b) + streamed.flush()) == ["我们进入了正式范围。"]
+    c = [Word(ch, 2.4 + 0.3 * i, 2.7 + 0.3 * i, source=1) for i, ch in enumerate("我们去")]  # a word starts there
+    assert texts(cut(a[:-1] + [Word("范围", 2.1, 2.4, source=0)] + c)) == ["我们进入了正式范围", "我们去"]
+
+
+def test_a_long_chinese_run_is_cut_between_words_not_inside_one() -> None:
+    text = "我们今天在会议室里讨论了关于下一个季度的市场推广计划和预算安排的问题还有人员招聘的进度"
+    ws = [Word(ch, 0.35 * i, 0.35 * i + 0.35, source=0) for i, ch in enumerate(text)]  # 15.4 s, no mark, no gap
+    pieces = cut(ws)
+    assert len(pieces) >= 2 and all(p.end - p.start <= 10.0 for p in pieces)
+    import rjieba
+
+    ends = set(itertools.accumulate(len(w) for w in rjieba.cut(text)))
+    assert all(len("".join(t for t in texts(pieces[:i + 1]))) in ends for i in range(len(pieces) - 1))
 
 
 def test_a_sentence_longer_than_ten_seconds_is_cut_at_a_clause_mark_near_its_middle() -> None:

@@ -177,7 +177,7 @@ def test_with_one_line_of_32_characters_no_cue_is_a_lone_planned_or_a_week() -> 
 
 def test_chinese_is_cut_between_words_never_inside_one() -> None:
     """Greedy filling cut '发布计' / '划。' (and '全体会' / '议'); the cut is now at the comma and lines break
-    between the words jieba finds."""
+    between the words rjieba finds."""
     out = cues([{"start": 0.0, "end": 6.5, "text": MEETING}])
     assert ["".join(c.lines) for c in out] == ["各位同事，", "我们将在下周的全体会议上向大家详细介绍新版本的发布计划。"]
     assert out[1].lines == ["我们将在下周的全体会议上向", "大家详细介绍新版本的发布计划。"]
@@ -238,14 +238,14 @@ def test_japanese_is_cut_where_kana_turn_into_kanji_or_katakana() -> None:
     assert out[1].lines == ["一緒に新しいレストランに", "行く予定です。"]
 
 
-def test_jieba_is_loaded_only_when_a_chinese_sentence_must_be_cut_and_says_nothing() -> None:
+def test_the_segmenter_is_loaded_only_when_a_chinese_sentence_must_be_cut_and_says_nothing() -> None:
     code = ("import sys\n"
             "from hasrd import subtitles\n"
             f"subtitles.cues([{{'start': 0, 'end': 5, 'text': {TICKETS!r}}},\n"
             "                {'start': 6, 'end': 7, 'text': '好的。'}])\n"
-            "assert 'jieba' not in sys.modules\n"
+            "assert 'rjieba' not in sys.modules\n"
             f"subtitles.cues([{{'start': 0, 'end': 6, 'text': {MEETING!r}}}])\n"
-            "assert 'jieba' in sys.modules\n")
+            "assert 'rjieba' in sys.modules\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=Path(__file__).resolve().parents[1])
     assert res.returncode == 0, res.stderr
@@ -317,15 +317,15 @@ def test_english_cues_keep_words_whole_leave_no_lone_word_keep_to_their_lines_an
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from(ZH_WORDS), min_size=1, max_size=50), st.integers(1, 3), st.floats(2.0, 7.0))
-def test_chinese_cues_break_only_between_the_words_jieba_finds(words: list[str], count: int, max_sec: float) -> None:
-    import jieba
+def test_chinese_cues_break_only_between_the_words_rjieba_finds(words: list[str], count: int, max_sec: float) -> None:
+    import rjieba
 
     text = "".join(words) + "。"
     out = cues([{"start": 0.0, "end": 0.25 * len(text), "text": text}],
                CueRules(max_line_count=count, max_cue_sec=max_sec))
     assert "".join(line for c in out for line in c.lines) == text
     bounds, pos = {0}, 0
-    for w in jieba.lcut(text):
+    for w in rjieba.cut(text):
         pos += len(w)
         bounds.add(pos)
     pos = 0

@@ -339,6 +339,27 @@ def test_bad_files_fail_alone_with_a_reason(tmp_path: Path) -> None:
     assert "does not exist" in notes[1][1] and "folder" in notes[2][1]
 
 
+def test_a_dropped_folder_is_walked_on_the_queues_thread_and_each_of_its_files_is_a_job(tmp_path: Path) -> None:
+    """Issue 39 #7: a folder is the audio and video in it (not a text file). It is walked when its turn comes, on
+    the queue's thread: on the window's, a big folder (every file's first bytes are read) froze the window."""
+    from tests.daemon import write_wav
+
+    folder = tmp_path / "talks"
+    (folder / "day 2").mkdir(parents=True)
+    wavs = [Path(write_wav(str(folder / "a.wav"))), Path(write_wav(str(folder / "day 2" / "b.wav")))]
+    (folder / "notes.txt").write_text("not audio")
+    seen: dict[Path, str] = {}
+    done = threading.Event()
+    jobs = Jobs(TranscribingClient(), lambda: ("txt", ""),  # type: ignore[arg-type]
+                lambda j: seen.setdefault(j.path, threading.current_thread().name),
+                lambda *note, **kw: done.set() if len(jobs.jobs) == 3 and jobs.pending() == 0 else None,
+                autostart=False)
+    assert [j.path for j in jobs.add([str(folder)])] == [folder]
+    assert done.wait(10)
+    assert [(j.path, j.state) for j in jobs.jobs] == [(folder, DONE), (wavs[0], DONE), (wavs[1], DONE)]
+    assert seen[wavs[0]] == seen[wavs[1]] == "hasr-jobs" and all(w.with_suffix(".txt").exists() for w in wavs)
+
+
 def test_progress_events_become_a_fraction_and_words() -> None:
     assert event_detail({"event": "progress", "done_s": 1, "total_s": 4}) == ("transcribing 25%", 0.25)
     assert event_detail({"event": "loading", "elapsed_s": 3.4})[0] == "loading models 3 s"

@@ -2,7 +2,8 @@
 XDND drop and notifications captured by python-dbusmock on a private session bus. Nothing inside the app is
 mocked: the tests only look at pixels, window titles, files and D-Bus calls.
 
-Set HASR_TRAY_SCREENSHOTS=DIR to also save tray.png and dropwindow.png (the README's screenshots) there.
+Set HASR_TRAY_SCREENSHOTS=DIR to also save tray.png (the README's screenshot) there; test_tray_dropwin.py saves
+dropwindow.png.
 """
 
 from __future__ import annotations
@@ -330,9 +331,6 @@ def test_dropped_audio_files_are_transcribed_next_to_themselves_and_announced(de
         assert "could not transcribe notes.txt" in calls[-1] and "decoded" in calls[-1], calls[-1]
         assert not (music / "notes-1.srt").exists()
 
-        if SHOTS:
-            time.sleep(0.3)
-            desktop.save_window(target, Path(SHOTS) / "dropwindow.png")
         late = make_wav(music / "after the failure.wav", 1.0)  # the app keeps working after a failed file
         desktop.drop(target, [late])
         xh.wait_for((music / "after the failure.srt").exists, 30, 0.1, "a transcript after the failure")

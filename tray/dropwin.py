@@ -1,8 +1,9 @@
 """The drop window: a small Tk window that accepts files from a file manager (XDND via tkinterdnd2).
 
 It shows the daemon's state, one row per file (queued / running with progress / done / failed with the
-reason), and buttons for every menu action, so it stands in for the menu where the tray backend has none
-(xorg). Everything here runs on the Tk main thread; other threads go through ``App.ui()``.
+reason; the rows scroll, the state's words wrap, the buttons always stay), and buttons for every menu action,
+so it stands in for the menu where the tray backend has none (xorg). A dropped folder is the audio and video
+in it. Everything here runs on the Tk main thread; other threads go through ``App.ui()``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tray.state import View
 log = logging.getLogger("hasr.tray.dropwin")
 
 TITLE = "hasr — drop audio files"
-MAX_ROWS = 8
+MAX_ROWS = 200  # rows kept (the newest); they scroll
 AUDIO_TYPES = [("Audio and video", "*.wav *.mp3 *.flac *.ogg *.opus *.m4a *.aac *.webm *.mp4 *.mkv *.mov"),
                ("All files", "*")]
 _STATE_COLORS = {RUNNING: "#2f7de1", DONE: "#2fb344", FAILED: "#d93a3a"}
@@ -51,28 +52,17 @@ class DropWindow:
         root.minsize(360, 240)
         self._photos = {s: ImageTk.PhotoImage(icons.draw(s, 20), master=root) for s in icons.STATES}
 
+        # Packed in this order so that what is packed first keeps its room: the header's format choice, then the
+        # buttons at the bottom, then whatever is left for the state's words (wrapped) and the rows (scrolled).
         top = ttk.Frame(root, padding=(10, 8, 10, 4))
         top.pack(fill="x")
+        ttk.OptionMenu(top, fmt, fmt.get(), *FORMATS).pack(side="right", anchor="n")
+        ttk.Label(top, text="Save as").pack(side="right", anchor="n", padx=(0, 4), pady=(2, 0))
         self.state_icon = ttk.Label(top, image=self._photos["offline"])
-        self.state_icon.pack(side="left")
-        self.state_text = ttk.Label(top, text="Connecting…", anchor="w")
+        self.state_icon.pack(side="left", anchor="n")
+        self.state_text = ttk.Label(top, text="Connecting…", anchor="w", width=1)
         self.state_text.pack(side="left", fill="x", expand=True, padx=(6, 0))
-        ttk.OptionMenu(top, fmt, fmt.get(), *FORMATS).pack(side="right")
-        ttk.Label(top, text="Save as").pack(side="right", padx=(0, 4))
-
-        hint = "Drop audio or video files here" if dnd else "Drag and drop unavailable: use Transcribe file…"
-        self.zone = tk.Label(root, text=hint, relief="groove", borderwidth=2, height=3, fg="#555555")
-        self.zone.pack(fill="x", padx=10, pady=4)
-
-        # what a running dictation hears: its final sentences, then the current draft (replaced as it changes)
-        self.live = tk.Label(root, text="", anchor="w", justify="left", wraplength=480, fg="#333333")
-        self.live.pack(fill="x", padx=10)
-
-        self.rows_frame = ttk.Frame(root, padding=(10, 2))
-        self.rows_frame.pack(fill="both", expand=True)
-        self.rows_frame.columnconfigure(0, weight=1)
-        self._rows: dict[int, tuple[Any, Any, Any]] = {}  # name label, status label, progress bar
-        self._order: list[int] = []
+        self.state_text.bind("<Configure>", lambda e: self.state_text.configure(wraplength=max(40, e.width)))
 
         bar = ttk.Frame(root, padding=(10, 4, 10, 8))
         bar.pack(fill="x", side="bottom")
@@ -84,15 +74,51 @@ class DropWindow:
             b.pack(side="left", padx=(0, 4))
             self.buttons[key] = b
 
+        hint = "Drop audio or video files here" if dnd else "Drag and drop unavailable: use Transcribe file…"
+        self.zone = tk.Label(root, text=hint, relief="groove", borderwidth=2, height=3, fg="#555555")
+        self.zone.pack(fill="x", padx=10, pady=4)
+
+        # what a running dictation hears: its final sentences, then the current draft (replaced as it changes)
+        self.live = tk.Label(root, text="", anchor="w", justify="left", wraplength=480, fg="#333333")
+        self.live.pack(fill="x", padx=10)
+
+        area = ttk.Frame(root, padding=(10, 2))  # the rows, in a canvas that scrolls
+        area.pack(fill="both", expand=True)
+        self.canvas = tk.Canvas(area, highlightthickness=0, borderwidth=0)
+        scroll = ttk.Scrollbar(area, orient="vertical", command=self.canvas.yview)
+        self.canvas.configure(yscrollcommand=scroll.set)
+        scroll.pack(side="right", fill="y")
+        self.canvas.pack(side="left", fill="both", expand=True)
+        self.rows_frame = ttk.Frame(self.canvas)
+        self.rows_frame.columnconfigure(0, weight=1)
+        inner = self.canvas.create_window(0, 0, window=self.rows_frame, anchor="nw")
+        self.rows_frame.bind("<Configure>", self._rows_resized)
+        self.canvas.bind("<Configure>", lambda e: self.canvas.itemconfigure(inner, width=e.width))
+        for widget in (self.canvas, self.rows_frame):  # the wheel (X11 buttons 4 and 5)
+            widget.bind("<Button-4>", lambda e: self._scroll(-1))
+            widget.bind("<Button-5>", lambda e: self._scroll(1))
+        self._rows: dict[int, tuple[Any, Any, Any]] = {}  # name label, status label, progress bar
+        self._order: list[int] = []
+        self._follow = False
+
         if dnd:
             from tkinterdnd2 import DND_FILES
 
-            targets: list[Any] = [root, self.zone, self.rows_frame]  # tkinterdnd2 adds these methods
+            targets: list[Any] = [root, self.zone, self.canvas, self.rows_frame]  # tkinterdnd2 adds these methods
             for widget in targets:
                 widget.drop_target_register(DND_FILES)
                 widget.dnd_bind("<<Drop>>", self._on_drop)
                 widget.dnd_bind("<<DropEnter>>", self._on_enter)
                 widget.dnd_bind("<<DropLeave>>", self._on_leave)
+
+    def _rows_resized(self, event: object) -> None:
+        self.canvas.configure(scrollregion=self.canvas.bbox("all"))
+        if self._follow:  # the newest rows in sight, until the wheel scrolls back
+            self.canvas.yview_moveto(1.0)
+
+    def _scroll(self, step: int) -> None:
+        self.canvas.yview_scroll(step, "units")
+        self._follow = self.canvas.yview()[1] >= 1.0
 
     def _command(self, key: str) -> Callable[[], None]:
         return lambda: self.on_action(key)
@@ -156,6 +182,7 @@ class DropWindow:
             for row, jid in enumerate(self._order):
                 for col, w in enumerate(self._rows[jid]):
                     w.grid(row=row, column=col, sticky="we", padx=2, pady=1)
+            self._follow = True
         name, status, progress = self._rows[job.id]
         if job.state == DONE:
             text = f"done {job.detail}"

@@ -71,15 +71,18 @@ class Jobs:
         self._thread.start()
 
     def add(self, paths: list[str]) -> list[Job]:
-        """Queue files (absolute or relative paths, in order); returns their jobs."""
-        new = []
-        for p in paths:
-            job = Job(next(self._ids), Path(p).expanduser().absolute())
-            self.jobs.append(job)
-            new.append(job)
-            self.on_change(job)
+        """Queue files (absolute or relative paths, in order; a folder: the audio and video in it, found when
+        its turn comes: :meth:`_folder`); returns their jobs."""
+        new = [self._new(Path(p).expanduser().absolute()) for p in paths]
+        for job in new:
             self._queue.put(job)
         return new
+
+    def _new(self, path: Path) -> Job:
+        job = Job(next(self._ids), path)
+        self.jobs.append(job)
+        self.on_change(job)
+        return job
 
     def pending(self) -> int:
         return sum(1 for j in self.jobs if j.state in (QUEUED, RUNNING))
@@ -110,13 +113,26 @@ class Jobs:
         self._update(job, state=FAILED, detail=message)
         self.notify(f"hasr could not transcribe {job.path.name}", message, error=True)
 
+    def _folder(self, job: Job) -> None:
+        """A dropped folder: the audio and video in it, each a job of its own, run now in order. Found here, on
+        this thread: walking a big folder reads the first bytes of every file, and would freeze the window."""
+        from hasrctl.batch.inputs import media_in
+
+        self._update(job, state=RUNNING, detail="looking for audio and video in it")
+        files = [self._new(Path(f)) for f in media_in(str(job.path))]
+        if not files:
+            return self._fail(job, f"the folder {job.path.name} holds no audio or video files")
+        self._update(job, state=DONE, progress=1.0, detail=f"{len(files)} file(s)")
+        for f in files:
+            self._guarded(f)
+
     def _one(self, job: Job) -> None:
+        if job.path.is_dir():
+            return self._folder(job)
         fmt, language = self.settings()
         self._update(job, state=RUNNING, detail="sending to the daemon", progress=0.0)
         if not job.path.exists():
             return self._fail(job, f"{job.path} does not exist")
-        if job.path.is_dir():
-            return self._fail(job, f"{job.path.name} is a folder; drop audio or video files")
         try:
             result = self._transcribe(job, language)
             out = output.write_next_to(job.path, output.render(result, fmt), fmt)
@@ -139,8 +155,11 @@ class Jobs:
             job = self._queue.get()
             if job is None:
                 return
-            try:
-                self._one(job)
-            except Exception as e:  # a bug in one job must not stop the queue
-                log.exception("job %s failed unexpectedly", job.path)
-                self._fail(job, f"internal error: {e}")
+            self._guarded(job)
+
+    def _guarded(self, job: Job) -> None:
+        try:
+            self._one(job)
+        except Exception as e:  # a bug in one job must not stop the queue
+            log.exception("job %s failed unexpectedly", job.path)
+            self._fail(job, f"internal error: {e}")

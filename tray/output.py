@@ -7,10 +7,10 @@ other. When the audio's folder is not writable, the transcript goes to ``$XDG_DA
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from hasrctl.output import create_new, kept_dir
 from hasrd import formats
 
 # tray format -> (hasrd.formats name, file extension). "json" is the full verbose_json document.
@@ -55,40 +55,16 @@ def candidates(src: Path, fmt: str, folder: Path | None = None) -> list[Path]:
     return [where / f"{stem}.{ext}"] + [where / f"{stem}-{i}.{ext}" for i in range(1, MAX_TRIES)]
 
 
-def fallback_dir() -> Path:
-    """Where transcripts go when the audio's own folder is read-only."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "hasr" / "transcripts"
-
-
-def _create(paths: list[Path], text: str, src: Path) -> Path:
-    data = text.encode("utf-8")
-    for path in paths:
-        if path == src:
-            continue
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            continue
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
-        return path
-    raise FileExistsError(f"{paths[0].parent}: {MAX_TRIES} transcripts of {src.name} exist already")
-
-
 def write_next_to(src: Path, text: str, fmt: str) -> Path:
-    """Write ``text`` under a fresh name next to ``src`` (or in fallback_dir()); return the path written."""
+    """Write ``text`` under a fresh name next to ``src`` (or in hasrctl's kept_dir()); return the path written."""
+    data = text.encode("utf-8")
     try:
-        return _create(candidates(src, fmt), text, src)
+        return create_new([p for p in candidates(src, fmt) if p != src], data)
     except PermissionError as first:
-        folder = fallback_dir()
+        folder = kept_dir()
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            return _create(candidates(src, fmt, folder), text, src)
+            return create_new([p for p in candidates(src, fmt, folder) if p != src], data)
         except OSError as e:
             raise OutputError(f"cannot write next to {src} ({first.strerror}) nor in {folder} ({e})") from e
     except OSError as e:

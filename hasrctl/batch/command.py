@@ -208,10 +208,12 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
             if found.skipped and not quiet:
                 say(f"{found.skipped} file(s) in the input directories are not audio or video: left out")
             _skip(book, found.suspects, signature, spec.name, engine_name)
-            if found.suspects and not quiet:
-                odd = [os.path.relpath(f, root) for f in found.suspects]
+            odd = [os.path.relpath(f, root) for f in found.suspects]
+            if odd and not quiet:
                 say(f"{len(odd)} file(s) named like audio are not audio or video by their bytes: skipped, each "
                     f"with its row in the manifest ({', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''})")
+            still += [(name, inp.not_media_message(f)) for name, f in zip(odd, found.suspects, strict=True)]
+            total = len(found.files) + len(odd)  # they failed too: listed at the end, and the exit is 1
             if done_before and not quiet:
                 say(f"{done_before} of {len(found.files)} input(s) are up to date"
                     + (f" ({len(still)} failed for their content; --retry-failed retries them)" if still else "")
@@ -222,7 +224,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
                     say(f"{len(stored)} file(s) rendered as {', '.join(_shown_formats(formats))} from their stored "
                         f"results, without transcribing them again")
             if not todo:
-                return _report(still, len(found.files))
+                return _report(still, total)
             # what is not a regular file (a FIFO, a device) is never opened, not even for its length: its row is
             # made here (not_a_file) and it goes to no actor
             not_files = {f: kind for f in todo if (kind := inp.not_a_file(f))}
@@ -245,7 +247,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
             if not quiet and not b.failures:
                 say(f"{len(todo)} file(s) done in {time.monotonic() - b.t0:.1f} s; manifest: "
                     f"{os.path.join(out_root, mf.NAME)}")
-            return _report(b.failures + still, len(found.files))
+            return _report(b.failures + still, total)
         finally:
             book.close()
     except mf.OutdirError as e:

@@ -155,6 +155,14 @@ def _walk(top: str, found: Found) -> None:
                 found.skipped += 1
 
 
+def media_in(top: str) -> list[str]:
+    """The audio and video files under directory ``top``, by content, and those named like it (they fail with
+    their reason, never vanish): what the tray transcribes of a dropped folder, in path order."""
+    found = Found()
+    _walk(top, found)
+    return sorted(found.files + found.suspects)
+
+
 def named_like_media(path: str) -> bool:
     """Whether a file's name says audio or video (``x.mp3``), whatever its bytes."""
     return os.path.splitext(path)[1].lower() in MEDIA_SUFFIXES

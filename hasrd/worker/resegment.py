@@ -12,10 +12,12 @@ The rules (pure, tested with plain values):
 - a segment never spans a pause of ``min_pause`` (0.5 s) or more: between two words whose gap is that long, or
   across a silence the VAD found (``pauses``);
 - whisper's own boundaries are kept only where the left side ends in a CJK character with no mark at all
-  (whisper often writes Chinese without punctuation, and then its timestamps are the best sentence cue);
-  elsewhere a sentence it split into phrases is joined again;
+  (whisper often writes Chinese without punctuation, and then its timestamps are the best sentence cue) and the
+  boundary is not inside a Chinese word (a window that ended mid-word: ``…正式范`` | ``围。``); elsewhere a
+  sentence it split into phrases is joined again;
 - a segment is at most ``max_sec`` (10 s): a longer sentence is cut at a clause mark (``, ， 、 : ：`` ...) near
-  its middle, else at its longest gap between words, else at a whisper boundary, recursively.
+  its middle, else at its longest gap between words, else at a whisper boundary, recursively; inside a Chinese
+  word only where nothing else is.
 
 :class:`Resegmenter` takes words as the decoder produces them and hands back the segments that can no longer
 change (everything before the last sentence end or pause), so events still stream while a file is decoded.
@@ -23,8 +25,11 @@ change (everything before the last sentence end or pause), so events still strea
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from hasrd import textwords
 
 END_MARKS = ".!?。！？;；…‼⁇⁈⁉"
 CLAUSE_MARKS = ",，、:：—–;；"
@@ -130,11 +135,28 @@ def snap(words: Sequence[Word], pauses: Sequence[tuple[float, float]]) -> list[W
     return out
 
 
-def hard_cut(a: Word, b: Word, pauses: Sequence[tuple[float, float]], min_pause: float) -> bool:
-    """A segment must end between a and b."""
+def inside_word(words: Sequence[Word], k: int) -> bool:
+    """Whether the point after ``words[k]`` falls inside a Chinese word, by the segmenter the subtitles use
+    (hasrd.textwords) over a few characters on each side: a 30 s window may end mid-word (``…正式范`` | ``围。``)."""
+    left = "".join(w.text for w in words[max(0, k - 3):k + 1]).replace(" ", "")[-4:]
+    right = "".join(w.text for w in words[k + 1:k + 4]).replace(" ", "")[:4]
+    if not (left and right and is_cjk(left[-1]) and is_cjk(right[0])):
+        return False
+    try:
+        found = textwords.zh_words(left + right)
+    except ImportError:  # a worker venv without rjieba (README: the GPU venv installs it): whisper's cut stands
+        return False
+    ends = list(itertools.accumulate(len(w) for w in found))
+    return len(left) not in ends
+
+
+def hard_cut(words: Sequence[Word], k: int, pauses: Sequence[tuple[float, float]], min_pause: float) -> bool:
+    """A segment must end after ``words[k]``: a sentence end, a pause, or a whisper boundary after a bare CJK
+    character that is no cut inside a word."""
+    a, b = words[k], words[k + 1]
     if ends_sentence(a.text) or in_pause(a, b, pauses, min_pause):
         return True
-    return a.source != b.source and bare_cjk_end(a.text)
+    return a.source != b.source and bare_cjk_end(a.text) and not inside_word(words, k)
 
 
 def split_long(words: list[Word], max_sec: float) -> list[list[Word]]:
@@ -154,6 +176,8 @@ def split_long(words: list[Word], max_sec: float) -> list[list[Word]]:
         cost -= min(max(b.start - a.end, 0.0), 0.5)
         if a.source != b.source:
             cost -= 0.2
+        if inside_word(words, k - 1):
+            cost += 2.0  # only where there is no other boundary
         if cost < best_cost:
             best_k, best_cost = k, cost
     return split_long(words[:best_k], max_sec) + split_long(words[best_k:], max_sec)
@@ -168,7 +192,7 @@ def cut(words: Sequence[Word], pauses: Sequence[tuple[float, float]] = (), min_p
     for i, w in enumerate(words):
         run.append(w)
         nxt = words[i + 1] if i + 1 < len(words) else None
-        if nxt is None or hard_cut(w, nxt, pauses, min_pause):
+        if nxt is None or hard_cut(words, i, pauses, min_pause):
             out.extend(Piece(p) for p in split_long(run, max_sec) if "".join(x.text for x in p).strip())
             run = []
     return out
@@ -190,7 +214,7 @@ class Resegmenter:
         self.words.extend(snap([w for w in words if w.text], self.pauses))
         last = None
         for k in range(len(self.words) - 1):
-            if hard_cut(self.words[k], self.words[k + 1], self.pauses, self.min_pause):
+            if hard_cut(self.words, k, self.pauses, self.min_pause):
                 last = k
         if last is None:
             return []

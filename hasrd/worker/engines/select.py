@@ -55,7 +55,8 @@ def choose(av: Available) -> Choice:
     model = "configured" if av.fw_configured else "gpu-default"
     if av.cuda and av.r2t2 == "ok" and av.r2t2_weights and av.fw_model:
         return Choice("hybrid", model, "cuda" if fw_cuda else "cpu", "R2T2, CUDA and both models are available")
-    missing = [d[k] for k in ("cuda", "r2t2", "r2t2_weights", "fw_model") if k in d]
+    # without CUDA that is the whole reason: the downloads the hybrid also lacks (R2T2's 4.1 GB) would not run here
+    missing = [d[k] for k in ("cuda",) if k in d] or [d[k] for k in ("r2t2", "r2t2_weights", "fw_model") if k in d]
     why = "hybrid unavailable: " + "; ".join(missing) if missing else "hybrid unavailable"
     if fw_cuda and (av.fw_model or av.embedded):
         return Choice("whisper", model if av.fw_model else "embedded", "cuda", why)
