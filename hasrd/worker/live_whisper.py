@@ -51,7 +51,7 @@ import numpy as np
 from hasrd.transcript import Transcript
 from hasrd.worker import resegment
 from hasrd.worker.engine import EngineError, LiveEmitter
-from hasrd.worker.textrules import clean_text, collapse_loops, token_cap
+from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 from hasrd.worker.live import FRAME, SR, LiveBase
 
 SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
@@ -193,19 +193,20 @@ class WhisperLive(LiveBase):
         audio = self.audio[a:b]
         if len(audio) < SR // 10:
             return []
-        words: list[Word] = []
         # No language asked: the first decode detects it, on as little as FIRST_S of speech, which is not enough
         # (an English file came back in Japanese once in six). It is detected again on twice the audio, until a
         # detection had LANGUAGE_RECHECK_S of it (issue 31 #5); each such decode encodes its audio once for both
         # (OneEncoding), so a detection costs little more than the decode.
         detect = not self.asked and (self.code is None or (
             self.detected_on < LANGUAGE_RECHECK_S * SR and len(audio) >= 2 * self.detected_on))
-        with OneEncoding.on(self.model) if detect else contextlib.nullcontext():
+
+        def decode(language: str | None, **extra: Any) -> tuple[list[Word], Any]:
             segments, info = self.model.transcribe(
-                audio, language=None if detect else self.code, task=self.task, beam_size=max(1, beam), temperature=0.0,
+                audio, language=language, task=self.task, beam_size=max(1, beam), temperature=0.0,
                 vad_filter=False, max_new_tokens=token_cap(len(audio) / SR),
                 word_timestamps=True, condition_on_previous_text=False, initial_prompt=self._context(),
-                without_timestamps=False)
+                without_timestamps=False, **extra)
+            words: list[Word] = []
             for s in segments:  # lazy: the decode runs here
                 if float(s.no_speech_prob) > 0.6 and float(s.avg_logprob) < -1.0:
                     continue  # whisper's no-speech rule: "you" from the silence after the speech
@@ -213,7 +214,14 @@ class WhisperLive(LiveBase):
                     text = clean_text(str(w.word), strip=False)
                     if text.strip():
                         words.append(Word(text, a + int(float(w.start) * SR), a + int(float(w.end) * SR)))
-        self.decodes += 1
+            self.decodes += 1
+            return words, info
+
+        with OneEncoding.on(self.model) if detect else contextlib.nullcontext():
+            words, info = decode(None if detect else self.code)
+        if looped(join(words)):  # decoded once more, as every path does (fwterms.unlooped)
+            again, _ = decode(getattr(info, "language", None) or self.code, **RETRY_KW)
+            words = words if looped(join(again)) else again
         if detect and getattr(info, "language", None):
             self.code = str(info.language)
             self.detected_on = len(audio)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+import zlib
+from typing import Any
 
 TOKENS_PER_S = 16
 MAX_CAP = 448 - 224 - 8
@@ -26,7 +28,8 @@ def token_cap(seconds: float) -> int | None:
 _INVISIBLE = {"\ufffd", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad"}
 
 
-_LOOP = re.compile(r"(\S.{1,29}?)\1{3,}")  # a phrase of 2-30 characters said four or more times in a row
+# a phrase of 2-30 characters said four or more times in a row, spaces or commas between them or not
+_LOOP = re.compile(r"(\S.{1,29}?)(?:[\s,，、]*\1){3,}")
 _STUTTER = re.compile(r"(\S)\1{7,}")  # one character eight or more times
 
 
@@ -41,3 +44,29 @@ def collapse_loops(text: str) -> str:
     hard speech its own compression-ratio rule misses Chinese loops: 寫下範圍的 x5 compresses only 2.25 times).
     People do not say one phrase four times in a row, nor one character eight times."""
     return _STUTTER.sub(r"\1", _LOOP.sub(r"\1", text))
+
+
+COMPRESSION_RATIO = 2.4  # whisper's rule: text that compresses more than this is a decoding loop
+RETRY_KW: dict[str, Any] = {"no_repeat_ngram_size": 4}  # a loop's second decode: no four tokens said twice
+CJK_RUN = 24  # Chinese this long ...
+CJK_DISTINCT = 1 / 3  # ... of fewer distinct characters than this is a loop of a few characters reshuffled
+
+
+def compression_ratio(text: str) -> float:
+    """faster-whisper's ``get_compression_ratio``: UTF-8 length over zlib-compressed length."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def looped(text: str) -> bool:
+    """Whether a decode's text is a loop, to be decoded again (files, the hybrid's windows, live): whisper's
+    compression-ratio rule (which misses Chinese loops), a phrase said four times in a row even with spaces or
+    commas between (:func:`collapse_loops` changes it), or 24 Chinese characters and more written with fewer than a
+    third of them distinct ("妃妃王殿儿 两个小庙 妻妻妃妻妳妃妳妳妻妾..." where whisper base lost the audio; ordinary
+    Chinese repeats far fewer)."""
+    if not text.strip():
+        return False
+    if compression_ratio(text.strip()) > COMPRESSION_RATIO or collapse_loops(text) != text:
+        return True
+    han = [ch for ch in text if "\u4e00" <= ch <= "\u9fff"]
+    return len(han) >= CJK_RUN and len(set(han)) < CJK_DISTINCT * len(han)

@@ -19,7 +19,7 @@ from hasrd.languages import NAMES, UnknownLanguage, resolve
 from hasrd.transcript import TimedSentence
 from hasrd.worker import resegment
 from hasrd.worker.engine import EngineError
-from hasrd.worker.textrules import clean_text, collapse_loops, token_cap
+from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 
 SR = 16000
 WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
@@ -40,17 +40,33 @@ def whisper_code(model: Any, code: str) -> str | None:
 
 def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
     """v2c's final stage: one window -> its text (the seed's parameters), under whisper's text rules as every
-    other decode: a token cap for its length (a 7 s window looped for 45.8 s of fallback decoding on the CPU)
-    and a decoding loop said once (issue 31 #12)."""
+    other decode: a token cap for its length (a 7 s window looped for 45.8 s of fallback decoding on the CPU),
+    a window whose text loops decoded once more (:func:`unlooped`) and a loop that stays said once (issue 31 #12,
+    38 #1)."""
 
     def transcribe_window(audio: np.ndarray) -> str:
         if len(audio) == 0:
             return ""
-        segments, _info = model.transcribe(audio, language=code, max_new_tokens=token_cap(len(audio) / SR),
-                                           **WINDOW_KW)
-        return collapse_loops(clean_text("".join(str(s.text) for s in segments)))
+
+        def decode(**extra: Any) -> str:
+            segments, _info = model.transcribe(audio, language=code, max_new_tokens=token_cap(len(audio) / SR),
+                                               **WINDOW_KW, **extra)
+            return clean_text("".join(str(s.text) for s in segments))
+
+        return collapse_loops(unlooped(decode))
 
     return transcribe_window
+
+
+def unlooped(decode: Callable[..., str]) -> str:
+    """``decode()``'s text, or where it loops (textrules.looped: faster-whisper's own fallback misses Chinese loops)
+    a second decode that may not repeat any four tokens, when that one does not loop. A window too short to cut
+    (the hybrid's sentences, a live utterance) gets this instead of the files' halves (mending.py)."""
+    text = decode()
+    if not looped(text):
+        return text
+    again = decode(**RETRY_KW)
+    return again if not looped(again) else text
 
 
 def task_of(options: dict[str, Any]) -> str:
