@@ -314,7 +314,8 @@ def stop(wait: float, now: bool, daemon: Daemon) -> int:
             return EXIT_OK
         pid = _main_pid() if unit is not None else peer_pid(client.path)  # under systemd the peer is systemd
         work = _work(client.get("/api/ps"))
-        how = "`hasrctl stop --now`" if unit is not None else f"`kill {pid}` (a SIGTERM while it stops)"
+        kill = f"`kill {pid}`" if pid else "a SIGTERM to hasrd"  # no pid: a daemon in another pid namespace
+        how = "`hasrctl stop --now`" if unit is not None else f"{kill} (a SIGTERM while it stops)"
         if work:  # said before any waiting, so that nobody watches a silent terminal for --wait seconds
             say(f"stopping hasrd now: {work} fail" if now else f"hasrd is finishing {work} before it exits; "
                 f"waiting up to {wait:g} s (--wait); {how} stops it at once, failing them")
