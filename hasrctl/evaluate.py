@@ -22,7 +22,7 @@ import functools
 import re
 import unicodedata
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 _DIGITS_ZH = dict(zip("0123456789", "零一二三四五六七八九", strict=True))
 _LONG_DIGITS = re.compile(r"\d{5,}")
@@ -143,6 +143,30 @@ def edits(ref: list[str], hyp: list[str]) -> int:
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
         prev = cur
     return prev[-1]
+
+
+class Edits(NamedTuple):
+    """One minimal alignment's substitutions, deletions (reference tokens the hypothesis left out) and insertions."""
+
+    substitutions: int
+    deletions: int
+    insertions: int
+
+
+def edit_counts(ref: list[str], hyp: list[str]) -> Edits:
+    """:func:`edits` split by kind: what the errors are (skipped speech shows as deletions, a loop as insertions)."""
+    prev = [(j, 0, 0, j) for j in range(len(hyp) + 1)]  # per cell: (distance, substitutions, deletions, insertions)
+    for i, r in enumerate(ref, 1):
+        cur = [(i, 0, i, 0)]
+        for j, h in enumerate(hyp, 1):
+            c, s, d, n = prev[j - 1]
+            diag = (c + (r != h), s + (r != h), d, n)
+            c, s, d, n = prev[j]
+            up = (c + 1, s, d + 1, n)
+            c, s, d, n = cur[j - 1]
+            cur.append(min(diag, up, (c + 1, s, d, n + 1)))
+        prev = cur
+    return Edits(*prev[-1][1:])
 
 
 def score(reference: str, hypothesis: str, metric: str, homophones: bool = False) -> tuple[int, int]:
