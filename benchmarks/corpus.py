@@ -6,6 +6,10 @@ No human recordings with transcripts are to be had offline (notes/models.md), so
               pypinyin), joined with 0.4-1.6 s pauses into 1- and 3-minute files (5 minutes with --long)
   en_long_*   the same in English (``en-us``)
   clip_*      the 27 pytest-audioeval clips (Kokoro TTS, 1-4.5 s, 9 languages) as they ship
+  containers  with --containers: the 3-minute Mandarin and English files re-encoded as a user's files come (mp3,
+              m4a/AAC, ogg/Opus, an mp4 video with an H.264 track, 8 kHz stereo wav, flac) by ffmpeg; the
+              decoder, the resampler and the codecs change the samples a little, and the text must not move
+              much with them (issue 38: one container looped where the wav did not)
   silence_*   a minute of silence with faint hum, and a minute of music-like noise (chords, a beat, pink noise):
               any text on these is a hallucination
 
@@ -13,7 +17,7 @@ Files are written once into ``--dir`` (default: $XDG_CACHE_HOME/hasr-bench/corpu
 ``manifest.jsonl`` beside them (``{"audio", "text", "language", "group"}``, the format ``hasrctl eval`` reads).
 Everything is seeded: the same corpus on every machine with the same espeak-ng.
 
-    python benchmarks/corpus.py [--dir DIR] [--long]
+    python benchmarks/corpus.py [--dir DIR] [--long] [--containers]
 """
 
 from __future__ import annotations
@@ -162,7 +166,33 @@ def audioeval_clips() -> list[dict[str, str]]:
     return out
 
 
-def build(directory: Path, long: bool = False) -> Path:
+CONTAINERS: dict[str, list[str]] = {
+    # name: ffmpeg arguments after the input (the video takes a second input: a still, blue picture)
+    "mp3": ["-c:a", "libmp3lame", "-b:a", "64k"],
+    "m4a": ["-c:a", "aac", "-b:a", "64k"],
+    "opus": ["-c:a", "libopus", "-b:a", "32k"],
+    "mp4": ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-shortest", "-c:a", "aac", "-b:a", "64k"],
+    "8k_stereo.wav": ["-ar", "8000", "-ac", "2"],
+    "flac": ["-c:a", "flac"],
+}
+
+
+def containers(directory: Path, source: Path, text: str, language: str) -> list[dict[str, str]]:
+    """``source`` re-encoded into each of CONTAINERS (files that exist are kept), the wav itself first."""
+    rows = [{"audio": str(source), "text": text, "language": language, "group": f"containers_{language}"}]
+    for ext, args in CONTAINERS.items():
+        out = directory / f"{source.stem}.{ext}"
+        if not out.exists():
+            video = ["-f", "lavfi", "-i", "color=c=blue:s=160x120:r=5"] if ext == "mp4" else []
+            tmp = out.with_name(f".{out.name}.part{out.suffix}")
+            subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", str(source), *video, *args, str(tmp)],
+                           check=True)
+            tmp.rename(out)
+        rows.append({**rows[0], "audio": str(out)})
+    return rows
+
+
+def build(directory: Path, long: bool = False, with_containers: bool = False) -> Path:
     """Write the corpus (files that exist are kept) and its manifest; return the manifest's path."""
     directory.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, str]] = []
@@ -184,6 +214,10 @@ def build(directory: Path, long: bool = False) -> Path:
             write_wav(path, make(60.0, 7))
         rows.append({"audio": str(path), "text": "", "language": "", "group": "no_speech"})
     rows += audioeval_clips()
+    if with_containers:
+        for language in ("zh", "en"):
+            wav = directory / f"{language}_long_3min.wav"
+            rows += containers(directory, wav, wav.with_suffix(".txt").read_text(encoding="utf-8"), language)
     manifest = directory / "manifest.jsonl"
     manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return manifest
@@ -203,8 +237,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, default=default_dir())
     ap.add_argument("--long", action="store_true", help="also the 5-minute files")
+    ap.add_argument("--containers", action="store_true", help="also the 3-minute files in other containers")
     args = ap.parse_args()
-    print(build(args.dir, args.long))
+    print(build(args.dir, args.long, args.containers))
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 WHEELS = ["ctranslate2==4.8.5", "faster-whisper==1.2.1", "av==14.2.0", "msgspec", "starlette", "uvicorn",
-          "python-multipart", "websockets", "pysubs2", "opencc"]
+          "python-multipart", "websockets", "pysubs2", "opencc", "rjieba"]
 RAY = ["ray[data]==2.60.0", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py"]
-AUDIO = ["en_long_5min", "en_long_1min", "zh_long_3min"]
+AUDIO = ["en_long_5min", "en_long_1min", "zh_long_1min", "zh_long_3min", "zh_long_5min"]
 
 
 def download(dest: Path, names: list[str]) -> None:
