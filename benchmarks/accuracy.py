@@ -123,6 +123,22 @@ def looped(text: str, size: int = 120) -> bool:
     return any(window_loops(text[i:i + size]) for i in range(0, max(1, len(text) - size // 2), size // 2))
 
 
+def key(path: str, row: dict[str, Any]) -> str:
+    """A file's name in the baseline: its language and name (the audioeval clips of several languages share names)."""
+    return f"{row['language']}/{Path(path).name}"
+
+
+def machine() -> str:
+    """The CPU's model name, where Linux says it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{platform.machine()}, {line.split(':', 1)[1].strip()}, {os.cpu_count()} CPUs"
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def sha256(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -160,7 +176,8 @@ def main() -> None:
             out[rev] = run_engine(tree, "engine", files, device, compute, args.isa)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
-    print(f"{len(files)} files on {device} ({compute}), CT2_FORCE_CPU_ISA={args.isa}, {platform.processor() or ''}")
+    print(f"{len(files)} files on {device} ({compute}), CT2_FORCE_CPU_ISA={args.isa}, {machine()}, "
+          f"{datetime.date.today().isoformat()}")
 
     result: dict[str, dict[str, Any]] = {}  # by file: errors and seconds per column
     head = " ".join(f"{c[:9]:>9}" for c in columns)
@@ -210,11 +227,11 @@ def write_baseline(path: Path, result: dict[str, dict[str, Any]], isa: str) -> N
     old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"files": {}}
     files = dict(old.get("files", {})) if old.get("isa") == isa else {}
     for p, r in result.items():
-        files[Path(p).name] = {"sha256": sha256(p), "language": r["language"], "errors": r["errors"]["hasr"],
-                               "n": r["n"]}
+        files[key(p, r)] = {"sha256": sha256(p), "language": r["language"], "errors": r["errors"]["hasr"],
+                            "n": r["n"]}
     path.write_text(json.dumps({
         "isa": isa, "ctranslate2": ctranslate2.__version__, "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()} {platform.processor()}".strip(), "margin": MARGIN,
+        "machine": machine(), "margin": MARGIN,
         "files": dict(sorted(files.items()))}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -227,13 +244,13 @@ def gate(path: Path, result: dict[str, dict[str, Any]], isa: str) -> int:
         return 0
     now: dict[str, list[tuple[str, int, int, int]]] = defaultdict(list)  # language: (file, errors, base's, n)
     for p, r in result.items():
-        b = base["files"].get(Path(p).name)
+        b = base["files"].get(key(p, r))
         if b is None:
             continue
         if b["sha256"] != sha256(p):
-            print(f"{Path(p).name}: not the audio of the baseline (another espeak-ng or ffmpeg?): left out")
+            print(f"{key(p, r)}: not the audio of the baseline (another espeak-ng or ffmpeg?): left out")
             continue
-        now[r["language"]].append((Path(p).name, r["errors"]["hasr"], b["errors"], r["n"]))
+        now[r["language"]].append((key(p, r), r["errors"]["hasr"], b["errors"], r["n"]))
     worse = 0
     print(f"\n{'language':10} {'files':>5} {'baseline':>9} {'now':>9}  (hasr; worse than the baseline by more than "
           f"{MARGIN} fails)")
