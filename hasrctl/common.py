@@ -11,29 +11,29 @@ from typing import Any
 import click
 
 from hasrctl.client import Client, Unreachable, UsageError
-from hasrd.formats import FORMATS
+from hasrd.formats import Format
 
 # the formats as a user may name them: the daemon's (and OpenAI's) names, and txt for text, as files are named
-FORMAT_NAMES = {**{f: f for f in FORMATS}, "txt": "text"}
+FORMAT_NAMES = {**{f.value: f for f in Format}, "txt": Format.TEXT}
 # -f all: every file a person keeps, as whisper's --output_format all; the json is verbose_json, the one that
 # holds the whole result (segments, words, hasr's own fields), from which every other format can be made again
-ALL_FORMATS = ("text", "srt", "vtt", "verbose_json")
+ALL_FORMATS = (Format.TEXT, Format.SRT, Format.VTT, Format.VERBOSE_JSON)
 
 
-def parse_formats(values: tuple[str, ...] | list[str], default: str = "text") -> list[str]:
-    """``-f txt,srt -f vtt`` (or ``-f all``) -> the canonical names, each once, in the order given; ``default``
-    when none is given; UsageError naming the valid ones for anything else, or for json with verbose_json (both
-    write NAME.json)."""
-    out: list[str] = []
+def parse_formats(values: tuple[str, ...] | list[str], default: Format = Format.TEXT) -> list[Format]:
+    """``-f txt,srt -f vtt`` (or ``-f all``) -> the formats, each once, in the order given; ``default`` when none
+    is given; UsageError naming the valid ones for anything else, or for json with verbose_json (both write
+    NAME.json)."""
+    out: list[Format] = []
     for value in values:
         for part in value.split(","):
             word = part.strip().lower()
-            names = list(ALL_FORMATS) if word == "all" else [FORMAT_NAMES.get(word, "")]
-            if not names[0]:
+            if word not in FORMAT_NAMES and word != "all":
                 raise UsageError(f"-f {part.strip()!r}: use txt, srt, vtt, json, verbose_json or all (several with "
                                  f"commas, or -f again)")
+            names = ALL_FORMATS if word == "all" else (FORMAT_NAMES[word],)
             out += [n for n in names if n not in out]
-    if "json" in out and "verbose_json" in out:
+    if Format.JSON in out and Format.VERBOSE_JSON in out:
         raise UsageError("-f json and verbose_json both write NAME.json: choose one")
     return out or [default]
 

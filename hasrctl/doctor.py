@@ -188,8 +188,7 @@ def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Ch
     resolve directories, faster-whisper sizes and Hugging Face repo ids in the local cache, so doctor and the
     worker agree on what is there."""
     from hasrd.errors import EngineError
-    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, fw_repo, resolve_fw, resolve_weights
-    from hasrd.modelspec import data_dir
+    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, data_dir, fw_repo, resolve_fw, resolve_weights
 
     out: list[Check] = []
     engine = settings.engine

@@ -32,7 +32,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol, cast
 
 import av
@@ -80,9 +80,6 @@ class AudioInfo:
     codec: str  # FFmpeg's decoder name, e.g. "mp3float"
     decode_s: float
     damaged: int = 0  # packets skipped because they did not decode (+1 when reading stopped early)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _path_error(code: str, path: str, what: str) -> AudioPathError:

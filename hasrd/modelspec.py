@@ -64,10 +64,6 @@ class ModelSpec:
         return {"HASR_FW_MODEL": self.fw_model} if self.fw_model else {}
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hasr" / "models"
-
-
 def _dir_mb(d: Path) -> int:
     try:
         return sum(f.stat().st_size for f in d.iterdir() if f.is_file()) // 2**20
@@ -176,7 +172,7 @@ def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
         raise errors.ModelNotFound(f"The model `{name}` does not exist: {p} is not a CTranslate2 model directory "
                                    f"(no model.bin)", param="model")
     if "/" not in name and ".." not in name:
-        local = data_dir() / name
+        local = models.data_dir() / name
         if (local / "model.bin").is_file():
             return _whisper(name, str(local), _dir_mb(local), settings)
     snap = models.hf_snapshot(models.fw_repo(name))
@@ -186,16 +182,26 @@ def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
                                f" (`hasrctl models` lists them)", param="model")
 
 
-def installed() -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Installed:
+    """A model a request may name, as /v1/models lists it: where it lives and its size, where it has them."""
+
+    id: str
+    kind: str  # default, embedded, directory or hf-cache
+    path: str | None = None
+    size_mb: int | None = None
+
+
+def installed() -> list[Installed]:
     """Every model a request may name: the default's ids, the embedded base, the data directory's models and
     the faster-whisper models in the local Hugging Face cache, each with where it lives and its size."""
-    out: list[dict[str, Any]] = [{"id": i, "kind": "default", "path": None, "size_mb": None} for i in DEFAULT_IDS]
-    out.append({"id": EMBEDDED, "kind": "embedded", "path": None, "size_mb": models.embedded_mb()})
-    root = data_dir()
+    out = [Installed(i, "default") for i in DEFAULT_IDS]
+    out.append(Installed(EMBEDDED, "embedded", size_mb=models.embedded_mb()))
+    root = models.data_dir()
     if root.is_dir():
         for d in sorted(root.iterdir()):
             if (d / "model.bin").is_file():
-                out.append({"id": d.name, "kind": "directory", "path": str(d), "size_mb": _dir_mb(d)})
+                out.append(Installed(d.name, "directory", str(d), _dir_mb(d)))
     seen: set[str] = set()
     for cache in models.hf_cache_dirs():
         if not cache.is_dir():
@@ -206,9 +212,9 @@ def installed() -> list[dict[str, Any]]:
             if repo in seen or snap is None or not (snap / "model.bin").is_file():
                 continue
             seen.add(repo)
-            out.append({"id": repo, "kind": "hf-cache", "path": str(snap), "size_mb": _dir_mb(snap)})
+            out.append(Installed(repo, "hf-cache", str(snap), _dir_mb(snap)))
     return out
 
 
 def installed_names() -> list[str]:
-    return [m["id"] for m in installed()]
+    return [m.id for m in installed()]

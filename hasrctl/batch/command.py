@@ -17,6 +17,7 @@ import click
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
 from hasrctl.batch.store import detail, rerender, store
 from hasrctl.common import engine_options, model_argument, model_hint, parse_formats, say, settings
+from hasrd.formats import Format
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
 
@@ -281,7 +282,7 @@ class Batch:
     names: dict[str, str]  # input -> output path under OUTDIR, without extension
     shown: dict[str, str]  # input -> its name in messages (under the mirrored directory)
     estimates: dict[str, float]
-    formats: list[str]
+    formats: list[Format]
     signature: dict[str, Any]  # what a rerun compares (manifest.up_to_date)
     out_root: str
     job: Any  # run.Job, less the sizes that need the cluster
@@ -295,8 +296,8 @@ class Batch:
     t0: float = field(default_factory=time.monotonic)
 
 
-def _shown_formats(formats: list[str]) -> list[str]:
-    return ["txt" if f == "text" else f for f in formats]
+def _shown_formats(formats: list[Format]) -> list[str]:
+    return ["txt" if f == Format.TEXT else f.value for f in formats]
 
 
 def _report(failed: list[tuple[str, str]], total: int) -> int:
