@@ -6,12 +6,15 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hasrctl.client import Client, Unreachable, UsageError
 from hasrd.formats import Format
+
+if TYPE_CHECKING:
+    from hasrd.options import Options
 
 # the formats as a user may name them: the daemon's (and OpenAI's) names, and txt for text, as files are named
 FORMAT_NAMES = {**{f.value: f for f in Format}, "txt": Format.TEXT}
@@ -144,16 +147,10 @@ def socket_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def engine_options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> dict[str, Any]:
+def engine_options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> Options:
     """The engine options of the transcription options (what /transcribe passes to the worker; what
     ``hasrctl batch`` gives its actors)."""
-    options: dict[str, Any] = {}
-    if prompt:
-        options["prompt"] = prompt
-    if word_timestamps:
-        options["word_timestamps"] = True
-    if translate:
-        options["task"] = "translate"
-    if model:
-        options["model"] = model
-    return options
+    from hasrd.options import Options  # msgspec: not for the commands that only ask the daemon's state
+
+    return Options(model=model or "", task="translate" if translate else "transcribe", prompt=prompt or "",
+                   word_timestamps=word_timestamps)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+import msgspec
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
 from hasrctl.batch.store import detail, rerender, store
@@ -182,7 +183,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     lang = _language(language)
     spec, engine_name, model_env = _model(model, engine)
     rules = _rules(max_line_width, max_line_count, max_cue_sec)
-    options = engine_options(prompt, word_timestamps, translate, model)
+    options = msgspec.to_builtins(engine_options(prompt, word_timestamps, translate, model))  # the manifest's JSON
     signature = json.loads(json.dumps({"model": spec.name, "engine": engine_name, "language": lang,
                                        "formats": formats, "options": options, "rules": dataclasses.asdict(rules)}))
     rn.import_ray()  # the extra is missing: say so before scanning a big tree
