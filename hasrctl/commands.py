@@ -11,8 +11,8 @@ import click
 
 from hasrctl import liveview, output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable
-from hasrctl.common import (Daemon, daemon_options, engine_options, model_argument, model_hint, parse_formats, say,
-                            settings, socket_option)
+from hasrctl.common import (Daemon, cue_rules, daemon_options, engine_options, model_argument, model_hint,
+                            parse_formats, say, settings, socket_option)
 from hasrctl.status import duration_text
 from hasrd import subtitles
 from hasrd.errors import InvalidOption
@@ -124,11 +124,7 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
     model = model_argument(model)
     language = language or settings().language or None
     options = engine_options(prompt, word_timestamps, translate, model)
-    try:
-        rules = subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
-                                      "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
-    except InvalidOption as e:
-        raise click.UsageError(e.message) from None
+    rules = cue_rules(max_line_width, max_line_count, max_cue_sec)
     plans = output.plan(list(files), formats, out, beside)
     codes: list[int] = []
     client: Client | None = None

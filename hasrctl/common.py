@@ -15,6 +15,7 @@ from hasrd.formats import Format
 
 if TYPE_CHECKING:
     from hasrd.options import Options
+    from hasrd.subtitles import CueRules
 
 # the formats as a user may name them: the daemon's (and OpenAI's) names, and txt for text, as files are named
 FORMAT_NAMES = {**{f.value: f for f in Format}, "txt": Format.TEXT}
@@ -145,6 +146,18 @@ def socket_option(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(*args, daemon=Daemon(socket_, False, 0.0), **kw)
 
     return wrapper
+
+
+def cue_rules(max_line_width: str | None, max_line_count: str | None, max_cue_sec: str | None) -> CueRules:
+    """The subtitle cue limits given (the settings' where none is), or UsageError naming the range."""
+    from hasrd import subtitles
+    from hasrd.errors import InvalidOption
+
+    try:
+        return subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
+                                     "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
+    except InvalidOption as e:
+        raise UsageError(e.message) from None
 
 
 def engine_options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> Options:

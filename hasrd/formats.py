@@ -180,33 +180,22 @@ def _cue_text(text: str) -> str:
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def _audio_end(result: Transcript) -> float | None:
-    """Where the audio ends (no cue may end later), when the result says."""
-    return _seconds(result.duration_s) or None
-
-
-def _srt(result: Transcript, rules: subtitles.CueRules | None) -> str:
-    from hasrd import subtitles
-
-    blocks = []
-    for k, cue in enumerate(subtitles.cues(segments(result), rules, _audio_end(result), result.language), 1):
-        span = f"{timestamp(cue.start)} --> {timestamp(cue.end)}"
-        blocks.append(f"{k}\n{span}\n{_cue_text(cue.text)}\n")
-    return "\n".join(blocks)
-
-
 def _vtt_escape(text: str) -> str:
     # WebVTT cue text is markup: & and < must be escaped, and "-->" may not appear at all.
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _vtt(result: Transcript, rules: subtitles.CueRules | None) -> str:
+def _subtitles(result: Transcript, rules: subtitles.CueRules | None, vtt: bool) -> str:
+    """SRT (numbered cues, ``00:00:01,000``) or WebVTT (a header, ``00:00:01.000``, escaped text); no cue ends
+    after the audio, when the result says where it ends."""
     from hasrd import subtitles
 
-    blocks = ["WEBVTT\n"]
-    for cue in subtitles.cues(segments(result), rules, _audio_end(result), result.language):
-        span = f"{timestamp(cue.start, '.')} --> {timestamp(cue.end, '.')}"
-        blocks.append(f"{span}\n{_vtt_escape(_cue_text(cue.text))}\n")
+    cues = subtitles.cues(segments(result), rules, _seconds(result.duration_s) or None, result.language)
+    sep, blocks = (".", ["WEBVTT\n"]) if vtt else (",", [])
+    for k, cue in enumerate(cues, 1):
+        span = f"{timestamp(cue.start, sep)} --> {timestamp(cue.end, sep)}"
+        text = _cue_text(cue.text)
+        blocks.append(f"{span}\n{_vtt_escape(text)}\n" if vtt else f"{k}\n{span}\n{text}\n")
     return "\n".join(blocks)
 
 
@@ -289,5 +278,5 @@ def render(result: Transcript, fmt: Format, include_logprobs: bool = False,
         case Format.VERBOSE_JSON:
             return _dumps(verbose(result))
         case Format.SRT:
-            return _srt(result, rules)
-    return _vtt(result, rules)
+            return _subtitles(result, rules, vtt=False)
+    return _subtitles(result, rules, vtt=True)
