@@ -66,13 +66,9 @@ def check(fmt: str, param: str | None = None) -> Format:
     return Format(name)
 
 
-def _seconds(value: Any) -> float:
-    """A finite, non-negative number of seconds (missing or garbage values count as 0)."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return x if math.isfinite(x) and x > 0 else 0.0
+def _seconds(value: float | None) -> float:
+    """A finite, non-negative number of seconds (a missing, negative or infinite one counts as 0)."""
+    return float(value) if value is not None and math.isfinite(value) and value > 0 else 0.0
 
 
 def _score(value: float | UnsetType) -> float | None:

@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import anyio
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from hasrd import errors
 from hasrd.pcm import PcmBuffer
@@ -120,7 +121,7 @@ class LeasedStream(StreamingResponse):
         super().__init__(content, **kw)
         self.lease, self.pcm = lease, pcm
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:

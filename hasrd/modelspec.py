@@ -22,9 +22,12 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from hasrd import errors, models
+
+if TYPE_CHECKING:
+    from hasrd.config import Settings
 
 DEFAULT_IDS = ("hasr", "whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 EMBEDDED = "base"
@@ -112,7 +115,7 @@ def gpu_need(model_mb: int, compute_type: str = "default") -> int:
     return int(GPU_OVERHEAD_MB + GPU_WEIGHT_FACTOR * weights)
 
 
-def default_spec(settings: Any) -> ModelSpec:
+def default_spec(settings: Settings) -> ModelSpec:
     engine = str(settings.engine)
     if engine in GPU_ENGINES:
         need = GPU_NEED_MB[engine]
@@ -128,13 +131,13 @@ def default_spec(settings: Any) -> ModelSpec:
     return ModelSpec(name, engine, "", need, gpu_only=gpu_only, gpu_need_mb=on_gpu)
 
 
-def _whisper(name: str, fw_model: str, model_mb: int, settings: Any) -> ModelSpec:
+def _whisper(name: str, fw_model: str, model_mb: int, settings: Settings) -> ModelSpec:
     engine = "fake" if settings.engine == "fake" else "whisper"  # tests: the fake engine stands in for each
     on_gpu = gpu_need(model_mb, str(settings.fw_compute_type)) if engine == "whisper" else 0
     return ModelSpec(name, engine, fw_model, _cpu_need(model_mb), gpu_need_mb=on_gpu)
 
 
-def resolve(name: str, settings: Any, *, trusted: bool = True) -> ModelSpec:
+def resolve(name: str, settings: Settings, *, trusted: bool = True) -> ModelSpec:
     """The model a request names, or ModelNotFound (404) saying what this daemon has.
 
     ``trusted``: the caller may name files (the daemon's own user or root). Any other caller (over TCP, a
@@ -151,7 +154,7 @@ def resolve(name: str, settings: Any, *, trusted: bool = True) -> ModelSpec:
                                    param="model") from None
 
 
-def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
+def _resolve(name: str, settings: Settings, trusted: bool) -> ModelSpec:
     if name in ("",) + DEFAULT_IDS:
         return default_spec(settings)
     if name in (EMBEDDED, "embedded"):
