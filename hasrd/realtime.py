@@ -93,7 +93,7 @@ class Live:
         self.closed = False
         self.close_code = 1000
         self.session: LiveSession | None = None
-        self.runner: asyncio.Future[None] | None = None
+        self.task: asyncio.Future[None] | None = None  # run(), the session's own task
         self.stopping = False
 
     def item(self, seg: int) -> str:
@@ -342,8 +342,8 @@ class Live:
         if not self.stopping:
             self.stopping = True
             self.inbox.put_nowait(("stop", None))  # wakes next_input, which then says "stop"
-            if self.session is None and self.runner is not None:
-                self.runner.cancel()
+            if self.session is None and self.task is not None:
+                self.task.cancel()
         return WIND_DOWN_CAP * self.d.settings.stop_grace_sec
 
     async def wind_down(self, session: LiveSession) -> None:
@@ -414,11 +414,11 @@ async def realtime(ws: WebSocket) -> None:
     ws.scope[SHUTDOWN_HOOK] = live.on_shutdown
     sender = asyncio.ensure_future(live.sender())
     reader = asyncio.ensure_future(live.reader())
-    live.runner = runner = asyncio.ensure_future(live.run())
+    live.task = task = asyncio.ensure_future(live.run())
     try:
-        await runner
+        await task
     except asyncio.CancelledError:
-        if not (live.stopping and runner.cancelled()):
+        if not (live.stopping and task.cancelled()):
             raise
         live.stopped(False)  # it had not started: nothing was in flight
     except Exception:
