@@ -33,8 +33,8 @@ YES = ("true", "1", "yes")
 
 
 class Form(msgspec.Struct, kw_only=True):
-    """The form's text fields as they arrive (the upload, ``file``, apart); a field hasr does not know, or knows
-    and ignores (``chunking_strategy``), is left out."""
+    """The form's text fields as they arrive (the upload, ``file``, apart; the cue limits are read by
+    subtitles.rules_from); a field hasr does not know, or knows and ignores (``chunking_strategy``), is left out."""
 
     model: str = ""
     response_format: str = ""
@@ -44,9 +44,6 @@ class Form(msgspec.Struct, kw_only=True):
     stream: str = ""
     hasr_events: str = ""
     path: str = ""
-    max_line_width: str = ""
-    max_line_count: str = ""
-    max_cue_sec: str = ""
     include: list[str] = msgspec.field(default_factory=list, name="include[]")
     granularities: list[str] = msgspec.field(default_factory=list, name="timestamp_granularities[]")
 
@@ -117,7 +114,7 @@ async def parse(d: Daemon, request: Request, form: FormData, task: Literal["tran
         raise errors.BadRequest(f"the form's text fields must be text: {e}") from None
     spec = resolve_model(d, request, got.model)
     fmt = formats.check(got.response_format or "json", param="response_format")
-    rules = subtitles.rules_from(msgspec.structs.asdict(got), subtitles.configured(d.settings))
+    rules = subtitles.rules_from(fields, subtitles.configured(d.settings))  # max_line_width ... as they came
     language = check_language(got.language or d.settings.language, param="language")
     # word probabilities are the logprobs faster-whisper has
     options = Options(task=task, prompt=got.prompt, temperature=_temperature(got.temperature),
