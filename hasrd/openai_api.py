@@ -116,9 +116,9 @@ async def parse(d: Daemon, request: Request, form: FormData, task: Literal["tran
     fmt = formats.check(got.response_format or "json", param="response_format")
     rules = subtitles.rules_from(fields, subtitles.configured(d.settings))  # max_line_width ... as they came
     language = check_language(got.language or d.settings.language, param="language")
-    # word probabilities are the logprobs faster-whisper has
+    logprobs = "logprobs" in got.include  # word probabilities are the logprobs faster-whisper has
     options = Options(task=task, prompt=got.prompt, temperature=_temperature(got.temperature),
-                      word_timestamps="word" in got.granularities or "logprobs" in got.include)
+                      word_timestamps="word" in got.granularities or logprobs)
     if isinstance(upload, UploadFile):
         job = Job(upload.file, shown(upload.filename or "upload"), language, options, spec)
     elif got.path:
@@ -126,8 +126,7 @@ async def parse(d: Daemon, request: Request, form: FormData, task: Literal["tran
     else:
         raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required",
                                   param="file")
-    return Transcription(job, fmt, "logprobs" in got.include, rules, got.stream.lower() in YES,
-                         got.hasr_events.lower() in YES)
+    return Transcription(job, fmt, logprobs, rules, got.stream.lower() in YES, got.hasr_events.lower() in YES)
 
 
 def _temperature(raw: str) -> float:
