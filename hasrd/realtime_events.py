@@ -17,7 +17,7 @@ from typing import Any
 
 import av
 
-from hasrd.audio import frames_bytes, s16_mono_frame
+from hasrd.resample import frames_bytes, s16_mono_frame
 from hasrd.languages import UnknownLanguage, resolve
 from hasrd import errors
 from hasrd.modelspec import ModelSpec
