@@ -17,7 +17,6 @@ from hasrd.languages import is_mark, spaced
 
 if TYPE_CHECKING:  # the CLI imports this module at start (FORMATS): subtitles and msgspec load when used
     from hasrd import subtitles
-    from hasrd.audio import AudioInfo
     from hasrd.transcript import Transcript, UnsetType
 
 
@@ -240,14 +239,14 @@ def verbose(result: Transcript) -> dict[str, Any]:
     return doc
 
 
-def annotate(result: Transcript, *, audio_path: str | None, language: str, info: AudioInfo) -> Transcript:
+def annotate(result: Transcript, *, audio_path: str | None, language: str, duration_s: float) -> Transcript:
     """The fields the daemon adds to a worker's result (the file shown, the language asked, the decoded
     duration), in one place for the daemon's jobs and ``hasrctl batch``'s actors."""
     result.audio_path = audio_path
     if not result.language:
         result.language = language
     if result.duration_s is None:
-        result.duration_s = info.duration_s
+        result.duration_s = duration_s
     return result
 
 

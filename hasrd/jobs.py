@@ -68,7 +68,7 @@ async def run_job(d: Daemon, pcm: PcmBuffer, info: AudioInfo, job: Job, *, lease
     finally:
         pcm.close()
     annotate(result, audio_path=shown(job.source) if isinstance(job.source, str) else None, language=job.language,
-             info=info)
+             duration_s=info.duration_s)
     decode_s = round(info.decode_s, 4)
     result.timings.decode_s = decode_s
     result.timings.total_s = round(time.monotonic() - t0 + decode_s, 4)

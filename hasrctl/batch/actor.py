@@ -133,7 +133,7 @@ class Transcriber:
         t1 = time.monotonic()
         result = script.result(self.engine.transcribe(pcm, self.language, dict(self.options), emit, lambda: False))
         result.timings.total_s = round(time.monotonic() - t1, 4)
-        formats.annotate(result, audio_path=path, language=self.language, info=info)
+        formats.annotate(result, audio_path=path, language=self.language, duration_s=info.duration_s)
         return result, decode_s
 
 
