@@ -11,13 +11,14 @@ import click
 
 from hasrctl import liveview, output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable
-from hasrctl.common import (Daemon, daemon_options, engine_options, model_argument, model_hint, parse_formats, say,
-                            settings, socket_option)
+from hasrctl.common import (Daemon, cue_rules, daemon_options, engine_options, model_argument, model_hint,
+                            parse_formats, say, settings, socket_option)
 from hasrctl.status import duration_text
 from hasrd import subtitles
 from hasrd.errors import InvalidOption
 from hasrd.formats import lines, render
-from hasrd.transcript import from_json
+from hasrd.options import Options
+from hasrd.transcript import Transcript
 
 
 def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
@@ -34,21 +35,21 @@ def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
     return terminal.View(), False
 
 
-def _summary(name: str, result: dict[str, Any], took: float, targets: list[Path]) -> str:
-    audio = float(result.get("duration_s") or 0.0)
+def _summary(name: str, result: Transcript, took: float, targets: list[Path]) -> str:
+    audio = result.duration_s or 0.0
     speed = f", {audio / took:.1f}x real time" if took > 0 and audio > 0 else ""
     where = f" -> {', '.join(map(str, targets))}" if targets else ""
     return f"{name}: ok, {audio:.1f} s of audio in {took:.2f} s{speed}{_language(result)}{where}"
 
 
-def _language(result: dict[str, Any]) -> str:
+def _language(result: Transcript) -> str:
     """", Chinese (detected, p=0.91)" when the engine chose the language, ", Chinese" when it was given."""
-    name = result.get("language") or result.get("language_code")
+    name = result.language or result.language_code
     if not name:
         return ""
-    if result.get("language_detected"):
-        p = result.get("language_probability")
-        return f", {name} (detected" + (f", p={float(p):.2f})" if p is not None else ")")
+    if result.language_detected:
+        p = result.language_probability
+        return f", {name} (detected" + (f", p={p:.2f})" if isinstance(p, float) else ")")
     return f", {name}"
 
 
@@ -123,11 +124,7 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
     model = model_argument(model)
     language = language or settings().language or None
     options = engine_options(prompt, word_timestamps, translate, model)
-    try:
-        rules = subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
-                                      "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
-    except InvalidOption as e:
-        raise click.UsageError(e.message) from None
+    rules = cue_rules(max_line_width, max_line_count, max_cue_sec)
     plans = output.plan(list(files), formats, out, beside)
     codes: list[int] = []
     client: Client | None = None
@@ -152,11 +149,7 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
             t0 = time.monotonic()
             result = _transcribe(client, item, language, view, options)
             # every format from the one result, as the daemon sent it
-            try:
-                doc = from_json(result)
-            except ValueError as e:  # a daemon of another version
-                raise CliError(str(e)) from None
-            texts = {fmt: lines(doc) if fmt == "text" else render(doc, fmt, rules=rules) for fmt in formats}
+            texts = {fmt: lines(result) if fmt == "text" else render(result, fmt, rules=rules) for fmt in formats}
             unwritten = [why for fmt, target in item.targets if (why := _write(target, texts[fmt], force))]
             if unwritten:
                 raise CliError("; ".join(unwritten))
@@ -227,7 +220,7 @@ def _keep_partial(e: CliError, item: Any, quiet: bool) -> None:
 
 
 def _transcribe(client: Client, item: output.Plan, language: str | None, view: terminal.View,
-                options: dict[str, Any] | None = None) -> dict[str, Any]:
+                options: Options | None = None) -> Transcript:
     from hasrctl import transcribe as tr
 
     try:

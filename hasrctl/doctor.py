@@ -188,8 +188,7 @@ def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Ch
     resolve directories, faster-whisper sizes and Hugging Face repo ids in the local cache, so doctor and the
     worker agree on what is there."""
     from hasrd.errors import EngineError
-    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, fw_repo, resolve_fw, resolve_weights
-    from hasrd.modelspec import data_dir
+    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, data_dir, fw_repo, resolve_fw, resolve_weights
 
     out: list[Check] = []
     engine = settings.engine
@@ -283,22 +282,21 @@ def daemon_checks(socket_opt: str | None) -> list[Check]:
 
 
 def tray_checks() -> list[Check]:
-    """Whether ``hasr-tray`` can run with this interpreter (tray.deps: Tk for Python, the tray extra), which
+    """Whether ``hasr-tray`` can run with this interpreter (traydeps: Tk for Python, the tray extra), which
     icon backend it would pick, and whether an autostart entry would fail at every login."""
     from hasrctl.install import autostart_path
-    from tray import deps
-    from tray.app import choose_backend
+    from hasrctl import traydeps
 
-    parts = deps.parts()
+    parts = traydeps.parts()
     lacking = [p for p in parts if p.needed and not p.ok]
     entry = autostart_path()
     if lacking:
         starts = f"; its autostart entry {entry} fails at every login" if entry.is_file() else ""
         also = (f"; or remove {entry} (hasrctl setup takes back its own while the tray cannot run)" if starts
                 else "; only the tray needs it, not the daemon or hasrctl")
-        return [Check("fail" if starts else "warn", f"tray: hasr-tray cannot run: {deps.reason(lacking)}{starts}",
-                      deps.fix(lacking) + also)]
-    backend = choose_backend(os.environ)
+        return [Check("fail" if starts else "warn",
+                      f"tray: hasr-tray cannot run: {traydeps.reason(lacking)}{starts}", traydeps.fix(lacking) + also)]
+    backend = traydeps.choose_backend(os.environ)
     how = {"xorg": "the plain X tray icon: no menu, a left click opens the drop window",
            "appindicator": "AppIndicator: the icon has a menu"}.get(backend, backend)
     out = [Check("ok", f"tray: hasr-tray can run ({how})"

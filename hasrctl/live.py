@@ -137,7 +137,7 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
             doc = from_json(result)
         except ValueError as e:  # a daemon of another version
             raise CliError(str(e)) from None
-        text = formats.render(doc, fmt) if fmt != "text" else "\n".join(doc.texts()) + "\n"
+        text = formats.render(doc, formats.Format(fmt)) if fmt != "text" else "\n".join(doc.texts()) + "\n"
         Path(output).write_text(text, encoding="utf-8")
     return EXIT_OK
 

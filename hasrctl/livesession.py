@@ -29,7 +29,7 @@ PIECE = RATE * 16 // 100  # 160 ms
 
 
 def _to_pcm16(resampler: Any, frame: Any) -> bytes:
-    from hasrd.audio import frames_bytes
+    from hasrd.resample import frames_bytes
 
     return frames_bytes(resampler.resample(frame), 2)
 
@@ -114,7 +114,7 @@ def _recorded(sd: Any, dev: Any, rate: int, stop: threading.Event) -> Iterator[b
 def _pcm(stream: Any, q: queue.Queue[bytes], rate: int, stop: threading.Event) -> Iterator[bytes]:
     import av
 
-    from hasrd.audio import s16_mono_frame
+    from hasrd.resample import s16_mono_frame
 
     resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
     with stream:

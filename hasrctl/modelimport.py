@@ -103,7 +103,7 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     if problem:
         raise UsageError(f"cannot import {arg}: {problem}")
     name = check_name(name if name is not None else default_name(src), given=name is not None)
-    root = modelspec.data_dir()
+    root = models.data_dir()
     dest = root / name
     if os.path.lexists(dest):
         what = ("a model of that name is installed there" if (dest / "model.bin").is_file()

@@ -22,9 +22,8 @@ from starlette.responses import Response, StreamingResponse
 
 from hasrd import __version__, errors, gpu
 from hasrd import protocol as proto
-from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl, preload,
-                           resolve_model, shown)
-from hasrd.intake import check_path, read_json
+from hasrd.context import Daemon, JSONResponse, check_access, check_language, jsonl, preload, resolve_model
+from hasrd.intake import read_json
 from hasrd.jobevents import StreamEvent, to_json
 from hasrd.lifecycle import KeepAlive
 from hasrd.modelspec import ModelSpec
@@ -33,38 +32,6 @@ from hasrd.options import parse as parse_options
 log = logging.getLogger("hasrd.api")
 
 MAX_KEEP_ALIVE_SEC = 366 * 86400  # a year: longer is "for ever" (keep_alive < 0)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ---- seed-compatible ----------------------------------------------------------------------------------------
@@ -105,22 +72,17 @@ async def transcribe(request: Request) -> Response:
     options = parse_options(body.get("options"))  # every option checked here, once: no worker wakes for a bad one
     spec = resolve_model(d, request, options.model or str(body.get("model") or ""))
     check_language(language)
-    check_path_access(d, request)
-    await check_path(path)
     await preload("hasrd.jobs")  # the job pipeline (formats, subtitles): not imported by a daemon that only idles
     from hasrd.jobs import Job, admitted
 
-    name = shown(os.path.basename(path))
-    job = Job(name=name, audio_path=path, language=language, options=options, model=spec)
+    job = await Job.of_file(d, request, path, language, options, spec)
     stream = "application/x-ndjson" in request.headers.get("accept", "")
-    return await admitted(d, request, path, job, ndjson if stream else None, "application/x-ndjson", JSONResponse)
+    return await admitted(d, request, job, ndjson if stream else None, "application/x-ndjson", JSONResponse)
 
 
 def ndjson(ev: StreamEvent) -> bytes:
     """/transcribe's stream: one JSON event a line (jobevents.to_json's shapes)."""
     return jsonl(to_json(ev))
-
-
 
 
 # ---- lifecycle ----------------------------------------------------------------------------------------------
@@ -217,15 +179,3 @@ async def events(request: Request) -> Response:
 async def version(request: Request) -> Response:
     check_access(request.app.state.daemon, request)
     return JSONResponse({"version": __version__, "protocol": proto.PROTOCOL_VERSION, "pid": os.getpid()})
-
-
-
-
-
-
-
-
-
-
-
-

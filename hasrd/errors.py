@@ -85,13 +85,13 @@ class InvalidAudio(BadRequest):
 
 
 class AudioPathError(InvalidAudio):
-    """A named audio file cannot be used; the code says why (see audio.PATH_CODES)."""
+    """A named audio file cannot be used; the code says why (AUDIO_PATH_CODES below)."""
 
     code = "file_not_found"
 
 
 class AudioDecodeError(InvalidAudio):
-    """The bytes are not audio FFmpeg can decode, or hold no audio (see audio.DECODE_CODES)."""
+    """The bytes are not audio FFmpeg can decode, or hold no audio (AUDIO_DECODE_CODES below)."""
 
     code = "undecodable"
 

@@ -205,8 +205,8 @@ def _where(fw: str) -> list[Path]:
     p = Path(fw).expanduser()
     if p.is_absolute():
         return [Path(os.path.normpath(p))]
-    if "/" not in fw and (modelspec.data_dir() / fw / "model.bin").is_file():
-        return [modelspec.data_dir() / fw]
+    if "/" not in fw and (models.data_dir() / fw / "model.bin").is_file():
+        return [models.data_dir() / fw]
     repo = models.fw_repo(fw)
     return [repo_dir(c, repo) for c in models.hf_cache_dirs() if repo_dir(c, repo).is_dir()]
 
@@ -230,7 +230,7 @@ def locate(name: str, settings: Any) -> Target:
     if name in (modelspec.EMBEDDED, "embedded"):
         raise errors.BadRequest("`base` is the embedded whisper base: it ships with hasr (its Python package) "
                                 "and cannot be removed", param="model")
-    data = modelspec.data_dir()
+    data = models.data_dir()
     p = Path(name)
     target: Target | None = None
     if p.is_absolute():

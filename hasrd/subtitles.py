@@ -38,11 +38,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hasrd.errors import InvalidOption
 from hasrd import textwords
 from hasrd.textwords import is_cjk, is_cjk_text, reading_chars
+
+if TYPE_CHECKING:
+    from hasrd.config import Settings
 
 LATIN_WIDTH = 42
 CJK_WIDTH = 16
@@ -130,7 +133,7 @@ def rules_from(options: Mapping[str, Any], defaults: CueRules | None = None) -> 
                     max_cue_sec=values.get("max_cue_sec", base.max_cue_sec))
 
 
-def configured(settings: Any) -> CueRules:
+def configured(settings: Settings) -> CueRules:
     """The daemon's (or the CLI's) defaults: HASR_MAX_LINE_WIDTH, HASR_MAX_LINE_COUNT, HASR_MAX_CUE_SEC."""
     try:
         return rules_from({name: getattr(settings, name) for name in OPTIONS})

@@ -14,7 +14,7 @@ import pytest
 os.environ.setdefault("PYSTRAY_BACKEND", "dummy")  # importing pystray without DISPLAY raises otherwise
 
 from tray import icons, menu, output, settings  # noqa: E402
-from tray.app import choose_backend  # noqa: E402
+from hasrctl.traydeps import choose_backend  # noqa: E402
 from tray.client import DaemonDown, DaemonError  # noqa: E402
 from tray.jobs import DONE, FAILED, Jobs, event_detail  # noqa: E402
 from tray.state import ASLEEP, BROKEN, DOWN, Link, from_health, is_quiet, listening, view  # noqa: E402

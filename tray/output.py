@@ -12,14 +12,10 @@ from typing import Any
 
 from hasrctl.output import create_new, kept_dir
 from hasrd import formats
+from hasrd.formats import Format
 
-# tray format -> (hasrd.formats name, file extension). "json" is the full verbose_json document.
-FORMATS: dict[str, tuple[str, str]] = {
-    "txt": ("text", "txt"),
-    "srt": ("srt", "srt"),
-    "vtt": ("vtt", "vtt"),
-    "json": ("verbose_json", "json"),
-}
+# tray format -> hasrd's format (its extension the tray format's name). "json" is the full verbose_json document.
+FORMATS = {"txt": Format.TEXT, "srt": Format.SRT, "vtt": Format.VTT, "json": Format.VERBOSE_JSON}
 MAX_TRIES = 1000
 
 
@@ -42,14 +38,14 @@ def render(result: dict[str, Any], fmt: str) -> str:
     sentence a line."""
     from hasrd.transcript import from_json
 
-    name = FORMATS[check_format(fmt)][0]
+    name = FORMATS[check_format(fmt)]
     doc = from_json(result)
-    return formats.lines(doc) if name == "text" else formats.render(doc, name)
+    return formats.lines(doc) if name == Format.TEXT else formats.render(doc, name)
 
 
 def candidates(src: Path, fmt: str, folder: Path | None = None) -> list[Path]:
     """Output names in order of preference: ``stem.ext``, ``stem-1.ext``, ``stem-2.ext``, ..."""
-    ext = FORMATS[check_format(fmt)][1]
+    ext = FORMATS[check_format(fmt)].extension
     where = folder if folder is not None else src.parent
     stem = src.stem if src.suffix else src.name
     return [where / f"{stem}.{ext}"] + [where / f"{stem}-{i}.{ext}" for i in range(1, MAX_TRIES)]

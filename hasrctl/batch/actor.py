@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from hasrd import __version__
+from hasrd.formats import Format
 from hasrd.transcript import Transcript, to_json
 
 
@@ -31,11 +32,11 @@ class _Dropped:
         pass
 
 
-def render_all(result: Transcript, formats: list[str], rules: Any) -> dict[str, str]:
+def render_all(result: Transcript, formats: list[Format], rules: Any) -> dict[str, str]:
     """Each format's text, as ``hasrctl transcribe -f FORMAT`` writes it (txt: one sentence a line)."""
     from hasrd.formats import lines, render
 
-    return {fmt: lines(result) if fmt == "text" else render(result, fmt, rules=rules) for fmt in formats}
+    return {fmt: lines(result) if fmt == Format.TEXT else render(result, fmt, rules=rules) for fmt in formats}
 
 
 JOB_VAR = "HASR_BATCH_JOB"
@@ -56,7 +57,8 @@ class Transcriber:
         from hasrd.worker.serve import load_settings
 
         job = json.loads(os.environ[JOB_VAR])
-        self.language, self.options, self.formats = str(job["language"]), dict(job["options"]), list(job["formats"])
+        self.language, self.options = str(job["language"]), dict(job["options"])
+        self.formats = [Format(f) for f in job["formats"]]
         self.rules = CueRules(**job["rules"])
         self.model = str(job["model"])
         engine = str(job["engine"])
@@ -131,7 +133,7 @@ class Transcriber:
         t1 = time.monotonic()
         result = script.result(self.engine.transcribe(pcm, self.language, dict(self.options), emit, lambda: False))
         result.timings.total_s = round(time.monotonic() - t1, 4)
-        formats.annotate(result, audio_path=path, language=self.language, info=info.to_json())
+        formats.annotate(result, audio_path=path, language=self.language, duration_s=info.duration_s)
         return result, decode_s
 
 

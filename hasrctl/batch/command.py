@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+import msgspec
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
 from hasrctl.batch.store import detail, rerender, store
-from hasrctl.common import engine_options, model_argument, model_hint, parse_formats, say, settings
+from hasrctl.common import cue_rules, engine_options, model_argument, model_hint, parse_formats, say, settings
+from hasrd.formats import Format
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
 
@@ -43,17 +45,6 @@ def _language(language: str | None) -> str:
         except UnknownLanguage as e:
             raise UsageError(f"--language: {e}") from None
     return language
-
-
-def _rules(max_line_width: str | None, max_line_count: str | None, max_cue_sec: str | None) -> Any:
-    from hasrd import subtitles
-    from hasrd.errors import InvalidOption
-
-    try:
-        return subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
-                                     "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
-    except InvalidOption as e:
-        raise UsageError(e.message) from None
 
 
 def _failed_row(path: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
@@ -180,8 +171,8 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     model = model_argument(model)
     lang = _language(language)
     spec, engine_name, model_env = _model(model, engine)
-    rules = _rules(max_line_width, max_line_count, max_cue_sec)
-    options = engine_options(prompt, word_timestamps, translate, model)
+    rules = cue_rules(max_line_width, max_line_count, max_cue_sec)
+    options = msgspec.to_builtins(engine_options(prompt, word_timestamps, translate, model))  # the manifest's JSON
     signature = json.loads(json.dumps({"model": spec.name, "engine": engine_name, "language": lang,
                                        "formats": formats, "options": options, "rules": dataclasses.asdict(rules)}))
     rn.import_ray()  # the extra is missing: say so before scanning a big tree
@@ -281,7 +272,7 @@ class Batch:
     names: dict[str, str]  # input -> output path under OUTDIR, without extension
     shown: dict[str, str]  # input -> its name in messages (under the mirrored directory)
     estimates: dict[str, float]
-    formats: list[str]
+    formats: list[Format]
     signature: dict[str, Any]  # what a rerun compares (manifest.up_to_date)
     out_root: str
     job: Any  # run.Job, less the sizes that need the cluster
@@ -295,8 +286,8 @@ class Batch:
     t0: float = field(default_factory=time.monotonic)
 
 
-def _shown_formats(formats: list[str]) -> list[str]:
-    return ["txt" if f == "text" else f for f in formats]
+def _shown_formats(formats: list[Format]) -> list[str]:
+    return ["txt" if f == Format.TEXT else f.value for f in formats]
 
 
 def _report(failed: list[tuple[str, str]], total: int) -> int:
