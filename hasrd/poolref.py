@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from hasrd import placement
 from hasrd.lifecycle import SETTING, KeepAlive, State
 from hasrd.modelspec import ModelSpec
-from hasrd.runner import Runner
+from hasrd.runnerapi import PoolRunner
 
 
 @dataclass(eq=False)
@@ -21,7 +21,7 @@ class RunnerRef:
     key: int
     spec: ModelSpec
     device: str
-    runner: Runner
+    runner: PoolRunner
     need_mb: int
     last_used: float
     capacity: int = 1  # jobs its worker may hold at once (HASR_WORKER_PARALLEL for its device)
@@ -45,7 +45,7 @@ class RunnerRef:
     def coming(self) -> bool:
         """It will take memory the device's free figure does not show yet: loading, or about to."""
         r = self.runner
-        return r.state == State.STARTING or (r.worker is None and self.refs > 0
+        return r.state == State.STARTING or (r.pid is None and self.refs > 0
                                              and r.state in (State.STOPPED, State.BACKOFF))
 
 

@@ -36,32 +36,31 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from hasrd import errors, gpu, placement, policy
+from hasrd import errors, gpu, placement
 from hasrd.config import Settings
 from hasrd.jobevents import EventSink, Loading
+from hasrd.expiry import Expiry
 from hasrd.lifecycle import SETTING, KeepAlive, State
 from hasrd.modelspec import ModelSpec
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.poolref import Lease, RunnerRef, Waiter
-from hasrd.poolstatus import WorkerView, pool_json, pool_state, rss_mb, worker_row
-from hasrd.runner import Runner
+from hasrd.poolstatus import pool_state, pool_status
+from hasrd.runnerapi import MakeRunner, RunnerHooks
+from hasrd.status import PoolStatus
 from hasrd.waitqueue import WaitQueue
 from hasrd.workerlive import LiveSession
 from hasrd.transcript import Transcript, WorkerInfo
 
 log = logging.getLogger("hasrd.scheduler")
 
-MakeRunner = Callable[[ModelSpec, str], Runner]
-"""(model, device) -> a stopped runner for that model on that device ("cpu" or a GPU UUID). The pool wires its
-``on_change`` and ``waiters``."""
 Inventory = Callable[[], list[placement.Device]]
 
 
 class Pool:
     def __init__(self, settings: Settings, make_runner: MakeRunner, default: ModelSpec, *,
                  inventory: Inventory, max_workers: int, clock: Callable[[], float] = time.monotonic,
-                 on_change: Callable[[dict[str, Any]], None] | None = None,
+                 on_change: Callable[[PoolStatus], None] | None = None,
                  default_device: str = placement.CPU) -> None:
         """``default_device``: where the default model's workers run ("cpu" or a GPU UUID), for the admission
         bound (how many jobs the workers may hold)."""
@@ -82,6 +81,8 @@ class Pool:
         self.measured: dict[str, int] = {}  # model key -> MB a loaded worker of it held
         self.holding: dict[str, int] = {}  # model key -> admitted requests for it
         self.withdrawn: dict[str, str] = {}  # model key -> why its requests are refused now (a delete runs)
+        self.expiry = Expiry(settings.idle_ttl_sec, clock, held=lambda key: self.holding.get(key, 0),
+                             closing=lambda: self.closing, expired=self._retire)
         self._keys = itertools.count(1)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -114,7 +115,7 @@ class Pool:
         self.holding[key] = self.holding.get(key, 0) + 1
         self._idle.clear()
         for ref in self._of(key):
-            self._expiry(ref)
+            self.expiry.arm(ref)
         self._changed()
         return Lease(lambda: self._release_lease(key))
 
@@ -145,7 +146,7 @@ class Pool:
             self._idle.set()
         for ref in self._of(key):
             ref.last_used = max(ref.last_used, self.last_used)  # held while the request lasted: counts from now
-            self._expiry(ref)
+            self.expiry.arm(ref)
         self._changed()
 
     @contextlib.asynccontextmanager
@@ -205,17 +206,17 @@ class Pool:
             ref = self._new_ref(spec, d.device, after)  # after an eviction it loads once the memory is back
         ref.refs += 1
         ref.free.clear()
-        self._expiry(ref)
+        self.expiry.arm(ref)
         return ref
 
     def _new_ref(self, spec: ModelSpec, device: str, after: asyncio.Future[None] | None) -> RunnerRef:
-        key, runner = next(self._keys), self.make_runner(spec, device)
+        key = next(self._keys)
+        runner = self.make_runner(spec, device, RunnerHooks(on_change=lambda: self._runner_changed(key),
+                                                            waiting=lambda: len(self.waiting)))
         estimate = spec.gpu_need_mb if spec.gpu_need_mb and device != placement.CPU else spec.need_mb
         ref = RunnerRef(key, spec, device, runner, self.measured.get(spec.key) or estimate, self.clock(),
                         capacity=placement.parallel_for(device, self.s.worker_parallel), after=after)
         ref.free.set()
-        runner.on_change = lambda: self._runner_changed(ref)
-        runner.waiters = lambda: len(self.waiting)
         if self.killed:  # a waiter handed a new worker during a forced exit hears shutting_down, not a load
             runner.kill("the daemon was stopped before the work finished")
         self.refs[key] = ref
@@ -242,7 +243,7 @@ class Pool:
         except asyncio.TimeoutError:
             if w.fut.done() and not w.fut.cancelled() and w.fut.exception() is None:
                 self._release(w.fut.result())  # handed a worker just as the wait ran out
-            busy = ", ".join(sorted({j.name for r in self.refs.values() for j in r.runner.jobs.values()}))
+            busy = ", ".join(sorted({j.name for r in self.refs.values() for j in r.runner.status().jobs}))
             raise errors.QueueFull(f"every worker is full ({busy or 'loading'}): this live session waited "
                                    f"{max_wait:g} s (HASR_LIVE_QUEUE_SEC); try again once one has room",
                                    retry_after=5) from None
@@ -275,7 +276,7 @@ class Pool:
         self.last_used = ref.last_used = self.clock()
         if ref.refs == 0:
             ref.free.set()
-        self._expiry(ref)
+        self.expiry.arm(ref)
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -302,24 +303,25 @@ class Pool:
         """Workers that stopped (a death not retried) and serve nobody leave the pool."""
         for key, r in list(self.refs.items()):
             if r.refs == 0 and r.retiring is None and r.runner.state == State.STOPPED:
-                self._disarm(r)
+                self.expiry.disarm(r)
                 del self.refs[key]
 
-    def _runner_changed(self, ref: RunnerRef) -> None:
-        state = ref.runner.state
-        if state != ref.last_state:
-            ref.last_state = state
+    def _runner_changed(self, key: int) -> None:
+        ref = self.refs.get(key)  # None: it left the pool, stopped; what it says now is only published
+        if ref is not None and ref.runner.state != ref.last_state:
+            state = ref.last_state = ref.runner.state
             invalidate = getattr(self.inventory, "invalidate", None)
             if invalidate is not None:  # a worker loaded or stopped: the free memory moved
                 invalidate()
+            pid = ref.runner.pid
             if state == State.READY:
                 ref.last_used = self.clock()
-                self._expiry(ref)
-                if ref.device != placement.CPU and ref.runner.worker is not None:
-                    self._spawn_task(self._measure(ref, ref.runner.worker.pid), f"hasr-measure-{ref.key}")
+                self.expiry.arm(ref)
+                if ref.device != placement.CPU and pid is not None:
+                    self._spawn_task(self._measure(ref, pid), f"hasr-measure-{ref.key}")
             else:
                 ref.held_mb = 0
-                self._disarm(ref)
+                self.expiry.disarm(ref)
             if state == State.STOPPING:  # the keep-alive was this worker's
                 ref.keep_alive = SETTING
             if state in (State.STOPPED, State.FATAL):
@@ -332,7 +334,7 @@ class Pool:
         """A GPU worker's memory once it is ready (NVML, its process group): it replaces the estimate for this
         worker's seat and for its model's next worker."""
         held = await asyncio.to_thread(gpu.group_vram_mb, pid)
-        if held and ref.runner.worker is not None and ref.runner.worker.pid == pid:
+        if held and ref.runner.pid == pid:
             ref.held_mb = held
             self.measured[ref.spec.key] = held
             self._changed()
@@ -344,46 +346,12 @@ class Pool:
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
 
-    # ---- keep-alive and expiry: one timer per worker, armed while nothing holds it --------------------------
-
-    def ttl(self, ref: RunnerRef) -> float | None:
-        return ref.keep_alive.ttl(self.s.idle_ttl_sec)
-
-    def expires_in(self, ref: RunnerRef) -> float | None:
-        """Seconds until the TTL stops ``ref``'s worker (None: not loaded, held, or kept alive for ever)."""
-        if ref.runner.state != State.READY or ref.retiring is not None:
-            return None
-        return policy.unload_in(self.clock(), ref.last_used, self.ttl(ref),
-                                ref.refs + self.holding.get(ref.spec.key, 0))
-
-    def _disarm(self, ref: RunnerRef) -> None:
-        if ref.timer is not None:
-            ref.timer.cancel()
-            ref.timer = None
-
-    def _expiry(self, ref: RunnerRef) -> None:
-        """(Re)arm ``ref``'s timer from what holds it now; disarmed while anything does."""
-        self._disarm(ref)
-        left = self.expires_in(ref)
-        if left is not None and not self.closing:
-            ref.timer = asyncio.get_running_loop().call_later(max(0.0, left), self._expired, ref)
-
-    def _expired(self, ref: RunnerRef) -> None:
-        ref.timer = None
-        left = self.expires_in(ref)
-        if left is None:
-            return
-        if left > 0:  # the clock moved differently from the loop's timer
-            self._expiry(ref)
-            return
-        log.info("worker %d idle for %.1f s (ttl %s): unloading", ref.key, self.clock() - ref.last_used,
-                 self.ttl(ref))
-        self._retire(ref)
+    # ---- stopping a worker: its TTL ran out, an unload, an eviction ----------------------------------------
 
     def _retire(self, ref: RunnerRef) -> asyncio.Task[None]:
         """Stop ``ref``'s worker once its running jobs are done (nobody new is handed it), then drop it."""
         if ref.retiring is None:
-            self._disarm(ref)
+            self.expiry.disarm(ref)
             ref.retiring = self._spawn_task(self._do_retire(ref), f"hasr-retire-{ref.key}")
         return ref.retiring
 
@@ -394,7 +362,7 @@ class Pool:
             await ref.runner.stop()
         finally:
             self.refs.pop(ref.key, None)
-            self._disarm(ref)
+            self.expiry.disarm(ref)
             self._dispatch()
 
     # ---- requests ---------------------------------------------------------------------------------------
@@ -423,13 +391,13 @@ class Pool:
             result = await ref.runner.transcribe(pcm, name=name, language=language, options=options,
                                                  on_event=on_event)
             t3 = self.clock()
-            worker = ref.runner.worker
+            pid = ref.runner.pid
         finally:
             self._release(ref)
         result.timings.queue_s = round(t1 - t0 - shared, 4)
         result.timings.load_s = round(t2 - t1 + shared, 4)
         result.timings.work_s = round(t3 - t2, 4)
-        result.worker = WorkerInfo(spec.name, ref.device, worker.pid if worker else None)
+        result.worker = WorkerInfo(spec.name, ref.device, pid)
         return result
 
     @contextlib.asynccontextmanager
@@ -450,7 +418,7 @@ class Pool:
 
     # ---- explicit control -------------------------------------------------------------------------------
 
-    async def load(self, keep_alive: KeepAlive | None = None, model: ModelSpec | None = None) -> dict[str, Any]:
+    async def load(self, keep_alive: KeepAlive | None = None, model: ModelSpec | None = None) -> PoolStatus:
         """Load a worker of ``model`` (the default) now, with its keep-alive; clears its FATAL or BACKOFF."""
         async with self.lease(model):
             ref = await self._acquire(model or self.default, None, live=False, max_wait=0.0)
@@ -481,14 +449,9 @@ class Pool:
     def loading(self) -> bool:
         return any(r.runner.state == State.STARTING for r in self.refs.values())
 
-    @property
-    def running(self) -> int:
-        """Jobs and live sessions running now, on every worker."""
-        return sum(len(r.runner.jobs) for r in self.refs.values())
-
     def unload_in(self) -> float | None:
         """Seconds until the last loaded worker's TTL ends (None: one is kept for ever, or busy)."""
-        lefts = [self.expires_in(r) for r in self.refs.values() if r.runner.state == State.READY]
+        lefts = [self.expiry.expires_in(r) for r in self.refs.values() if r.runner.state == State.READY]
         if not lefts or any(x is None for x in lefts):
             return None
         return max(x for x in lefts if x is not None)
@@ -497,29 +460,11 @@ class Pool:
     def quiet_since(self) -> float:
         return max([self.last_used] + [r.last_used for r in self.refs.values()])
 
-    def runner_of(self, model: ModelSpec | None = None) -> RunnerRef | None:
-        """The newest worker of ``model`` (the default), if any."""
-        refs = self._of((model or self.default).key)
-        return refs[-1] if refs else None
-
-    def _views(self) -> list[WorkerView]:
-        now = self.clock()
-        out = []
-        for r in self.refs.values():
-            st = r.runner.status()
-            out.append(WorkerView(
-                r.key, r.spec.name, r.spec.engine, r.device, st, r.refs, r.need_mb, r.held_mb, self.expires_in(r),
-                self.ttl(r), round(now - r.last_used, 1),
-                rss_mb(st.pid) if r.device == placement.CPU else None))
-        return out
-
-    def workers(self) -> list[dict[str, Any]]:
-        return [worker_row(v) for v in sorted(self._views(), key=lambda v: v.key)]
-
-    def snapshot(self) -> dict[str, Any]:
-        return pool_json(self._views(), engine=self.s.engine, in_flight=self.in_flight, queue=len(self.waiting),
-                         max_workers=self.max_workers, ttl_setting=self.s.idle_ttl_sec,
-                         idle_seconds=round(self.clock() - self.last_used, 1))
+    def snapshot(self) -> PoolStatus:
+        """The pool now, as /api/ps, /api/events, the STATUS= line and the tray see it (hasrd.poolstatus)."""
+        return pool_status(self.refs.values(), self.expiry, engine=self.s.engine, in_flight=self.in_flight,
+                           queue=len(self.waiting), max_workers=self.max_workers,
+                           idle_seconds=round(self.clock() - self.last_used, 1))
 
     def _changed(self) -> None:
         if self.on_change:
@@ -540,7 +485,7 @@ class Pool:
         """Daemon exit: refuse new work, finish what was admitted, stop every worker, end our tasks."""
         self.closing = True
         for r in self.refs.values():
-            self._disarm(r)
+            self.expiry.disarm(r)
         await self._idle.wait()
         await asyncio.gather(*(r.runner.close() for r in list(self.refs.values())))
         for t in list(self._tasks):

@@ -31,8 +31,8 @@ from hasrd.app import make_app
 from hasrd.context import Daemon
 from hasrd.connections import BurstFilter, PeerProtocol, PeerWebSocket, RateLimited, raise_nofile
 from hasrd.events import Broadcaster
-from hasrd.lifecycle import State
 from hasrd.scheduler import Pool
+from hasrd.status import PoolStatus, State
 from hasrd.gpu import Inventory
 from hasrd.spawn import make_runner_factory
 
@@ -249,7 +249,7 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     inventory = Inventory(settings.gpu)
     poke = asyncio.Event()
 
-    def changed(snap: dict[str, Any]) -> None:
+    def changed(snap: PoolStatus) -> None:
         events.publish(snap)
         poke.set()
 

@@ -25,15 +25,15 @@ import http.client
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from hasrd import config
+from hasrd.status import PoolStatus
 from tray.client import Client, DaemonDown, DaemonError, EventStream
 from tray.state import ASLEEP, BROKEN, DOWN, Link, from_health, is_quiet
 
 UNIT_SOCKET, UNIT_SERVICE = "hasrd.socket", "hasrd.service"
-Publish = Callable[["Mapping[str, Any] | Link"], None]
+Publish = Callable[[PoolStatus | Link], None]
 
 
 class SystemdProbe:
