@@ -191,11 +191,11 @@ async def events(request: Request) -> Response:
     check_access(d, request, names=True)
 
     async def gen() -> AsyncIterator[bytes]:
-        q = d.events.subscribe()
+        q = d.events.subscribe()  # the latest snapshot first (the pool's now before any), even while exiting
         try:
             if d.events.latest is None:
                 yield jsonl(d.pool.snapshot())
-            while not d.events.closed:
+            while not q.empty() or not d.events.closed:
                 snap = await q.get()
                 if snap is None:  # the daemon is exiting: end the stream so the connection closes
                     return

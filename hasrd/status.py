@@ -75,10 +75,10 @@ class RunnerStatus(msgspec.Struct, frozen=True):
 class WorkerStatus(msgspec.Struct, kw_only=True):
     """One worker of ``/api/ps``'s ``workers`` (``hasrctl ps`` prints them as a table)."""
 
-    id: int
-    model: str
-    engine: str
-    device: str  # "cpu" | "cuda"
+    id: int = 0
+    model: str = ""
+    engine: str = ""
+    device: str = "cpu"  # "cpu" | "cuda"
     gpu_uuid: str | None = None
     state: State = State.STOPPED
     pid: int | None = None
