@@ -1,7 +1,8 @@
-"""The pool's keep-alive and expiry (hasrd.scheduler): one timer per worker, armed while nothing holds it, that
-hands the worker back to the pool to be stopped when its TTL runs out (HASR_IDLE_TTL_SEC, or the keep-alive an
-/api/load set). Nothing holds a worker when it has no reservation and no admitted request for its model; the TTL
-counts from the end of the last one (hasrd.policy.unload_in).
+"""When and how the pool's workers stop (hasrd.scheduler): the keep-alive and expiry, one timer per worker armed
+while nothing holds it, that stops the worker when its TTL runs out (HASR_IDLE_TTL_SEC, or the keep-alive an
+/api/load set); and the stop itself, for the TTL, an unload or an eviction: once the worker's running jobs are
+done (nobody new is handed it), after which it leaves the pool. Nothing holds a worker when it has no reservation
+and no admitted request for its model; the TTL counts from the end of the last one (hasrd.policy.unload_in).
 """
 
 from __future__ import annotations
@@ -13,20 +14,23 @@ from collections.abc import Callable
 from hasrd import policy
 from hasrd.poolref import RunnerRef
 from hasrd.status import State
+from hasrd.tasks import Tasks
 
 log = logging.getLogger("hasrd.scheduler")
 
 
 class Expiry:
-    def __init__(self, setting: float, clock: Callable[[], float], *, held: Callable[[str], int],
-                 closing: Callable[[], bool], expired: Callable[[RunnerRef], object]) -> None:
-        """``setting``: HASR_IDLE_TTL_SEC; ``held``: requests admitted for a model (by its key); ``closing``: the
-        daemon is exiting (no timer is armed); ``expired``: stop this worker, its TTL ran out."""
+    def __init__(self, setting: float, clock: Callable[[], float], tasks: Tasks, *, held: Callable[[str], int],
+                 closing: Callable[[], bool], gone: Callable[[RunnerRef], None]) -> None:
+        """``setting``: HASR_IDLE_TTL_SEC; ``tasks``: the pool's (a stop runs in one); ``held``: requests admitted
+        for a model (by its key); ``closing``: the daemon is exiting (no timer is armed); ``gone``: a worker
+        stopped and leaves the pool."""
         self.setting = setting
         self.clock = clock
+        self.tasks = tasks
         self.held = held
         self.closing = closing
-        self.expired = expired
+        self.gone = gone
 
     def ttl(self, ref: RunnerRef | None) -> float | None:
         """``ref``'s TTL (None: kept alive for ever): its keep-alive's, else (or without a worker) the setting."""
@@ -60,4 +64,20 @@ class Expiry:
             return
         log.info("worker %d idle for %.1f s (ttl %s): unloading", ref.key, self.clock() - ref.last_used,
                  self.ttl(ref))
-        self.expired(ref)
+        self.retire(ref)
+
+    def retire(self, ref: RunnerRef) -> asyncio.Task[None]:
+        """Stop ``ref``'s worker once its running jobs are done (nobody new is handed it), then it leaves the pool."""
+        if ref.retiring is None:
+            self.disarm(ref)
+            ref.retiring = self.tasks.spawn(self._retire(ref), f"hasr-retire-{ref.key}")
+        return ref.retiring
+
+    async def _retire(self, ref: RunnerRef) -> None:
+        try:
+            await ref.free.wait()
+            await ref.runner.clear_failure()
+            await ref.runner.stop()
+        finally:
+            self.disarm(ref)
+            self.gone(ref)

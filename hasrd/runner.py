@@ -34,7 +34,7 @@ import itertools
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from msgspec.structs import replace
@@ -48,6 +48,7 @@ from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.runnerapi import RunnerHooks
 from hasrd.status import JobStatus, RunnerStatus
+from hasrd.tasks import Tasks
 from hasrd.workerlive import LiveSession
 from hasrd.workerproc import Watch, WorkerProcess, run_to_end
 from hasrd.transcript import Transcript
@@ -81,7 +82,7 @@ class Runner:
         self._job_ids = itertools.count(1)
         self._reaping: weakref.WeakKeyDictionary[WorkerProcess, asyncio.Task[Any]] = weakref.WeakKeyDictionary()
         self.closing = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.tasks = Tasks()  # background: load, stop, death watch, heartbeat, reaps
         self._load_task: asyncio.Task[None] | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._load_listeners: set[EventSink] = set()
@@ -119,15 +120,6 @@ class Runner:
             log.info("worker state %s -> %s", self.state.value, state.value)
             self.state = state
         self._changed()
-
-    def _task(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """A background task owned by the runner: kept until done, cancelled by close()."""
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        # Its waiters may all have gone (clients left): a failure is kept in last_error, not "never retrieved".
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        return task
 
     # ---- loading ----------------------------------------------------------------------------------------
 
@@ -193,8 +185,8 @@ class Runner:
         self.expected_s = self.load_s or 0.0
         self.load_started = self.clock()
         self._set(State.STARTING)
-        self._load_task = self._task(self._load(), "hasr-load")
-        self._task(self._loading_heartbeat(self._load_task), "hasr-load-heartbeat")
+        self._load_task = self.tasks.spawn(self._load(), "hasr-load")
+        self.tasks.spawn(self._loading_heartbeat(self._load_task), "hasr-load-heartbeat")
 
     async def _loading_heartbeat(self, task: asyncio.Task[None]) -> None:
         """Publish the elapsed loading time once a second: engines report a phase per model, not per second."""
@@ -224,7 +216,7 @@ class Runner:
         self.failures = 0
         self.last_error = None
         self._set(State.READY)
-        self._task(self._watch(worker), f"hasr-watch-{worker.pid}")
+        self.tasks.spawn(self._watch(worker), f"hasr-watch-{worker.pid}")
 
     def _load_failed(self, e: BaseException) -> errors.HasrError:
         """Count a failed load, go to BACKOFF or FATAL, and return what its waiters get."""
@@ -302,6 +294,23 @@ class Runner:
         self.jobs.pop(jid, None)
         self._changed()
 
+    def _relay(self, jid: int, on_event: EventSink | None, partial: Partial | None = None) -> EventSink:
+        """What the worker says of job ``jid``, on to ``on_event``: its progress kept in the job's status (a file's
+        share done, shown at once; a live session's audio so far), its final sentences in ``partial``."""
+        def relay(ev: JobEvent) -> None:
+            job = self.jobs.get(jid)
+            if partial is not None:
+                partial.add(ev)
+            if isinstance(ev, p.Progress) and job is not None and job.live:
+                self.jobs[jid] = replace(job, done_s=ev.done_s, total_s=ev.total_s)
+            elif isinstance(ev, p.Progress) and job is not None:
+                progress = round(min(1.0, ev.done_s / (ev.total_s or 1.0)), 3)
+                self.jobs[jid] = replace(job, done_s=ev.done_s, progress=progress, phase=ev.phase)
+                self._changed()
+            if on_event:
+                on_event(ev)
+        return relay
+
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
                          options: Options | None = None, on_event: EventSink | None = None
                          ) -> Transcript:
@@ -310,17 +319,7 @@ class Runner:
         worker = await self.ready(on_event)
         jid = self._job(JobStatus(name, total_s=round(pcm.duration_s, 3)))
         partial = Partial()
-
-        def relay(ev: JobEvent) -> None:
-            partial.add(ev)
-            job = self.jobs.get(jid)
-            if isinstance(ev, p.Progress) and job is not None:
-                progress = round(min(1.0, ev.done_s / (ev.total_s or 1.0)), 3)
-                self.jobs[jid] = replace(job, done_s=ev.done_s, progress=progress, phase=ev.phase)
-                self._changed()
-            if on_event:
-                on_event(ev)
-
+        relay = self._relay(jid, on_event, partial)
         try:
             return await worker.transcribe(pcm, language=language, options=options, on_event=relay, watch=self.watch)
         except errors.HasrError as e:
@@ -345,17 +344,9 @@ class Runner:
         loaded unless it ignores the cancel."""
         worker = await self.ready(on_event)
         jid = self._job(JobStatus("live session", live=True))
-
-        def relay(ev: JobEvent) -> None:
-            job = self.jobs.get(jid)
-            if isinstance(ev, p.Progress) and job is not None:
-                self.jobs[jid] = replace(job, done_s=ev.done_s, total_s=ev.total_s)
-            if on_event:
-                on_event(ev)
-
         try:
-            session = await LiveSession.start(worker, language=language, options=options, on_event=relay,
-                                              watch=self.watch)
+            session = await LiveSession.start(worker, language=language, options=options,
+                                              on_event=self._relay(jid, on_event), watch=self.watch)
         except BaseException:
             self._job_done(jid)
             raise
@@ -379,7 +370,7 @@ class Runner:
     async def _reap(self, worker: WorkerProcess) -> None:
         task = self._reaping.get(worker)
         if task is None:
-            task = self._reaping[worker] = self._task(worker.stop(grace=0.5), f"hasr-reap-{worker.pid}")
+            task = self._reaping[worker] = self.tasks.spawn(worker.stop(grace=0.5), f"hasr-reap-{worker.pid}")
         await asyncio.shield(task)
 
     # ---- stopping ---------------------------------------------------------------------------------------
@@ -396,7 +387,7 @@ class Runner:
         if worker is None or self.state != State.READY:
             return
         self._set(State.STOPPING)
-        self._stop_task = self._task(self._do_stop(worker), "hasr-stop")
+        self._stop_task = self.tasks.spawn(self._do_stop(worker), "hasr-stop")
         await asyncio.shield(self._stop_task)
 
     async def _do_stop(self, worker: WorkerProcess) -> None:
@@ -420,7 +411,4 @@ class Runner:
         """Daemon exit (nothing runs any more): stop the worker and end our tasks."""
         self.closing = True
         await self.stop()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.tasks.cancel()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import uvicorn
 
-from hasrd import __version__, config, modelspec, placement, policy
+from hasrd import __version__, config, modelspec, placement
 from hasrd import systemd as sd
 from hasrd.app import make_app
 from hasrd.context import Daemon
@@ -211,9 +211,7 @@ async def idle_watch(server: HasrServer, pool: Pool, idle_exit: float, poke: asy
     started = time.monotonic()
     while not server.should_exit:
         now = time.monotonic()
-        busy = server.open_connections > 0 or pool.in_flight > 0 or pool.loading
-        since = None if busy else max(started, server.last_work(), pool.quiet_since)
-        left = policy.idle_exit_in(now, since, idle_exit, pool.state == State.READY, pool.unload_in())
+        left = pool.idle_exit_in(now, idle_exit, None if server.open_connections else max(started, server.last_work()))
         if left is not None and left <= 0:
             server.request_exit(f"idle for {idle_exit:g} s")
             return

@@ -195,7 +195,7 @@ def test_each_worker_keeps_its_own_ttl_and_the_pool_forgets_a_worker_the_ttl_sto
         results = await asyncio.gather(*jobs)
         await until(lambda: not pool.refs, timeout=30)
         assert all(not pid_alive(r.worker.pid) for r in results)
-        assert pool.state == State.STOPPED and pool.unload_in() is None
+        assert pool.state == State.STOPPED and pool.snapshot().expires_in_s is None
         await pool.close()
     run(main())
 

@@ -151,9 +151,11 @@ class FakeRunner:
         await self.stop()
 
 
-def make(max_workers: int = 2, parallel: int = 1, ttl: float = 60.0, **fake: Any) -> tuple[Pool, list[FakeRunner]]:
+def make(max_workers: int = 2, parallel: int = 1, ttl: float = 60.0, max_queue: int = 16, default_device: str = CPU,
+         **fake: Any) -> tuple[Pool, list[FakeRunner]]:
     """A pool of fake runners on a CPU-only machine; ``parallel``: HASR_WORKER_PARALLEL (1: one job per worker,
-    what the tests before issue 30 pin); ``ttl``: HASR_IDLE_TTL_SEC."""
+    what the tests before issue 30 pin); ``ttl``: HASR_IDLE_TTL_SEC; ``max_queue``: HASR_MAX_QUEUE;
+    ``default_device``: where the default model's workers run."""
     made: list[FakeRunner] = []
 
     def make_runner(spec: ModelSpec, device: str, hooks: RunnerHooks) -> FakeRunner:
@@ -161,9 +163,9 @@ def make(max_workers: int = 2, parallel: int = 1, ttl: float = 60.0, **fake: Any
         made.append(r)
         return r
 
-    settings = config.Settings(engine="fake", idle_ttl_sec=ttl, worker_parallel=parallel)
-    return Pool(settings, make_runner, A, inventory=lambda: [Device(CPU, 16000, 24000)],
-                max_workers=max_workers), made
+    settings = config.Settings(engine="fake", idle_ttl_sec=ttl, worker_parallel=parallel, max_queue=max_queue)
+    return Pool(settings, make_runner, A, inventory=lambda: [Device(CPU, 16000, 24000)], max_workers=max_workers,
+                default_device=default_device), made
 
 
 def jobs_running(pool: Pool) -> int:
@@ -215,7 +217,7 @@ def test_an_idle_worker_expires_after_its_ttl_but_not_while_a_request_for_its_mo
             await pool.transcribe(buf)
         lease = pool.admit(A)  # decoding its audio, say: the worker of its model is held
         await asyncio.sleep(0.3)
-        assert made[0].state == State.READY and pool.unload_in() is None
+        assert made[0].state == State.READY and pool.snapshot().expires_in_s is None
         lease.release()
         await until(lambda: not pool.refs)
         assert made[0].stops == 1 and pool.state == State.STOPPED
@@ -272,8 +274,7 @@ def test_unload_waits_for_the_running_job_and_the_queue_goes_on_with_a_new_worke
 def test_a_full_queue_refuses_at_admission_and_loses_nothing_admitted() -> None:
     async def main() -> None:
         gate = asyncio.Event()
-        pool, _ = make(max_workers=1, gate=gate)
-        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=1)
+        pool, _ = make(max_workers=1, max_queue=1, gate=gate)
         with pcm() as buf:
             tasks = [asyncio.create_task(pool.transcribe(buf, name=str(i))) for i in range(2)]
             await until(lambda: pool.in_flight == 2)
@@ -491,23 +492,24 @@ def test_a_worker_being_unloaded_takes_no_new_job_though_it_has_room() -> None:
 
 def test_the_admission_bound_is_the_queue_beyond_what_every_worker_may_hold() -> None:
     async def main() -> None:
-        pool, _ = make(max_workers=2, parallel=3)
-        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=3)
-        assert pool.capacity == 6
+        pool, _ = make(max_workers=2, parallel=3, max_queue=1)
+        assert pool.admission.capacity == 6
         leases = [pool.admit() for _ in range(7)]  # 2 workers x 3 jobs, and 1 waiting
         with pytest.raises(errors.QueueFull) as e:
             pool.admit()
         assert "7 transcriptions" in e.value.message and "6 may run at once" in e.value.message
         assert "HASR_MAX_QUEUE=1" in e.value.message
-        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=0)  # by device: 4 on the CPU
-        assert pool.capacity == 8
-        leases.append(pool.admit())
+        by_device, _ = make(max_workers=2, parallel=0, max_queue=1)  # by device: 4 on the CPU
+        assert by_device.admission.capacity == 8
+        leases += [by_device.admit() for _ in range(9)]
+        with pytest.raises(errors.QueueFull):
+            by_device.admit()
         for lease in leases:
             lease.release()
-        on_gpu, _ = make(max_workers=1, parallel=0)
-        on_gpu.default_device = "GPU-a"  # the daemon's default model on a GPU (server.py passes it)
-        assert on_gpu.capacity == 32  # by device: 32 on a GPU
+        on_gpu, _ = make(max_workers=1, parallel=0, default_device="GPU-a")  # the daemon's default model on a GPU
+        assert on_gpu.admission.capacity == 32  # by device: 32 on a GPU
         await pool.close()
+        await by_device.close()
     run(main())
 
 
