@@ -274,10 +274,9 @@ class Client:
     def get(self, url: str, timeout: float | None = 30.0) -> Any:
         return self.request("GET", url, timeout=timeout).json()
 
-    def ps(self) -> tuple[PoolStatus, dict[str, Any]]:
-        """/api/ps: the pool's status as the daemon's Struct, and as it came (for --json)."""
-        raw = self.get("/api/ps", timeout=10.0)
-        return pool_status(raw), raw
+    def ps(self) -> PoolStatus:
+        """/api/ps: the pool's status, as the daemon's Struct."""
+        return pool_status(self.get("/api/ps", timeout=10.0))
 
     def post(self, url: str, payload: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
         body = json.dumps(payload or {}).encode()

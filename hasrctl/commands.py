@@ -314,7 +314,7 @@ def stop(wait: float, now: bool, daemon: Daemon) -> int:
             say("hasrd is not running")
             return EXIT_OK
         pid = _main_pid() if unit is not None else peer_pid(client.path)  # under systemd the peer is systemd
-        work = _work(client.ps()[0])
+        work = _work(client.ps())
         how = "`hasrctl stop --now`" if unit is not None else f"`kill {pid}` (a SIGTERM while it stops)"
         if work:  # said before any waiting, so that nobody watches a silent terminal for --wait seconds
             say(f"stopping hasrd now: {work} fail" if now else f"hasrd is finishing {work} before it exits; "

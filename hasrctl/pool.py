@@ -68,9 +68,11 @@ def ps(as_json: bool, daemon: Daemon) -> int:
 
     Does not start a daemon: exit 3 when none runs.
     """
-    snap, raw = running(daemon).ps()
+    snap = running(daemon).ps()
     if as_json:
-        click.echo(json.dumps(raw.get("workers") or [], ensure_ascii=False))
+        import msgspec  # loaded with the answer already
+
+        click.echo(json.dumps(msgspec.to_builtins(snap.workers), ensure_ascii=False))
         return EXIT_OK
     if not snap.workers:
         click.echo(f"no workers: nothing is loaded (up to {snap.max_workers} may run; the next request starts one)")

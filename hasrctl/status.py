@@ -48,8 +48,9 @@ def _describe(ps: PoolStatus, socket: str) -> list[tuple[str, str]]:
     selected = str(ident.get("engine") or "")
     if selected:
         parts = [selected]
-        if ident.get("device"):
-            parts.append(f"on {ident['device']}" + (f" ({ident['compute_type']})" if ident.get("compute_type") else ""))
+        if device := ident.get("device"):
+            compute = ident.get("compute_type")
+            parts.append(f"on {device}" + (f" ({compute})" if compute else ""))
         if ps.engine and ps.engine != selected:
             parts.append(f"(HASR_ENGINE={ps.engine})")
         rows.append(("engine", " ".join(parts)))
@@ -59,8 +60,8 @@ def _describe(ps: PoolStatus, socket: str) -> list[tuple[str, str]]:
     models = ident.get("models")
     if isinstance(models, dict) and models:
         rows.append(("models", ", ".join(f"{role} {_model(m)}" for role, m in models.items())))
-    if ident.get("auto_reason"):
-        rows.append(("why", str(ident["auto_reason"])))
+    if why := ident.get("auto_reason"):
+        rows.append(("why", str(why)))
     if ps.load_s is not None:
         rows.append(("loaded in", f"{ps.load_s:.1f} s"))
     if ps.vram_mb is not None:
@@ -95,9 +96,11 @@ def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
         return EXIT_UNREACHABLE
     if watch:
         return _watch(client, as_json)
-    ps, raw = client.ps()
+    ps = client.ps()
     if as_json:
-        click.echo(json.dumps({**raw, "socket": client.path}, ensure_ascii=False))
+        import msgspec  # loaded with the answer already
+
+        click.echo(json.dumps({**msgspec.to_builtins(ps), "socket": client.path}, ensure_ascii=False))
     else:
         for key, value in _describe(ps, client.path):
             click.echo(f"{key:<10} {value}")

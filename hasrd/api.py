@@ -123,8 +123,8 @@ async def ps(request: Request) -> Response:
     for w in snap.workers:  # each GPU worker's VRAM, measured now (NVML or nvidia-smi; its process group)
         if w.pid and w.device == "cuda":
             w.vram_mb = await asyncio.to_thread(gpu.group_vram_mb, w.pid)
-    if snap.pid and str(snap.identity.get("device") or "").startswith("cuda"):
-        snap.vram_mb = await asyncio.to_thread(gpu.group_vram_mb, snap.pid)
+            if w.pid == snap.pid:  # the most active worker's, shown at the top too
+                snap.vram_mb = w.vram_mb
     snap.daemon_pid, snap.queued_audio_mb = os.getpid(), d.queued_audio.held_mb
     snap.max_queued_audio_mb = d.settings.max_queued_audio_mb
     return JSONResponse(snap)

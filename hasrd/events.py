@@ -15,14 +15,17 @@ Feed = asyncio.Queue[PoolStatus | None]  # a subscriber's snapshots; None: the d
 class Broadcaster:
     """Keeps the latest snapshot; each subscriber gets every change (a slow one loses old ones, not new)."""
 
-    def __init__(self, on_status: Callable[[str], object] | None = None, maxsize: int = 64) -> None:
+    def __init__(self, on_status: Callable[[str], object] | None = None, maxsize: int = 64,
+                 on_subscribers: Callable[[], object] = lambda: None) -> None:
+        """``on_status``: the STATUS= line changed; ``on_subscribers``: a follower came or went (the idle exit
+        counts followers apart)."""
         self.latest: PoolStatus | None = None
         self.on_status = on_status
         self.maxsize = maxsize
+        self.on_subscribers = on_subscribers
         self._subs: set[Feed] = set()
         self._last_status = ""
         self.closed = False
-        self.on_subscribers: Callable[[], None] = lambda: None  # the idle exit counts followers apart
 
     def publish(self, snap: PoolStatus) -> None:
         if snap == self.latest:
@@ -56,7 +59,3 @@ class Broadcaster:
     def unsubscribe(self, q: Feed) -> None:
         self._subs.discard(q)
         self.on_subscribers()
-
-    @property
-    def subscribers(self) -> int:
-        return len(self._subs)

@@ -243,9 +243,9 @@ async def watchdog(notifier: sd.Notifier, interval: float) -> None:
 async def serve(settings: config.Settings, sockets: list[socket.socket], *, activated: bool,
                 idle_exit: float | None, owned_path: str | None) -> int:
     notifier = sd.Notifier()
-    events = Broadcaster(on_status=notifier.status)
-    inventory = Inventory(settings.gpu)
     poke = asyncio.Event()
+    events = Broadcaster(on_status=notifier.status, on_subscribers=poke.set)
+    inventory = Inventory(settings.gpu)
 
     def changed(snap: PoolStatus) -> None:
         events.publish(snap)
@@ -256,7 +256,6 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     pool = Pool(settings, make_runner_factory(settings, lambda: bool(inventory.gpus())),
                 modelspec.default_spec(settings), inventory=inventory, max_workers=max_workers, on_change=changed,
                 default_device=gpus[0].uuid if gpus else placement.CPU)
-    events.on_subscribers = poke.set
     group_socket = False
     for s in sockets:
         if s.family == socket.AF_UNIX:
