@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from hasrd.jobevents import EventSink
@@ -29,6 +29,7 @@ class RunnerHooks:
     waiting: Callable[[], int] = lambda: 0  # requests waiting for a worker (a cancelled job's grace shrinks then)
 
 
+@runtime_checkable
 class PoolRunner(Protocol):
     """One worker's lifecycle as the pool drives it (hasrd.runner's docstring says what each call does)."""
 

@@ -17,7 +17,8 @@ from hasrd.lifecycle import FOREVER, State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
-from hasrd.runnerapi import RunnerHooks
+from hasrd.runner import Runner
+from hasrd.runnerapi import PoolRunner, RunnerHooks
 from hasrd.scheduler import Pool
 from hasrd.status import JobStatus, RunnerStatus
 from tests.conftest import run
@@ -118,7 +119,7 @@ class FakeRunner:
         return jid
 
     @contextlib.asynccontextmanager
-    async def live(self, **kw: Any) -> AsyncIterator[str]:
+    async def live(self, *, language: str = "", options: Any = None, on_event: Any = None) -> AsyncIterator[Any]:
         await self.ready()
         jid = self._hold(JobStatus("live session", live=True))
         self.ran.append("live")
@@ -149,6 +150,15 @@ class FakeRunner:
     async def close(self) -> None:
         self.closing = True
         await self.stop()
+
+
+def test_the_fake_runner_offers_what_the_pool_asks_of_a_runner_as_the_daemons_runner_does() -> None:
+    """hasrd.runnerapi.PoolRunner: the pool's rules are tested through the interface the daemon's runners have."""
+    async def spawn(report: Any) -> Any:
+        raise AssertionError("never started")
+
+    assert isinstance(FakeRunner(A, CPU, RunnerHooks()), PoolRunner)
+    assert isinstance(Runner(config.Settings(), spawn, RunnerHooks()), PoolRunner)
 
 
 def make(max_workers: int = 2, parallel: int = 1, ttl: float = 60.0, max_queue: int = 16, default_device: str = CPU,
