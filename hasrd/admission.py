@@ -15,12 +15,12 @@ from hasrd.poolref import Lease
 
 
 class Admission:
-    def __init__(self, max_queue: int, capacity: int, held: Callable[[str, bool], None]) -> None:
-        """``capacity``: the jobs the pool's workers may hold at once; ``held(model key, released)``: a request for
-        that model was admitted, or released (its workers' expiry is decided again)."""
+    def __init__(self, max_queue: int, capacity: int, changed: Callable[[str, bool], None]) -> None:
+        """``capacity``: the jobs the pool's workers may hold at once; ``changed(model key, released)``: a request
+        for that model was admitted, or released (its workers' expiry is decided again)."""
         self.max_queue = max_queue
         self.capacity = capacity
-        self.held = held
+        self.changed = changed
         self.in_flight = 0
         self.holding: dict[str, int] = {}  # model key -> admitted requests for it
         self.withdrawn: dict[str, str] = {}  # model key -> why its requests are refused now (a delete runs)
@@ -40,8 +40,12 @@ class Admission:
         self.in_flight += 1
         self.holding[key] = self.holding.get(key, 0) + 1
         self.idle.clear()
-        self.held(key, False)
+        self.changed(key, False)
         return Lease(lambda: self._release(key))
+
+    def holds(self, key: str) -> int:
+        """Requests admitted for the model ``key`` now."""
+        return self.holding.get(key, 0)
 
     def refuse_withdrawn(self, key: str) -> None:
         if key in self.withdrawn:
@@ -52,4 +56,4 @@ class Admission:
         self.holding[key] -= 1
         if self.in_flight == 0:
             self.idle.set()
-        self.held(key, True)
+        self.changed(key, True)

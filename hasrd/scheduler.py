@@ -62,7 +62,7 @@ class Pool:
         self.last_used = clock()
         self.measured: dict[str, int] = {}  # model key -> MB a loaded worker of it held
         self.tasks = Tasks()  # background: stopping workers, measuring their memory
-        self.expiry = Expiry(settings.idle_ttl_sec, clock, self.tasks, held=lambda k: self.admission.holding.get(k, 0),
+        self.expiry = Expiry(settings.idle_ttl_sec, clock, self.tasks, held=self.admission.holds,
                              closing=lambda: self.admission.closing, gone=self._gone)
         self._keys = itertools.count(1)
 
