@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from hasrctl import liveview, output, terminal
-from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable
+from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable, pool_status
 from hasrctl.common import (Daemon, cue_rules, daemon_options, engine_options, model_argument, model_hint,
                             parse_formats, say, settings, socket_option)
 from hasrctl.status import duration_text
@@ -18,6 +18,7 @@ from hasrd import subtitles
 from hasrd.errors import InvalidOption
 from hasrd.formats import lines, render
 from hasrd.options import Options
+from hasrd.status import PoolStatus
 from hasrd.transcript import Transcript
 
 
@@ -246,12 +247,12 @@ def load(keep_alive: float | None, model: str | None, daemon: Daemon) -> int:
     if model:
         body["model"] = model
     try:
-        ps = client.post("/api/load", body, timeout=None)
+        ps = pool_status(client.post("/api/load", body, timeout=None))
     except DaemonError as e:
         raise CliError(_next_step(e, model), e.exit_code) from None
-    took = f" in {float(ps['load_s']):.1f} s" if ps.get("load_s") is not None else ""
-    click.echo(f"{ps.get('state')}: engine {ps.get('engine')}, loaded{took}"
-               + (f", unload in {duration_text(ps['expires_in_s'])}" if ps.get("expires_in_s") is not None else ""))
+    took = f" in {ps.load_s:.1f} s" if ps.load_s is not None else ""
+    click.echo(f"{ps.state.value}: engine {ps.engine}, loaded{took}"
+               + (f", unload in {duration_text(ps.expires_in_s)}" if ps.expires_in_s is not None else ""))
     return EXIT_OK
 
 
@@ -306,7 +307,7 @@ def stop(wait: float, now: bool, daemon: Daemon) -> int:
             say("hasrd is not running")
             return EXIT_OK
         pid = _main_pid() if unit is not None else peer_pid(client.path)  # under systemd the peer is systemd
-        work = _work(client.get("/api/ps"))
+        work = _work(client.ps())
         kill = f"`kill {pid}`" if pid else "a SIGTERM to hasrd"  # no pid: a daemon in another pid namespace
         how = "`hasrctl stop --now`" if unit is not None else f"{kill} (a SIGTERM while it stops)"
         if work:  # said before any waiting, so that nobody watches a silent terminal for --wait seconds
@@ -357,9 +358,8 @@ def _stopped(active: dict[str, str], what: str) -> int:
     return EXIT_OK
 
 
-def _work(ps: dict[str, Any]) -> str:
+def _work(ps: PoolStatus) -> str:
     """What a daemon would finish before it exits, in words ("" for nothing): its jobs, and those waiting."""
-    jobs = ["a live session" if j.get("live") else f"{j.get('name')} ({float(j.get('progress') or 0):.0%})"
-            for j in ps.get("jobs") or []]
-    waiting = int(ps.get("in_flight") or 0) - len(jobs)
+    jobs = ["a live session" if j.live else f"{j.name} ({j.progress:.0%})" for j in ps.jobs]
+    waiting = ps.in_flight - len(jobs)
     return ", ".join(jobs + ([f"{waiting} more waiting"] if waiting > 0 else []))

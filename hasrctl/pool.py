@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hasrctl import terminal
 from hasrctl.client import EXIT_OK, CliError, Client, DaemonError, Unreachable, UsageError
 from hasrctl.common import Daemon, daemon_options, not_running, say, socket_option
+from hasrctl.status import duration_text
+
+if TYPE_CHECKING:
+    from hasrd.status import WorkerStatus
 
 
 def running(daemon: Daemon) -> Client:
@@ -24,35 +28,25 @@ def running(daemon: Daemon) -> Client:
         raise Unreachable(f"hasrd is not running: {not_running(e)}") from None
 
 
-def _until(w: dict[str, Any]) -> str:
-    if w.get("busy"):
+def _until(w: WorkerStatus) -> str:
+    if w.busy:
         return "busy"
-    left = w.get("expires_in_s")
-    if left is None:
-        return "forever" if w.get("state") == "ready" else "-"
-    s = int(float(left))
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
+    if w.expires_in_s is None:
+        return "forever" if w.state.value == "ready" else "-"
+    return duration_text(w.expires_in_s)
 
 
-def _size(w: dict[str, Any]) -> str:
-    mb = w.get("vram_mb") if w.get("device") == "cuda" else w.get("rss_mb")
-    if mb is None:
+def _size(w: WorkerStatus) -> str:
+    mb = w.vram_mb if w.device == "cuda" else w.rss_mb
+    if not isinstance(mb, int):  # not measured, or not this device's
         return "-"
-    return f"{float(mb) / 1024:.1f} GB" if float(mb) >= 1024 else f"{int(mb)} MB"
+    return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb} MB"
 
 
-def _processor(w: dict[str, Any]) -> str:
-    if w.get("device") == "cuda":
-        return f"GPU {str(w.get('gpu_uuid') or '')[:12]}".rstrip()
-    return "CPU"
-
-
-def _doing(w: dict[str, Any]) -> str:
-    if w.get("state") != "ready":
-        return str(w.get("state"))
-    return str(w.get("status_text") or "ready")
+def _row(w: WorkerStatus) -> list[str]:
+    processor = f"GPU {(w.gpu_uuid or '')[:12]}".rstrip() if w.device == "cuda" else "CPU"
+    doing = (w.status_text or "ready") if w.state.value == "ready" else w.state.value
+    return [w.model, str(w.pid or "-"), processor, _size(w), doing, _until(w)]
 
 
 def table(rows: list[list[str]]) -> list[str]:
@@ -74,23 +68,19 @@ def ps(as_json: bool, daemon: Daemon) -> int:
 
     Does not start a daemon: exit 3 when none runs.
     """
-    client = running(daemon)
-    snap = client.get("/api/ps", timeout=10.0)
-    workers = snap.get("workers") or []
+    snap = running(daemon).ps()
     if as_json:
-        click.echo(json.dumps(workers, ensure_ascii=False))
+        import msgspec  # loaded with the answer already
+
+        click.echo(json.dumps(msgspec.to_builtins(snap.workers), ensure_ascii=False))
         return EXIT_OK
-    if not workers:
-        click.echo(f"no workers: nothing is loaded (up to {snap.get('max_workers')} may run; the next request "
-                   f"starts one)")
+    if not snap.workers:
+        click.echo(f"no workers: nothing is loaded (up to {snap.max_workers} may run; the next request starts one)")
         return EXIT_OK
-    rows = [["NAME", "PID", "PROCESSOR", "SIZE", "STATE", "UNTIL"]]
-    rows += [[str(w.get("model")), str(w.get("pid") or "-"), _processor(w), _size(w), _doing(w), _until(w)]
-             for w in workers]
-    for line in table(rows):
+    for line in table([["NAME", "PID", "PROCESSOR", "SIZE", "STATE", "UNTIL"]] + [_row(w) for w in snap.workers]):
         click.echo(line)
-    if snap.get("queue"):
-        click.echo(f"{snap['queue']} request(s) waiting for a worker")
+    if snap.queue:
+        click.echo(f"{snap.queue} request(s) waiting for a worker")
     return EXIT_OK
 
 

@@ -1,27 +1,19 @@
-"""The worker lifecycle's vocabulary, as plain values a runner owns: its states and the one table of
-transitions between them, the keep-alive a load may set, and what a failed job had made final.
+"""The worker lifecycle's vocabulary, as plain values a runner owns: the one table of transitions between its
+states (``State`` itself is in hasrd.status, which the clients read too), the keep-alive a load may set, and what
+a failed job had made final.
 
 (runner.py's docstring says what happens in each state.)
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from hasrd import errors
 from hasrd.jobevents import JobEvent
 from hasrd.protocol import Progress, Sentence
-
-
-class State(str, enum.Enum):
-    STOPPED = "stopped"
-    STARTING = "starting"
-    READY = "ready"
-    STOPPING = "stopping"
-    BACKOFF = "backoff"
-    FATAL = "fatal"
+from hasrd.status import State
 
 
 TRANSITIONS: dict[State, frozenset[State]] = {

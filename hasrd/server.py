@@ -25,14 +25,14 @@ from collections.abc import Callable
 
 import uvicorn
 
-from hasrd import __version__, config, modelspec, placement, policy
+from hasrd import __version__, config, modelspec, placement
 from hasrd import systemd as sd
 from hasrd.app import make_app
 from hasrd.context import Daemon
 from hasrd.connections import BurstFilter, PeerProtocol, PeerWebSocket, RateLimited, raise_nofile
 from hasrd.events import Broadcaster
-from hasrd.lifecycle import State
 from hasrd.scheduler import Pool
+from hasrd.status import PoolStatus, State
 from hasrd.gpu import Inventory
 from hasrd.spawn import make_runner_factory
 
@@ -211,9 +211,7 @@ async def idle_watch(server: HasrServer, pool: Pool, idle_exit: float, poke: asy
     started = time.monotonic()
     while not server.should_exit:
         now = time.monotonic()
-        busy = server.open_connections > 0 or pool.in_flight > 0 or pool.loading
-        since = None if busy else max(started, server.last_work(), pool.quiet_since)
-        left = policy.idle_exit_in(now, since, idle_exit, pool.state == State.READY, pool.unload_in())
+        left = pool.idle_exit_in(now, idle_exit, None if server.open_connections else max(started, server.last_work()))
         if left is not None and left <= 0:
             server.request_exit(f"idle for {idle_exit:g} s")
             return
@@ -245,11 +243,11 @@ async def watchdog(notifier: sd.Notifier, interval: float) -> None:
 async def serve(settings: config.Settings, sockets: list[socket.socket], *, activated: bool,
                 idle_exit: float | None, owned_path: str | None) -> int:
     notifier = sd.Notifier()
-    events = Broadcaster(on_status=notifier.status)
-    inventory = Inventory(settings.gpu)
     poke = asyncio.Event()
+    events = Broadcaster(on_status=notifier.status, on_subscribers=poke.set)
+    inventory = Inventory(settings.gpu)
 
-    def changed(snap: dict[str, Any]) -> None:
+    def changed(snap: PoolStatus) -> None:
         events.publish(snap)
         poke.set()
 
@@ -258,7 +256,6 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     pool = Pool(settings, make_runner_factory(settings, lambda: bool(inventory.gpus())),
                 modelspec.default_spec(settings), inventory=inventory, max_workers=max_workers, on_change=changed,
                 default_device=gpus[0].uuid if gpus else placement.CPU)
-    events.on_subscribers = poke.set
     group_socket = False
     for s in sockets:
         if s.family == socket.AF_UNIX:

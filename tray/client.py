@@ -1,6 +1,7 @@
-"""A small synchronous HTTP/1.1 client for hasrd's Unix socket (standard library only).
+"""A small synchronous HTTP/1.1 client for hasrd's Unix socket (the standard library, and hasrd.status's Structs).
 
-``Client.events()`` follows ``GET /api/events`` (NDJSON snapshots) and can be closed from another thread;
+``Client.events()`` follows ``GET /api/events`` (NDJSON snapshots, decoded as the daemon's PoolStatus) and can be
+closed from another thread; ``Client.health()`` answers ``GET /health`` as its Health;
 ``Client.transcribe()`` runs ``POST /transcribe`` with ``Accept: application/x-ndjson`` so that progress
 arrives as it happens. Failures are ``DaemonDown`` (nothing listens: not running) or ``DaemonError``
 (the daemon answered with ``{"error": {"code", "message"}}`` or something unreadable).
@@ -16,6 +17,8 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from hasrd.status import Health, PoolStatus, decode
 
 Event = dict[str, Any]
 log = logging.getLogger("hasr.tray.client")
@@ -68,7 +71,7 @@ class EventStream:
         self._conn, self._resp = conn, resp
         self._closed = threading.Event()
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Iterator[PoolStatus]:
         try:
             while not self._closed.is_set():
                 line = self._resp.readline()
@@ -76,7 +79,7 @@ class EventStream:
                     return
                 line = line.strip()
                 if line:
-                    yield json.loads(line)
+                    yield decode(json.loads(line), PoolStatus)
         except Exception:  # closing from another thread surfaces as assorted errors inside http.client
             if not self._closed.is_set():
                 raise
@@ -127,8 +130,8 @@ class Client:
         except ValueError:
             raise DaemonError("bad_answer", f"{url} answered something that is not JSON") from None
 
-    def health(self) -> dict[str, Any]:
-        return dict(self.request("GET", "/health"))
+    def health(self) -> Health:
+        return decode(self.request("GET", "/health"), Health)
 
     def unload(self) -> dict[str, Any]:
         return dict(self.request("POST", "/api/unload"))
