@@ -38,6 +38,7 @@ from hasrd.audio import decode_to_array  # noqa: E402
 from hasrd.languages import join_sentences, resolve  # noqa: E402
 from hasrd.worker.engine import NullEmitter  # noqa: E402
 from hasrd.worker.engines.whisper import WhisperEngine  # noqa: E402
+from hasrd.worker.engines import load  # noqa: E402
 
 
 def direct(model: Any, pcm: np.ndarray, code: str | None) -> tuple[str, str]:
@@ -70,7 +71,7 @@ def main() -> None:
     settings = config.load()
     engine = WhisperEngine(settings, settings.fw_model, settings.fw_device if settings.fw_device != "auto" else "cpu",
                            "int8" if settings.fw_device in ("auto", "cpu") else "float16")
-    engine.load(lambda s: None)
+    load(engine, lambda _p: None)  # and its decode loop, as the worker builds them
     model = engine.model
     print(f"model {engine.model_ref.name} on {engine.device} ({engine.compute_type}); "
           f"CT2_FORCE_CPU_ISA={os.environ.get('CT2_FORCE_CPU_ISA', '')!r}; {len(rows)} files")

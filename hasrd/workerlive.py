@@ -46,7 +46,7 @@ class LiveSession:
         pend = Pending(fut, on_event, last_seen=time.monotonic())
         worker.pending[req_id] = pend
         try:
-            await worker.send(p.LiveStart(id=req_id, language=language, options=(options or Options()).to_worker()))
+            await worker.send(p.LiveStart(id=req_id, language=language, options=options or Options()))
         except BaseException:
             worker.pending.pop(req_id, None)
             raise

@@ -286,7 +286,7 @@ class WorkerProcess:
         pend = Pending(fut, on_event)
         self.pending[req_id] = pend
         msg = p.Transcribe(id=req_id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
-                           options=(options or Options()).to_worker())
+                           options=options or Options())
         started = pend.last_seen = time.monotonic()
         try:
             await self.send(msg, fds=() if pcm.path else (pcm.fd,))

@@ -90,7 +90,7 @@ from hasrd.worker.textrules import clean_text
 
 __all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "Heartbeat", "LAG_CHUNKS",
            "MAX_NEW_TOKENS", "MODES", "PAD",
-           "SENT_END", "SR", "DraftModel", "FinalStage", "Outcome", "Window", "Windows", "choose",
+           "SENT_END", "SR", "DraftModel", "DraftState", "FinalStage", "Outcome", "Window", "Windows", "choose",
            "draft_windows", "ends_with_mark", "is_truncated", "last_mark", "n_chunks", "result",
            "run", "truncation", "window_span", "window_start"]
 
@@ -106,15 +106,21 @@ MODES = ("thread", "inline", "after")
 WindowFn = Callable[[np.ndarray], str]
 
 
+class DraftState(Protocol):
+    """A draft's streaming state as v2c reads it: the text so far (R2T2 rewrites it: notes/r2t2.md)."""
+
+    text: str
+
+
 class DraftModel(Protocol):
-    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses.
+    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses (each model takes its own state).
 
     A model may also have ``take_generations() -> list[str]``: the raw generations of the model calls since the
     last take (engines/r2t2.py observes R2T2's generate step), where a ``|`` is still visible.
     """
 
     def init_streaming_state(self, context: str = "", language: str | None = None, unfixed_chunk_num: int = 2,
-                             unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> Any: ...
+                             unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> DraftState: ...
 
     def streaming_transcribe(self, pcm16k: np.ndarray, state: Any,
                              max_new_tokens: int | None = None) -> tuple[str, str]: ...
@@ -191,7 +197,7 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
     return ws.windows, full, first_text_s
 
 
-def draft_text(raw: Any) -> str:
+def draft_text(raw: str | None) -> str:
     """R2T2's text as everyone reads it: without U+FFFD or invisible characters. Its streaming step loops until
     a token completes a character; its finish decodes the rolled-back prefix without that loop (issue 31 #11).
     A filter per character, so a prefix of the raw text stays a prefix of the read one."""
@@ -244,17 +250,6 @@ class Heartbeat:
             t.join()
 
 
-def _takes_segment(fn: Callable[..., Any]) -> bool:
-    """Whether an emitter's ``sentence`` takes ``segment`` (the worker's does; simple test emitters need not)."""
-    import inspect
-
-    try:
-        ps = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "segment" in ps or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values())
-
-
 class FinalStage:
     """Stage 2 for one segment: settles windows in order and emits each sentence once it and all earlier are.
 
@@ -267,7 +262,6 @@ class FinalStage:
                  heartbeat: Heartbeat | None = None) -> None:
         self.pcm, self.window_fn, self.mode, self.emit, self.cancelled = pcm, window_fn, mode, emit, cancelled
         self.index0, self.offset, self.segment, self.heartbeat = index0, offset, segment, heartbeat
-        self.with_segment = _takes_segment(emit.sentence)
         self.current: TimedSentence | None = None
         self.windows: list[Window] = []
         self.settled: list[TimedSentence | None] = []
@@ -371,11 +365,8 @@ class FinalStage:
                 assert s is not None
                 if s.text:  # a withdrawn tail that faster-whisper found silent is no sentence
                     self.current = s  # the entry being emitted (an emitter may read its truncated_by)
-                    args = (self.index0 + self.emitted, s.text, s.engine, s.start_s, s.end_s)
-                    if self.with_segment:
-                        self.emit.sentence(*args, segment=self.segment)  # type: ignore[call-arg]
-                    else:
-                        self.emit.sentence(*args)
+                    self.emit.sentence(self.index0 + self.emitted, s.text, s.engine, s.start_s, s.end_s,
+                                       segment=self.segment)
                     self.emitted += 1
                 self.next_emit += 1
 
