@@ -41,6 +41,7 @@ SR = 16000
 FRAME = 512  # Silero's window at 16 kHz (32 ms)
 CONTEXT = 64  # the samples of the previous window Silero sees with each one
 MAX_UTTERANCE_S = 60  # then a hard reset (see the module docstring)
+VadKind = Literal["silero", "energy"]  # energy: a window is speech above -40 dBFS (no faster-whisper, or tests)
 
 
 class Knobs(msgspec.Struct, kw_only=True):
@@ -48,7 +49,7 @@ class Knobs(msgspec.Struct, kw_only=True):
     beam."""
 
     silence_ms: Annotated[int, msgspec.Meta(ge=100, le=10000)] = 500
-    vad: Literal["silero", "energy"] = "silero"
+    vad: VadKind = "silero"
     final_beam: Annotated[int, msgspec.Meta(ge=0, le=10)] = 0  # 0: the beam decode made at the pause
 
     @classmethod
@@ -118,7 +119,7 @@ class StreamingVad:
     the first of them.
     """
 
-    def __init__(self, kind: str = "silero", silence_ms: int = 500, threshold: float = 0.5) -> None:
+    def __init__(self, kind: VadKind = "silero", silence_ms: int = 500, threshold: float = 0.5) -> None:
         self.model: SileroVADModel | None = None
         if kind == "silero":
             try:
@@ -127,9 +128,6 @@ class StreamingVad:
                 kind = "energy"
             else:
                 self.model = get_vad_model()
-        elif kind != "energy":
-            raise EngineError("invalid_audio", f"unknown VAD {kind!r}: silero or energy")
-        self.kind = kind
         self.threshold = threshold
         self.low = max(threshold - 0.15, 0.01)
         self.silence = max(1, int(silence_ms * SR / 1000 / FRAME))

@@ -4,7 +4,7 @@ Per utterance (live.py cuts them) a fresh draft state, as R2T2's own streaming s
 ``init_streaming_state`` with v2c's parameters, 160 ms chunks to ``streaming_transcribe`` as they arrive, and
 ``finish_streaming_transcribe`` when the utterance ends (its last chunk kept buffered so that the finish really
 decodes it). Windows are decided exactly as for files (v2c.py, sentences.Windows: on committed text only) and
-shifted onto the session's chunk grid; the one :class:`~hasrd.worker.v2c.FinalStage` of the session settles
+shifted onto the session's chunk grid; the one :class:`~hasrd.worker.finalstage.FinalStage` of the session settles
 them, faster-whisper on a thread (``mode="thread"``) so the draft never waits for it. Sentences go out in order
 across utterances, and ``Turn completed`` once every window of an utterance is out.
 """
@@ -24,12 +24,10 @@ from hasrd.options import Options
 from hasrd.transcript import Transcript
 from hasrd.worker import v2c
 from hasrd.worker.engine import EngineError, LiveEmitter, NullEmitter, heard
+from hasrd.worker.finalstage import FinalStage, WindowFn
 from hasrd.worker.live import LiveBase
 from hasrd.worker.sentences import CHUNK, CHUNK_SEC, PAD, Window, Windows
 from hasrd.worker.v2c import DraftModel, DraftState
-
-WindowFn = Callable[[np.ndarray], str]
-
 
 class _Sentences(NullEmitter):
     """FinalStage's emitter: each sentence is recorded by the session under the utterance its window opened in."""
@@ -52,7 +50,7 @@ class DraftLive(LiveBase):
         self.language = language or None
         self.code = code
         self.engine = engine
-        self.stage = v2c.FinalStage(self.audio, window_fn, mode, _Sentences(self), cancelled)  # type: ignore[arg-type]
+        self.stage = FinalStage(self.audio, window_fn, mode, _Sentences(self), cancelled)  # type: ignore[arg-type]
         self.take: Callable[[], list[str]] | None = getattr(model, "take_generations", None)
         self.state: DraftState | None = None
         self.ws = Windows()

@@ -73,53 +73,59 @@ class Misbehaving(SteppedDraft):
         return super().streaming_transcribe(pcm16k, state, max_new_tokens)
 
 
+class Env(msgspec.Struct, kw_only=True, rename=lambda name: f"HASR_FAKE_{name.upper()}"):
+    """The HASR_FAKE_* variables (the module docstring's table)."""
+
+    load_sec: float = 0.0
+    fail_load: str = ""
+    crash_after: int = -1
+    crash_mid: bool = False
+    hang: bool = False
+    rtf: float = 0.0
+    ignore_sigterm: bool = False
+    script: str = DEFAULT_SCRIPT
+    alloc_mb: int = 0
+    stderr_bytes: int = 0
+
+
 class FakeEngine:
     name = "fake"
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
-        e = dict(os.environ if env is None else env)
-        self.load_sec = float(e.get("HASR_FAKE_LOAD_SEC", "0") or 0)
-        self.fail_load = e.get("HASR_FAKE_FAIL_LOAD", "")
-        self.crash_after = int(e.get("HASR_FAKE_CRASH_AFTER", "-1") or -1)
-        self.crash_mid = e.get("HASR_FAKE_CRASH_MID", "") == "1"
-        self.hang = e.get("HASR_FAKE_HANG", "") == "1"
-        self.rtf = float(e.get("HASR_FAKE_RTF", "0") or 0)
-        self.ignore_term = e.get("HASR_FAKE_IGNORE_SIGTERM", "") == "1"
-        self.script = e.get("HASR_FAKE_SCRIPT", "") or DEFAULT_SCRIPT
-        self.alloc_mb = int(e.get("HASR_FAKE_ALLOC_MB", "0") or 0)
-        self.stderr_bytes = int(e.get("HASR_FAKE_STDERR_BYTES", "0") or 0)
+        given = {k: v for k, v in (os.environ if env is None else env).items() if v}
+        self.env = msgspec.convert(given, Env, strict=False)
         self.served = 0
         self.loop: Batcher | None = None
         self._gpu_block: object | None = None
-        if self.ignore_term:
+        if self.env.ignore_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     @property
     def ignores_shutdown(self) -> bool:
-        return self.ignore_term
+        return self.env.ignore_sigterm
 
     def load(self, phase: Callable[[str], None]) -> Loaded:
         t0 = time.monotonic()
         phase("loading fake models")
         self._shout("load")
-        while time.monotonic() - t0 < self.load_sec:
-            time.sleep(min(0.1, self.load_sec))
+        while time.monotonic() - t0 < self.env.load_sec:
+            time.sleep(min(0.1, self.env.load_sec))
             phase(f"loading fake models {time.monotonic() - t0:.1f} s")
-        if self.fail_load:
-            code, _, msg = self.fail_load.partition(":")
+        if self.env.fail_load:
+            code, _, msg = self.env.fail_load.partition(":")
             raise EngineError(code or "model_unavailable", msg or "the fake engine was told to fail its load")
         device = "cpu"
-        if self.alloc_mb:
+        if self.env.alloc_mb:
             import torch  # only on a GPU host, for the VRAM-release check
 
-            block = torch.empty(self.alloc_mb * 1024 * 1024, dtype=torch.uint8, device="cuda")
+            block = torch.empty(self.env.alloc_mb * 1024 * 1024, dtype=torch.uint8, device="cuda")
             block.fill_(1)
             torch.cuda.synchronize()
             self._gpu_block = block
             device = f"cuda:{torch.cuda.current_device()}"
         print("fake engine: loaded (like vLLM, it prints to stdout; the worker sends that to stderr)")
         return Loaded({"engine": "fake", "models": {"draft": "scripted", "final": "scripted"}, "device": device,
-                       "script": self.script})
+                       "script": self.env.script})
 
     def attach(self, loop: Batcher) -> None:
         self.loop = loop
@@ -129,15 +135,15 @@ class FakeEngine:
         audio (HASR_FAKE_RTF); or the failure it asked for."""
         if fake.fail:
             raise EngineError(fake.fail, f"the fake engine was told to fail with {fake.fail}")
-        crash = self.crash_mid if fake.crash is None else fake.crash
-        rtf = self.rtf if fake.rtf is None else fake.rtf
-        return Misbehaving(ScriptedDraft(fake.script or self.script, samples, rtf * rtf_s), self.loop,
-                           self.hang if fake.hang is None else fake.hang, crash_at if crash else None)
+        crash = self.env.crash_mid if fake.crash is None else fake.crash
+        rtf = self.env.rtf if fake.rtf is None else fake.rtf
+        return Misbehaving(ScriptedDraft(fake.script or self.env.script, samples, rtf * rtf_s), self.loop,
+                           self.env.hang if fake.hang is None else fake.hang, crash_at if crash else None)
 
     def transcribe(self, pcm: np.ndarray, language: str, options: Options, emit: Emitter,
                    cancelled: Callable[[], bool]) -> Transcript:
         fake = options.fake or Fake()
-        if 0 <= self.crash_after <= self.served:
+        if 0 <= self.env.crash_after <= self.served:
             os.kill(os.getpid(), signal.SIGKILL)
         self.served += 1
         if options.task == "translate":  # like the draft-only engine: no translation
@@ -154,7 +160,7 @@ class FakeEngine:
         out = v2c.run(draft, pcm, language or None, lambda audio: "", emit=emit, cancelled=cancelled,
                       mode="inline")
         result = v2c.result("fake", language, code, out, n)
-        result.draft = fake.script or self.script
+        result.draft = fake.script or self.env.script
         result.final = "".join(p.text for p in out.per_sentence)  # the script decides its own spacing
         result.options = msgspec.to_builtins(msgspec.structs.replace(options, fake=None))  # what reached the worker
         return result
@@ -172,10 +178,10 @@ class FakeEngine:
                          code=code)
 
     def _shout(self, when: str) -> None:
-        if self.stderr_bytes > 0:
+        if self.env.stderr_bytes > 0:
             import sys
 
-            sys.stderr.write(f"fake engine {when}: " + "x" * self.stderr_bytes + "\n")
+            sys.stderr.write(f"fake engine {when}: " + "x" * self.env.stderr_bytes + "\n")
             sys.stderr.flush()
 
     def close(self) -> None:

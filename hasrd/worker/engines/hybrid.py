@@ -108,13 +108,11 @@ class HybridEngine:
 
     def transcribe(self, pcm: np.ndarray, language: str, options: Options, emit: Emitter,
                    cancelled: Callable[[], bool]) -> Transcript:
-        name, _code = language_of(language or self.settings.language)
-        if options.task == "translate":  # R2T2 only transcribes; its faster-whisper translates
-            return self.whisper_alone(pcm, language, options, emit, cancelled,
-                                      "translation: faster-whisper alone (R2T2 only transcribes)")
-        if name and not r2t2_knows(name):
-            return self.whisper_alone(pcm, language, options, emit, cancelled,
-                                      f"R2T2 does not know {name}: faster-whisper alone transcribed this request")
+        note = self._whisper_alone(language, options)
+        if note:  # the whisper engine's whole-file transcription with the loaded faster-whisper, and why
+            result = self._alone().transcribe(pcm, language, options, emit, cancelled)
+            result.note = note
+            return result
 
         def windows(code: Callable[[], str]) -> WindowFn:
             def transcribe_window(audio: np.ndarray) -> str:
@@ -129,8 +127,7 @@ class HybridEngine:
         faster-whisper alone (live_whisper.py) for translation and languages R2T2 does not know."""
         from hasrd.worker.live_draft import DraftLive
 
-        name, _code = language_of(language or self.settings.language)
-        if options.task == "translate" or (name and not r2t2_knows(name)):
+        if self._whisper_alone(language, options):
             return self._alone().live(language, options, emit, cancelled)
         dname, code = draft_language(language, self.settings)
         session: DraftLive | None = None
@@ -156,12 +153,15 @@ class HybridEngine:
         alone.model = self.fw
         return alone
 
-    def whisper_alone(self, pcm: np.ndarray, language: str, options: Options, emit: Emitter,
-                      cancelled: Callable[[], bool], note: str) -> Transcript:
-        """The whisper engine's whole-file transcription with the loaded faster-whisper, and why in ``note``."""
-        result = self._alone().transcribe(pcm, language, options, emit, cancelled)
-        result.note = note
-        return result
+    def _whisper_alone(self, language: str, options: Options) -> str:
+        """Why faster-whisper alone serves a request ("": the hybrid does): R2T2 only transcribes (its faster-whisper
+        translates), and knows 30 languages."""
+        name, _code = language_of(language or self.settings.language)
+        if options.task == "translate":
+            return "translation: faster-whisper alone (R2T2 only transcribes)"
+        if name and not r2t2_knows(name):
+            return f"R2T2 does not know {name}: faster-whisper alone transcribed this request"
+        return ""
 
     def close(self) -> None:
         """End R2T2's background engine (r2t2.shutdown_draft) so that the worker exits by itself."""

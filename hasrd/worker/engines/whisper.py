@@ -56,7 +56,7 @@ import numpy as np
 
 from hasrd.config import Settings
 from hasrd.worker import resegment, segment, vad
-from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
+from hasrd.worker.vad import silences, speech_clips  # noqa: F401 - speech_clips: tests and benchmarks read it here
 from hasrd.models import resolve_fw
 from hasrd.worker.engines import mending
 from hasrd.worker.engines.clips import Clip, Moved, Passed, packs, stream
@@ -68,8 +68,7 @@ from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker import ct2batch
 from hasrd.worker.batcher import Batcher
 from hasrd.worker.engine import Emitter, EngineError, LiveEmitter, Loaded, heard
-from hasrd.worker.textrules import (MAX_CAP, RETRY_KW, TOKENS_PER_S, clean_text, collapse_loops,  # noqa: F401
-                                     looped, token_cap)
+from hasrd.worker.textrules import MAX_CAP, RETRY_KW, clean_text, collapse_loops, looped, token_cap  # noqa: F401
 from hasrd.languages import NAMES, join_sentences
 from hasrd.worker.engines.fwterms import language_of, model_codes, prompt_of, sentence_entry, timed_words, whisper_code
 
@@ -97,7 +96,7 @@ LOG_PROB_FLOOR = -1.0
 
 class Track:
     """A file job's progress, told through the engine's emitter: never backwards, and re-sent while a long step
-    runs (the language vote, a batch, the VAD of a silent stretch), with what runs (protocol.PHASES). A worker
+    runs (the language vote, a batch, the VAD of a silent stretch), with what runs (protocol.Phase). A worker
     that sends nothing for HASR_STALL_SEC is killed as stuck: a long silence or a slow vote must not look so."""
 
     def __init__(self, emit: Emitter, total_s: float) -> None:
@@ -172,8 +171,7 @@ class WhisperEngine:
     def transcribe(self, pcm: np.ndarray, language: str, options: Options | Mapping[str, Any], emit: Emitter,
                    cancelled: Callable[[], bool]) -> Transcript:
         """``options`` may be a mapping of Options' fields too (benchmarks and tests drive this engine directly)."""
-        if not isinstance(options, Options):
-            options = msgspec.convert(options, Options)
+        options = options if isinstance(options, Options) else msgspec.convert(options, Options)
         name, code = language_of(language or self.settings.language)
         fw_code = whisper_code(self.model, code)
         probability: float | None = None
@@ -188,7 +186,6 @@ class WhisperEngine:
         calls = 0
         cuts = resegment.Resegmenter()
         sources: list[Any] = []  # the decoder's segments, by index: scores and tokens for the pieces
-        want_words = options.word_timestamps
 
         loops = resegment.LoopFilter()
 
@@ -202,7 +199,7 @@ class WhisperEngine:
             if end:
                 kept.extend(loops.flush())
             for text, piece in kept:
-                entry = sentence_entry(piece, text, sources, self._tokens, want_words)
+                entry = sentence_entry(piece, text, sources, self._tokens, options.word_timestamps)
                 if first_text_s is None:
                     first_text_s = entry.end_s
                 emit.sentence(len(per_sentence), text, "fw", entry.start_s, entry.end_s)
@@ -216,24 +213,13 @@ class WhisperEngine:
         # then decoded from that list.
         parts = self._parts(pcm)
         try:
-            ahead: list[tuple[int, int, list[tuple[float, float]]]] = []
+            ahead: list[vad.Part] = []
             if fw_code is None and n:
                 from hasrd.worker import language_id
 
-                known: list[tuple[int, int]] = []
-                covered = n  # all of it, unless the vote has enough speech first
-                for part in parts:
-                    ahead.append(part)
-                    track.beat("finding_speech")
-                    known += [(part[0] + int(round(a * SR)), part[0] + int(round(b * SR))) for a, b in part[2]]
-                    if sum(b - a for a, b in known) >= language_id.NEED or part[1] >= language_id.SCAN:
-                        covered = part[1]
-                        break
-                track.beat("detecting_language")
-                fw_code, probability = language_id.detect(self.model, pcm, set(model_codes(self.model)),
-                                                          cancelled, known=(known, covered),
-                                                          beat=lambda: track.beat("detecting_language"))
-                fw_code = fw_code or None
+                voted, probability, ahead = language_id.of_pieces(self.model, pcm, parts, set(model_codes(self.model)),
+                                                                  cancelled, track.beat)
+                fw_code = voted or None
                 if fw_code:
                     name, code = NAMES.get(fw_code, fw_code), fw_code
                     heard(emit, code)
