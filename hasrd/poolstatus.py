@@ -28,7 +28,7 @@ class JobStatus:
     done_s: float = 0.0
     total_s: float = 0.0
     progress: float = 0.0
-    phase: str = "decoding"  # what the worker does now (protocol.PHASES)
+    phase: str = "decoding"  # what the worker does now (protocol.Phase)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "done_s": self.done_s, "total_s": self.total_s,

@@ -1,14 +1,8 @@
-"""A streaming draft's model calls (R2T2's, or the scripted stand-in's) as steps of the worker's decode loop.
-
-R2T2 runs on vLLM, whose ``LLM`` is not made to be called from several threads and batches only the requests of
-one call, and R2T2's streaming API decodes one state per call. So each ``streaming_transcribe`` and
-``finish_streaming_transcribe`` is a serial step of its own (:meth:`hasrd.worker.batcher.Batcher.run`): never shared,
-never beside another serial call, and ordered with every other step of the worker by the loop's policy: a live
-session's draft goes ahead of a file's, and a cancelled job's waiting call leaves. The fake engine's scripted draft
-takes the same path.
-
-The raw generations an observed R2T2 recorded during a call (engines/r2t2.py ``observing``) are taken in the step
-and come back with its result, so each job reads its own: a :class:`SteppedDraft` is made per job.
+"""A streaming draft's model calls (R2T2's, or the fake engine's scripted draft's) as steps of the worker's decode
+loop: each ``streaming_transcribe`` and ``finish_streaming_transcribe`` a serial step of its own (vLLM's ``LLM``
+takes one call at a time, and R2T2 decodes one state per call), ordered with every other step of the worker (a live
+session's draft ahead of a file's). The raw generations an observed R2T2 made (engines/r2t2.py ``observing``) are
+taken in the same step, so each job reads its own: a :class:`SteppedDraft` is made per job.
 """
 
 from __future__ import annotations

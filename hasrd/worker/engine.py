@@ -27,9 +27,7 @@ if TYPE_CHECKING:
     from hasrd.worker.batcher import Batcher
     from hasrd.worker.live import LiveBase
 
-__all__ = ["ENGINES", "Emitter", "Engine", "EngineError", "LiveEmitter", "Loaded", "NullEmitter"]
-
-ENGINES = ("auto", "hybrid", "whisper", "r2t2", "fake")
+__all__ = ["Emitter", "Engine", "EngineError", "LiveEmitter", "Loaded", "NullEmitter"]
 
 
 class Emitter(Protocol):

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hasrd.config import ENGINES
 from hasrd.worker.batcher import Batcher
-from hasrd.worker.engine import ENGINES, Engine, EngineError
+from hasrd.worker.engine import Engine, EngineError
 
 
 def create(name: str) -> Engine:
