@@ -25,6 +25,7 @@ import msgspec
 
 from hasrd import __version__
 from hasrd.options import Options
+from hasrd.subtitles import CueRules
 from hasrd.transcript import Transcript, to_json
 
 if TYPE_CHECKING:
@@ -41,6 +42,17 @@ def render_all(result: Transcript, formats: list[str], rules: Any) -> dict[str, 
 JOB_VAR = "HASR_BATCH_JOB"
 
 
+class ActorJob(msgspec.Struct):
+    """What every actor of a run is given in HASR_BATCH_JOB (run.actor_env writes it)."""
+
+    engine: str
+    language: str
+    options: Options
+    formats: list[str]
+    rules: CueRules
+    model: str
+
+
 class Transcriber:
     """Constructed once per actor (loads the model); called once per input row ``{"path": ...}``.
 
@@ -50,27 +62,21 @@ class Transcriber:
     """
 
     def __init__(self) -> None:
-        from hasrd.subtitles import CueRules
         from hasrd.worker.engine import EngineError
         from hasrd.worker.engines import create, load
         from hasrd.worker.serve import load_settings
 
-        job = json.loads(os.environ[JOB_VAR])
-        self.language, self.formats = str(job["language"]), list(job["formats"])
-        self.options = msgspec.convert(job["options"], Options)
-        self.rules = CueRules(**job["rules"])
-        self.model = str(job["model"])
-        engine = str(job["engine"])
+        self.job = msgspec.json.decode(os.environ[JOB_VAR], type=ActorJob)
         self.settings = load_settings()
         self.host = socket.gethostname()
         self.load_error: tuple[str, str] | None = None
         self.engine: Engine | None = None
-        self.engine_name = engine
+        self.engine_name = self.job.engine
         t0 = time.monotonic()
         try:
-            loaded = create(engine)
-            identity = load(loaded, lambda phase: None)
-            self.engine, self.engine_name = loaded, str(identity.get("engine") or loaded.name)
+            loaded = create(self.job.engine)
+            load(loaded, lambda phase: None)
+            self.engine, self.engine_name = loaded, loaded.name  # "auto" made the engine it chose
         except EngineError as e:
             self.load_error = (e.code, f"the model could not load on {self.host}: {e.message}")
         except Exception as e:  # noqa: BLE001 - reported on every row, never a restart loop
@@ -87,7 +93,7 @@ class Transcriber:
         from hasrctl.batch.manifest import file_hash
 
         t0 = time.monotonic()
-        out: dict[str, Any] = {"path": path, "status": "failed", "error": None, "model": self.model,
+        out: dict[str, Any] = {"path": path, "status": "failed", "error": None, "model": self.job.model,
                                "engine": self.engine_name, "host": self.host, "pid": os.getpid(),
                                "hasr_version": __version__}
         try:
@@ -117,7 +123,7 @@ class Transcriber:
                    timings={"decode_s": round(decode_s, 4),
                             "transcribe_s": round(float(result.timings.total_s or 0), 4),
                             "total_s": round(total_s, 4), "load_s": self.load_s},
-                   rendered=render_all(result, self.formats, self.rules), result=to_json(result))
+                   rendered=render_all(result, self.job.formats, self.job.rules), result=to_json(result))
         return out
 
     def _run(self, engine: Engine, path: str) -> tuple[Transcript, float]:
@@ -128,12 +134,12 @@ class Transcriber:
         pcm, info = audio.decode_to_array(path, max_audio_sec=self.settings.max_audio_sec,
                                           name=os.path.basename(path))
         decode_s = time.monotonic() - t0
-        script = scripter(self.language, self.settings)
+        script = scripter(self.job.language, self.settings)
         t1 = time.monotonic()
-        result = script.result(engine.transcribe(pcm, self.language, self.options, ScriptEmitter(script),
+        result = script.result(engine.transcribe(pcm, self.job.language, self.job.options, ScriptEmitter(script),
                                                  lambda: False))
         result.timings.total_s = round(time.monotonic() - t1, 4)
-        formats.annotate(result, audio_path=path, language=self.language, info=info.to_json())
+        formats.annotate(result, audio_path=path, language=self.job.language, info=info.to_json())
         return result, decode_s
 
 
