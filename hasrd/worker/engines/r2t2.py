@@ -120,9 +120,9 @@ def observing(cls: type[M]) -> type[M]:
 
     class Observed(cls):  # type: ignore[valid-type,misc]
         def _streaming_generate(self, prompt: str, audio: np.ndarray, max_new_tokens: int | None = None) -> str:
-            out = str(super()._streaming_generate(prompt, audio, max_new_tokens))
+            out = super()._streaming_generate(prompt, audio, max_new_tokens)
             log = self._hasr_log()
-            log.append(out)
+            log.append(str(out))
             del log[:-GENERATIONS_KEPT]  # bounded when nobody takes them
             return out
 
