@@ -171,16 +171,7 @@ def test_the_fake_engine_drafts_through_the_loop_as_r2t2_does(monkeypatch: pytes
     assert on_loop(threads), threads
 
 
-class Heard:
-    def progress(self, done_s: float, total_s: float, phase: str = "decoding") -> None:
-        pass
-
-    def draft(self, text: str, segment: int = 0) -> None:
-        pass
-
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
-        pass
-
+class Heard(NullEmitter):
     def turn(self, segment: int, kind: str, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None:
         pass
 
