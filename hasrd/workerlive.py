@@ -42,7 +42,7 @@ class LiveSession:
         """Start a live session on ``worker`` (beside any other job it holds), under the live stall watchdog."""
         pend = worker.open(on_event)
         try:
-            await worker.send(p.LiveStart(id=pend.id, language=language, options=(options or Options()).to_worker()))
+            await worker.send(p.LiveStart(id=pend.id, language=language, options=options or Options()))
         except BaseException:
             worker.close(pend)
             raise

@@ -264,7 +264,7 @@ class WorkerProcess:
         pend = self.open(on_event)
         fut = pend.future
         msg = p.Transcribe(id=pend.id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
-                           options=(options or Options()).to_worker())
+                           options=options or Options())
         started = time.monotonic()
         stall = watch.stall_sec if watch.stall_sec > 0 else float("inf")
         try:

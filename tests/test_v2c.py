@@ -12,6 +12,7 @@ from msgspec import to_builtins
 import pytest
 
 from hasrd.worker import v2c
+from hasrd.options import Options
 from hasrd.transcript import to_json
 from hasrd.worker.engine import EngineError
 from hasrd.worker.engines.fake import FakeEngine
@@ -68,7 +69,7 @@ class Rec:
         self.events.append(("draft", text))
         self.segments.append(segment)
 
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
         self.events.append(("sentence", index, text, engine, start_s, end_s))
 
     def sentences(self) -> list[tuple[Any, ...]]:
@@ -405,7 +406,7 @@ def test_the_scripted_draft_closes_one_window_per_script_sentence() -> None:
 
 def test_the_fake_engine_runs_through_v2c_with_its_default_script() -> None:
     rec = Rec()
-    r = to_json(FakeEngine(env={}).transcribe(np.zeros(32000, np.float32), "Chinese", {}, rec, lambda: False))
+    r = to_json(FakeEngine(env={}).transcribe(np.zeros(32000, np.float32), "Chinese", Options(), rec, lambda: False))
     assert r["final"] == "今天天气很好。我们去公园散步" and r["fw_calls"] == 1
     assert r["draft"] == "今天天气很好。我们去公园散步|吧。"
     assert [(p["engine"], p["start_s"]) for p in r["per_sentence"]] == [("draft", 0.0),

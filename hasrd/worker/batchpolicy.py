@@ -31,6 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+Allow = Literal["any", "urgent", "files", "none"]
+"""Which waiting steps a free lane may take (:func:`may_start`)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def urgent(w: Wait) -> bool:
     return w.live or w.short
 
 
-def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool, files_waiting: bool) -> str:
+def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool, files_waiting: bool) -> Allow:
     """Which steps a free lane may take now: "any", "urgent" (live and short jobs' only), "files" (long files'
     only) or "none". ``running``: calls in flight; ``running_files``: those led by a long file's step.
 
@@ -84,7 +88,7 @@ def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool
 
 
 def next_batch(waits: Sequence[Wait], served: Mapping[int, int], max_items: int, now: int = 0,
-               patience: int = PATIENCE, allow: str = "any", mix: bool = True) -> list[Wait]:
+               patience: int = PATIENCE, allow: Allow = "any", mix: bool = True) -> list[Wait]:
     """The steps the next model call runs, lead first (empty when nothing waits). ``served``: job -> the
     number of the batch that last served it (absent: never); ``now``: the number of batches run so far;
     ``allow``: which steps may go (:func:`may_start`: "any", "urgent" or "files"); ``mix``: whether long

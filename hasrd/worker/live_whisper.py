@@ -1,6 +1,6 @@
 """Live transcription with faster-whisper alone (the CPU path): a growing buffer and local agreement.
 
-Inside an utterance (live.py cuts them), every ``step_s`` of new audio the unfinalised part of it is decoded
+Inside an utterance (live.py cuts them), every ``STEP_S`` of new audio the unfinalised part of it is decoded
 again (greedy, word timestamps). Words on which two successive decodes agree are *stable*; once a stable word
 ends a sentence (``. ? ! 。 ？ ！ …``), everything up to it is final: emitted as a sentence and cut from the
 buffer, so the buffer stays short. The rest is the draft (``hasr.draft``), replaced by each decode.
@@ -42,23 +42,28 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hasrd.options import Options
 from hasrd.transcript import Transcript
 from hasrd.worker import resegment
-from hasrd.worker.engine import EngineError, LiveEmitter
+from hasrd.worker.engine import LiveEmitter
 from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 from hasrd.worker.live import FRAME, SR, LiveBase
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
 
 SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
 BUFFER_S = 20.0
 TAIL_S = 3.0
 FINAL_PAD = int(0.2 * SR)
 FINAL_LEAD = int(1.0 * SR)  # a final's decode starts this much before the utterance (see _final_from)
+STEP_S = 0.5  # a draft decode once this much new audio came
 DRAFT_DUTY = 2.0  # a greedy draft is due again after this many times the last one took, at the least
 PAUSE_WINDOWS = 5  # 160 ms of quiet: a pause (see _advance)
 PAUSE_BEAM = 5
@@ -116,7 +121,7 @@ class OneEncoding:
         self.calls = 0
         self.reused = 0
 
-    def __call__(self, features: Any) -> Any:
+    def __call__(self, features: object) -> Any:
         self.calls += 1
         kept, self.kept = self.kept, None
         if kept is not None and isinstance(features, np.ndarray) and _one_frame_apart(kept[0], features):
@@ -129,7 +134,7 @@ class OneEncoding:
 
     @classmethod
     @contextlib.contextmanager
-    def on(cls, model: Any) -> Iterator[OneEncoding | None]:
+    def on(cls, model: WhisperModel) -> Iterator[OneEncoding | None]:
         """Serve ``model.encode`` from this for the duration (None where the model has no ``encode``)."""
         encode = getattr(model, "encode", None)
         if not callable(encode) or "encode" in getattr(model, "__dict__", {"encode": None}):
@@ -152,8 +157,8 @@ def _one_frame_apart(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 class WhisperLive(LiveBase):
-    def __init__(self, model: Any, code: str | None, task: str, prompt: str | None, emit: LiveEmitter,
-                 cancelled: Callable[[], bool], options: dict[str, Any]) -> None:
+    def __init__(self, model: WhisperModel, code: str | None, task: str, prompt: str | None, emit: LiveEmitter,
+                 cancelled: Callable[[], bool], options: Options | Mapping[str, Any]) -> None:
         super().__init__(emit, cancelled, options)
         self.model = model
         self.code = code  # None: detected by the first decode, then kept for the session
@@ -161,13 +166,7 @@ class WhisperLive(LiveBase):
         self.detected_on = 0  # samples of audio the language was last detected on
         self.task = task
         self.prompt = prompt
-        try:
-            self.step = int(float(options.get("step_s") or 0.5) * SR)
-            self.final_beam = int(options.get("final_beam") or 0)
-        except (TypeError, ValueError):
-            raise EngineError("invalid_audio", "step_s and final_beam must be numbers") from None
-        if not 0.1 * SR <= self.step <= 10 * SR or not 0 <= self.final_beam <= 10:
-            raise EngineError("invalid_audio", "step_s must be 0.1-10 and final_beam 0-10")
+        self.final_beam = self.knobs.final_beam
         self.buf_start = 0
         self.decoded_to = 0
         self.due = 0  # the next step's decode: once the audio reaches this (absolute samples)
@@ -200,7 +199,7 @@ class WhisperLive(LiveBase):
         detect = not self.asked and (self.code is None or (
             self.detected_on < LANGUAGE_RECHECK_S * SR and len(audio) >= 2 * self.detected_on))
 
-        def decode(language: str | None, **extra: Any) -> tuple[list[Word], Any]:
+        def decode(language: str | None, **extra: int) -> tuple[list[Word], Any]:
             segments, info = self.model.transcribe(
                 audio, language=language, task=self.task, beam_size=max(1, beam), temperature=0.0,
                 vad_filter=False, max_new_tokens=token_cap(len(audio) / SR),
@@ -265,7 +264,7 @@ class WhisperLive(LiveBase):
         # a machine slower than the step: drafts take at most half of the worker's time (the next one is due
         # after twice what this one took), so drafts do not queue up behind each other, stale when they show,
         # and a commit finds the worker idle half the time instead of waiting for a draft in flight (issue 31 #4)
-        self.due = self.decoded_to + max(self.step, 0 if pause else int(DRAFT_DUTY * took * SR))
+        self.due = self.decoded_to + max(int(STEP_S * SR), 0 if pause else int(DRAFT_DUTY * took * SR))
         if pause:
             self.paused_at = self.vad.quiet_from
             self.pause_to = min(upto, self.audio.end)

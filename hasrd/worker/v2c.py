@@ -67,9 +67,7 @@ one are settled.
 from __future__ import annotations
 
 import contextlib
-import queue
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -79,20 +77,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from hasrd import transcript
-from hasrd.transcript import TimedSentence, Timings, Transcript
-from hasrd.worker import batcher
-from hasrd.worker.engine import Emitter, EngineError
 from hasrd.languages import join_sentences
+from hasrd.transcript import TimedSentence, Timings, Transcript
+from hasrd.worker.engine import Emitter, EngineError
+from hasrd.worker.finalstage import HEARTBEAT_SEC, FinalStage, Heartbeat, WindowFn
 from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
                                     choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,
                                     window_span, window_start)
 from hasrd.worker.textrules import clean_text
 
-__all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "Heartbeat", "LAG_CHUNKS",
-           "MAX_NEW_TOKENS", "MODES", "PAD",
-           "SENT_END", "SR", "DraftModel", "FinalStage", "Outcome", "Window", "Windows", "choose",
-           "draft_windows", "ends_with_mark", "is_truncated", "last_mark", "n_chunks", "result",
-           "run", "truncation", "window_span", "window_start"]
+__all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "LAG_CHUNKS", "MAX_NEW_TOKENS",
+           "MODES", "PAD", "SENT_END", "SR", "choose", "draft_windows", "DraftModel", "DraftState", "ends_with_mark",
+           "FinalStage", "Heartbeat", "is_truncated", "last_mark", "n_chunks", "Outcome", "result", "run",
+           "truncation", "Window", "window_span", "window_start", "WindowFn", "Windows"]
 
 MAX_NEW_TOKENS = 4
 # The budget of ``finish_streaming_transcribe``. Without one R2T2 falls back to the default it was loaded with,
@@ -103,18 +100,22 @@ MAX_NEW_TOKENS = 4
 FINISH_MAX_NEW_TOKENS = 64
 MODES = ("thread", "inline", "after")
 
-WindowFn = Callable[[np.ndarray], str]
+
+class DraftState(Protocol):
+    """A draft's streaming state as v2c reads it: the text so far (R2T2 rewrites it: notes/r2t2.md)."""
+
+    text: str
 
 
 class DraftModel(Protocol):
-    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses.
+    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses (each model takes its own state).
 
     A model may also have ``take_generations() -> list[str]``: the raw generations of the model calls since the
     last take (engines/r2t2.py observes R2T2's generate step), where a ``|`` is still visible.
     """
 
     def init_streaming_state(self, context: str = "", language: str | None = None, unfixed_chunk_num: int = 2,
-                             unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> Any: ...
+                             unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> DraftState: ...
 
     def streaming_transcribe(self, pcm16k: np.ndarray, state: Any,
                              max_new_tokens: int | None = None) -> tuple[str, str]: ...
@@ -191,193 +192,11 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
     return ws.windows, full, first_text_s
 
 
-def draft_text(raw: Any) -> str:
+def draft_text(raw: str | None) -> str:
     """R2T2's text as everyone reads it: without U+FFFD or invisible characters. Its streaming step loops until
     a token completes a character; its finish decodes the rolled-back prefix without that loop (issue 31 #11).
     A filter per character, so a prefix of the raw text stays a prefix of the read one."""
     return clean_text(str(raw or ""), strip=False)
-
-
-HEARTBEAT_SEC = 1.0
-
-
-class Heartbeat:
-    """The job's progress, re-sent while one faster-whisper call runs, so that the daemon's stall watchdog
-    (HASR_STALL_SEC) measures silence, not the length of a single call on a slow device.
-
-    ``report`` is the one way this job's progress reaches the emitter (a lock keeps the draft loop's reports and
-    the beats from interleaving); ``during()`` beats every ``every`` seconds from a small daemon thread while the
-    block runs, and ``again()`` re-sends the current position (once per settled window).
-    """
-
-    def __init__(self, emit: Emitter, every: float = HEARTBEAT_SEC) -> None:
-        self.emit, self.every = emit, max(0.05, every)
-        self.lock = threading.Lock()
-        self.last: tuple[float, float] | None = None
-        self.beats = 0
-
-    def report(self, done_s: float, total_s: float) -> None:
-        with self.lock:
-            self.last = (done_s, total_s)
-            self.emit.progress(done_s, total_s)
-
-    def again(self) -> None:
-        with self.lock:
-            if self.last is not None:
-                self.beats += 1
-                self.emit.progress(*self.last)
-
-    @contextlib.contextmanager
-    def during(self) -> Any:
-        stop = threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(self.every):
-                self.again()
-
-        t = threading.Thread(target=beat, name="hasr-v2c-heartbeat", daemon=True)
-        t.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            t.join()
-
-
-def _takes_segment(fn: Callable[..., Any]) -> bool:
-    """Whether an emitter's ``sentence`` takes ``segment`` (the worker's does; simple test emitters need not)."""
-    import inspect
-
-    try:
-        ps = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "segment" in ps or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values())
-
-
-class FinalStage:
-    """Stage 2 for one segment: settles windows in order and emits each sentence once it and all earlier are.
-
-    ``segment``: the long-audio segment these windows belong to, carried by each ``sentence`` event (as the
-    segment's ``draft`` events carry it). ``heartbeat``: the job's progress, kept alive while a window runs.
-    """
-
-    def __init__(self, pcm: np.ndarray, window_fn: WindowFn | None, mode: str, emit: Emitter,
-                 cancelled: Callable[[], bool], *, index0: int = 0, offset: int = 0, segment: int = 0,
-                 heartbeat: Heartbeat | None = None) -> None:
-        self.pcm, self.window_fn, self.mode, self.emit, self.cancelled = pcm, window_fn, mode, emit, cancelled
-        self.index0, self.offset, self.segment, self.heartbeat = index0, offset, segment, heartbeat
-        self.with_segment = _takes_segment(emit.sentence)
-        self.current: TimedSentence | None = None
-        self.windows: list[Window] = []
-        self.settled: list[TimedSentence | None] = []
-        self.next_emit = 0
-        self.emitted = 0
-        self.fw_calls = 0
-        self.fw_s = 0.0
-        self.error: BaseException | None = None
-        self.lock = threading.Lock()
-        self.deferred: list[int] = []
-        self.queue: queue.Queue[int | None] = queue.Queue()
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
-        if mode == "thread" and window_fn is not None:
-            # its windows are the job's: they batch with it and leave when it is cancelled (batcher.JobTag)
-            self.thread = threading.Thread(target=self._worker, args=(batcher.current(),), name="hasr-v2c-final",
-                                           daemon=True)
-            self.thread.start()
-
-    def submit(self, w: Window) -> None:
-        """A window closed: settle it now when that is free, else per the mode."""
-        self.check()
-        with self.lock:
-            k = len(self.windows)
-            self.windows.append(w)
-            self.settled.append(None)
-        if self.window_fn is None or w.truncated_by is None or self.mode == "inline":
-            self._settle(k)
-        elif self.mode == "after":
-            self.deferred.append(k)
-        else:
-            self.queue.put(k)
-
-    def check(self) -> None:
-        """Re-raise a failure of the final-stage thread in the caller."""
-        if self.error is not None:
-            raise self.error
-
-    def close(self) -> list[TimedSentence]:
-        """Wait until every window is settled; return the per-sentence entries in order."""
-        for k in self.deferred:
-            if self.cancelled():
-                raise EngineError("cancelled", "the request was cancelled")
-            self._settle(k)
-        self.deferred = []
-        if self.thread is not None:
-            self.queue.put(None)
-            while self.thread.is_alive():
-                self.thread.join(0.1)
-                if self.cancelled():
-                    raise EngineError("cancelled", "the request was cancelled")
-        self.check()
-        if any(s is None for s in self.settled):
-            if self.cancelled():
-                raise EngineError("cancelled", "the request was cancelled")
-            raise RuntimeError("the v2c final stage ended with unsettled windows")
-        return [s for s in self.settled if s is not None and s.text]
-
-    def abort(self) -> None:
-        """Stop the thread after its current window (cancel, error, or normal end)."""
-        self.stop.set()
-        if self.thread is not None and self.thread.is_alive():
-            self.queue.put(None)
-
-    def _worker(self, tag: batcher.JobTag | None = None) -> None:
-        try:
-            with batcher.bound(tag):
-                self._settle_queued()
-        except BaseException as e:  # handed to the draft loop via check()
-            self.error = e
-
-    def _settle_queued(self) -> None:
-        while not self.stop.is_set():
-            k = self.queue.get()
-            if k is None or self.cancelled():
-                return
-            self._settle(k)
-
-    def _settle(self, k: int) -> None:
-        w = self.windows[k]
-        fw_text: str | None = None
-        if self.window_fn is not None and w.truncated_by is not None:
-            a0, a1 = window_span(w.start_chunk, w.end_chunk, len(self.pcm))
-            t0 = time.monotonic()
-            with self.heartbeat.during() if self.heartbeat is not None else contextlib.nullcontext():
-                fw_text = self.window_fn(self.pcm[a0:a1])
-            with self.lock:
-                self.fw_s += time.monotonic() - t0
-                self.fw_calls += 1
-            if self.heartbeat is not None:
-                self.heartbeat.again()  # progress per window
-        text, engine = choose(w.text, fw_text, w.truncated_by)
-        start_s = round((self.offset + w.open_chunk * CHUNK) / SR, 3)  # the draft's clock: contiguous cues
-        end_s = round((self.offset + min(len(self.pcm), (w.end_chunk + 1) * CHUNK)) / SR, 3)
-        with self.lock:
-            self.settled[k] = TimedSentence(text=text, engine=engine, start_s=start_s, end_s=end_s,
-                                            truncated_by=w.truncated_by)
-            while (not self.stop.is_set() and self.next_emit < len(self.settled)
-                   and self.settled[self.next_emit] is not None):
-                s = self.settled[self.next_emit]
-                assert s is not None
-                if s.text:  # a withdrawn tail that faster-whisper found silent is no sentence
-                    self.current = s  # the entry being emitted (an emitter may read its truncated_by)
-                    args = (self.index0 + self.emitted, s.text, s.engine, s.start_s, s.end_s)
-                    if self.with_segment:
-                        self.emit.sentence(*args, segment=self.segment)  # type: ignore[call-arg]
-                    else:
-                        self.emit.sentence(*args)
-                    self.emitted += 1
-                self.next_emit += 1
 
 
 @dataclass
