@@ -9,7 +9,7 @@ from __future__ import annotations
 PROBE = r'''
 import ctypes, glob, hashlib, importlib, importlib.metadata as md, importlib.util, json, os, sys
 quick = sys.argv[1:] == ["quick"]
-out = {"python": list(sys.version_info[:3]), "modules": {}, "libs": {}, "cuda": None, "embedded": {}}
+out = {"python": list(sys.version_info[:3]), "modules": {}, "libs": {}, "cuda": None, "embedded": None}
 
 def version(dist):
     try:
