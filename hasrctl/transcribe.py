@@ -32,8 +32,8 @@ class ErrorBody(msgspec.Struct):
 
 
 class Event(msgspec.Struct):
-    """One event of either stream, /transcribe's NDJSON (``event``: hasrd.jobevents.to_json) or the OpenAI SSE
-    (``type``): the fields hasrctl reads of them."""
+    """One event of /transcribe's NDJSON (``event``: hasrd.jobevents.to_json), the OpenAI SSE or the Realtime
+    WebSocket (``type``): the fields hasrctl reads of them."""
 
     event: str = ""
     type: str = ""
@@ -46,6 +46,7 @@ class Event(msgspec.Struct):
     segment: int | None = None
     index: int | None = None
     delta: str | None = None
+    item_id: str = "item_0"  # Realtime: ``item_<session>_<N>``, N the utterance
     result: Any = None
     hasr: dict[str, Any] | None = None  # SSE: a delta's sentence, or the done event's whole result
     error: ErrorBody = msgspec.field(default_factory=ErrorBody)
