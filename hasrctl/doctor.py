@@ -18,7 +18,7 @@ import click
 import msgspec
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, Client, CliError
-from hasrctl.doctor_probe import PROBE
+from hasrctl.doctor_probe import PROBE, Probe
 from hasrd import config
 from hasrd.status import Health, decode
 
@@ -27,34 +27,6 @@ EMBEDDED_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a
 EMBEDDED_SIZE = 145_217_532
 MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 COLOR = {"ok": "green", "warn": "yellow", "fail": "red"}
-
-
-class Module(msgspec.Struct):
-    ok: bool
-    version: str | None
-    error: str | None
-
-
-class R2T2(msgspec.Struct):
-    state: str  # ok | impostor | missing
-    error: str | None
-
-
-class Embedded(msgspec.Struct):
-    sha256: str
-    size: int
-    missing: list[str]
-
-
-class Probe(msgspec.Struct):
-    """What doctor_probe.PROBE found in the worker's interpreter (its ``HASR-PROBE`` line)."""
-
-    python: list[int]
-    modules: dict[str, Module]
-    libs: dict[str, str | None]
-    r2t2: R2T2
-    cuda: bool | int | None = None  # devices torch or CTranslate2 sees (False: they failed); None: quick
-    embedded: Embedded | None = None
 
 
 @dataclass
