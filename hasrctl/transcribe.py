@@ -52,21 +52,6 @@ class Event(msgspec.Struct):
     error: ErrorBody = msgspec.field(default_factory=ErrorBody)
 
 
-class Segment(msgspec.Struct):
-    text: str = ""
-    start: float | None = None
-    end: float | None = None
-
-
-class Verbose(msgspec.Struct):
-    """verbose_json from a server that does not stream: hasr's result under ``hasr``, else OpenAI's fields."""
-
-    text: str = ""
-    duration: float | None = None
-    segments: list[Segment] = []
-    hasr: dict[str, Any] | None = None
-
-
 def _feed(kind: str, ev: Event, view: View) -> None:
     """One progress event (NDJSON ``event`` or SSE ``hasr.*`` type) to the view; unknown kinds are ignored."""
     if kind == "queued":
@@ -113,8 +98,6 @@ def by_path(client: Client, path: str, language: str | None, view: View, options
                        **({"options": asked} if asked else {})}).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/x-ndjson"}
     resp = client.request("POST", "/transcribe", body, headers, timeout=None)
-    if resp.content_type != "application/x-ndjson":
-        return _finish(view, resp.json())
     try:
         return _follow(resp.ndjson(), view)
     except ValueError as e:
@@ -131,16 +114,14 @@ def _read_all(stream: BinaryIO, limit_mb: float) -> bytes:
 
 def _follow_sse(events: Any, view: View) -> Transcript:
     """Feed the OpenAI-style SSE events to the view; the result from ``transcript.text.done``."""
-    sentences: list[dict[str, Any]] = []
+    deltas = 0
     for ev in (msgspec.convert(e, Event) for e in events):
         kind = ev.type
-        if kind == "transcript.text.delta":
-            seg: dict[str, Any] = ev.hasr if ev.hasr is not None else {"text": ev.delta}
-            sentences.append(seg)
-            view.sentence(int(seg.get("index", len(sentences) - 1)), ev.delta or "")
+        if kind == "transcript.text.delta":  # a sentence's (with it under ``hasr``), or the rest of the text
+            view.sentence(int((ev.hasr or {}).get("index", deltas)), ev.delta or "")
+            deltas += 1
         elif kind == "transcript.text.done":
-            plain = {"final": ev.text or "", "per_sentence": sentences}  # a plain OpenAI server: text and sentences
-            return _finish(view, ev.hasr if ev.hasr is not None else plain)
+            return _finish(view, ev.hasr)
         elif kind == "error":
             raise _error(ev)
         elif kind.startswith("hasr."):
@@ -159,11 +140,6 @@ def by_upload(client: Client, data: bytes, filename: str, language: str | None, 
     body, ctype = multipart({k: v for k, v in fields.items() if v}, "file", filename, data)
     resp = client.request("POST", endpoint, body, {"Content-Type": ctype}, timeout=None)
     try:
-        if resp.content_type == "application/json":  # no streaming there: verbose_json at once
-            doc = msgspec.convert(resp.json(), Verbose)
-            return _finish(view, doc.hasr if doc.hasr is not None else {
-                "final": doc.text, "duration_s": doc.duration,
-                "per_sentence": [{"text": s.text, "start_s": s.start, "end_s": s.end} for s in doc.segments]})
         return _follow_sse(resp.sse(), view)
     except ValueError as e:
         raise CliError(f"hasrd sent a malformed event: {e}") from None
