@@ -52,8 +52,6 @@ class DaemonError(CliError):
         self.partial = partial if isinstance(partial, dict) else None  # the sentences a failed job made final
 
 
-
-
 def status_of(code: str) -> int:
     """HTTP status of an error code, for errors that arrive inside a stream (no status line of their own)."""
     from hasrd import errors

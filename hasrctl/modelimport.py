@@ -32,6 +32,7 @@ from typing import Any
 
 from hasrctl import output
 from hasrctl.client import CliError, UsageError
+from hasrctl.pool import PullEvent
 from hasrd import models, modelspec
 
 CHUNK = 4 << 20
@@ -82,11 +83,11 @@ def _copy(src: Path, dst: Path, view: Any, shown: str) -> None:
     done = 0
     with open(src, "rb") as fin, open(dst, "xb") as fout:
         if total:
-            view.event({"status": "downloading", "file": shown, "completed": 0, "total": total})
+            view.event(PullEvent(status="downloading", file=shown, completed=0, total=total))
         while block := fin.read(CHUNK):
             fout.write(block)
             done += len(block)
-            view.event({"status": "downloading", "file": shown, "completed": min(done, total), "total": total})
+            view.event(PullEvent(status="downloading", file=shown, completed=min(done, total), total=total))
         fout.flush()
         os.fsync(fout.fileno())
     if done != total:

@@ -10,11 +10,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import click
+import msgspec
 
 from hasrctl import terminal
 from hasrctl.client import EXIT_OK, CliError, Client, DaemonError, Unreachable, UsageError
 from hasrctl.common import Daemon, daemon_options, not_running, say, socket_option
 from hasrctl.status import duration_text
+from hasrctl.transcribe import ErrorBody
 
 if TYPE_CHECKING:
     from hasrd.status import WorkerStatus
@@ -115,6 +117,23 @@ def models(as_json: bool, daemon: Daemon) -> int:
     return EXIT_OK
 
 
+class PullEvent(msgspec.Struct, kw_only=True):
+    """One line of /api/pull's NDJSON (hasrd/download.py), or a copy's progress (modelimport): a status, or an
+    error."""
+
+    status: str = ""
+    error: ErrorBody | str | None = None
+    model: str | None = None
+    repo: str | None = None
+    revision: str | None = None
+    files: list[Any] = []
+    file: str | None = None
+    completed: int = 0
+    total: int = 0
+    size_mb: int | None = None
+    path: str | None = None
+
+
 class PullView:
     """A pull as a person sees it on stderr: on a terminal one redrawn bar per file (kept when the file is done),
     else one plain line per file and step."""
@@ -155,15 +174,14 @@ class PullView:
         else:
             say(text)
 
-    def event(self, ev: dict[str, Any]) -> None:
-        status = str(ev.get("status") or "")
+    def event(self, ev: PullEvent) -> None:
+        status = ev.status
         if status == "pulling manifest":
             self.clear_pending()
-            files = ev.get("files") or []
-            self.note(f"pulling {ev.get('repo')} (revision {str(ev.get('revision') or '')[:12]}): {len(files)} files, "
-                      f"{_bytes(int(ev.get('total') or 0))}")
+            self.note(f"pulling {ev.repo} (revision {(ev.revision or '')[:12]}): {len(ev.files)} files, "
+                      f"{_bytes(ev.total)}")
         elif status == "downloading":
-            self._progress(str(ev.get("file")), int(ev.get("completed") or 0), int(ev.get("total") or 0))
+            self._progress(str(ev.file), ev.completed, ev.total)
         elif status:
             self.note(status)
 
@@ -250,16 +268,14 @@ def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
     try:
         resp = client.request("POST", "/api/pull", body, {"Content-Type": "application/json",
                                                            "Accept": "application/x-ndjson"}, timeout=None)
-        for ev in resp.ndjson():
-            if "error" in ev:
-                err = ev["error"] if isinstance(ev["error"], dict) else {"message": str(ev["error"])}
+        for ev in (msgspec.convert(e, PullEvent) for e in resp.ndjson()):
+            if ev.error is not None:
+                err = ev.error if isinstance(ev.error, ErrorBody) else ErrorBody(message=ev.error)
                 view.close()
-                raise DaemonError(str(err.get("code") or "pull_failed"), str(err.get("message")))
-            if ev.get("status") == "success":
+                raise DaemonError(err.code or "pull_failed", str(err.message))
+            if ev.status == "success":
                 view.close()
-                used = str(ev.get("model") or name)
-                click.echo(f"pulled {ev.get('repo')} ({ev.get('size_mb')} MB) into {ev.get('path')}; use it as "
-                           f"--model {used}")
+                click.echo(f"pulled {ev.repo} ({ev.size_mb} MB) into {ev.path}; use it as --model {ev.model or name}")
                 return EXIT_OK
             view.event(ev)
     except KeyboardInterrupt:

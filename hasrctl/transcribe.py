@@ -23,20 +23,47 @@ from hasrd.options import Options
 from hasrd.transcript import Transcript, from_json
 
 
-def _feed(kind: str, ev: dict[str, Any], view: View) -> None:
+class ErrorBody(msgspec.Struct):
+    """An ``error`` event's body (hasrd.errors.HasrError.to_json)."""
+
+    code: str | None = None
+    message: str | None = None
+    partial: dict[str, Any] | None = None
+
+
+class Event(msgspec.Struct):
+    """One event of /transcribe's NDJSON (``event``: hasrd.jobevents.to_json), the OpenAI SSE or the Realtime
+    WebSocket (``type``): the fields hasrctl reads of them."""
+
+    event: str = ""
+    type: str = ""
+    position: int | None = None
+    phase: str | None = None
+    elapsed_s: float | None = None
+    done_s: float | None = None
+    total_s: float | None = None
+    text: str | None = None
+    segment: int | None = None
+    index: int | None = None
+    delta: str | None = None
+    item_id: str = "item_0"  # Realtime: ``item_<session>_<N>``, N the utterance
+    result: Any = None
+    hasr: dict[str, Any] | None = None  # SSE: a delta's sentence, or the done event's whole result
+    error: ErrorBody = msgspec.field(default_factory=ErrorBody)
+
+
+def _feed(kind: str, ev: Event, view: View) -> None:
     """One progress event (NDJSON ``event`` or SSE ``hasr.*`` type) to the view; unknown kinds are ignored."""
     if kind == "queued":
-        view.queued(int(ev.get("position") or 0))
+        view.queued(ev.position or 0)
     elif kind == "loading":
-        view.loading(str(ev.get("phase") or ""), ev.get("elapsed_s"))
+        view.loading(ev.phase or "", ev.elapsed_s)
     elif kind == "progress":
-        view.progress(float(ev.get("done_s") or 0), float(ev.get("total_s") or 0),
-                      str(ev.get("phase") or "decoding"))
+        view.progress(ev.done_s or 0.0, ev.total_s or 0.0, ev.phase or "decoding")
     elif kind == "draft":
-        seg = ev.get("segment")
-        view.draft(str(ev.get("text") or ""), int(seg) if isinstance(seg, int) else None)
+        view.draft(ev.text or "", ev.segment)
     elif kind == "sentence":
-        view.sentence(int(ev.get("index") or 0), str(ev.get("text") or ""))
+        view.sentence(ev.index or 0, ev.text or "")
 
 
 def _finish(view: View, result: Any) -> Transcript:
@@ -50,21 +77,18 @@ def _finish(view: View, result: Any) -> Transcript:
     return doc
 
 
-def _error(ev: dict[str, Any]) -> DaemonError:
-    err = ev.get("error") or {}
-    return DaemonError(str(err.get("code") or "runtime_failure"), str(err.get("message") or "failed"),
-                       partial=err.get("partial"))
+def _error(ev: Event) -> DaemonError:
+    return DaemonError(ev.error.code or "runtime_failure", ev.error.message or "failed", partial=ev.error.partial)
 
 
 def _follow(events: Any, view: View) -> Transcript:
     """Feed NDJSON events to the view; the result of ``done``, or the ``error`` as a DaemonError."""
-    for ev in events:
-        kind = str(ev.get("event") or "")
-        if kind == "done":
-            return _finish(view, ev.get("result"))
-        if kind == "error":
+    for ev in (msgspec.convert(e, Event) for e in events):
+        if ev.event == "done":
+            return _finish(view, ev.result)
+        if ev.event == "error":
             raise _error(ev)
-        _feed(kind, ev, view)
+        _feed(ev.event, ev, view)
     raise CliError("hasrd ended the event stream without a result (did it exit?)")
 
 
@@ -74,8 +98,6 @@ def by_path(client: Client, path: str, language: str | None, view: View, options
                        **({"options": asked} if asked else {})}).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/x-ndjson"}
     resp = client.request("POST", "/transcribe", body, headers, timeout=None)
-    if resp.content_type != "application/x-ndjson":
-        return _finish(view, resp.json())
     try:
         return _follow(resp.ndjson(), view)
     except ValueError as e:
@@ -92,18 +114,14 @@ def _read_all(stream: BinaryIO, limit_mb: float) -> bytes:
 
 def _follow_sse(events: Any, view: View) -> Transcript:
     """Feed the OpenAI-style SSE events to the view; the result from ``transcript.text.done``."""
-    sentences: list[dict[str, Any]] = []
-    for ev in events:
-        kind = str(ev.get("type") or "")
-        if kind == "transcript.text.delta":
-            seg = ev.get("hasr") if isinstance(ev.get("hasr"), dict) else {"text": ev.get("delta")}
-            sentences.append(seg)
-            view.sentence(int(seg.get("index", len(sentences) - 1)), str(ev.get("delta") or ""))
+    deltas = 0
+    for ev in (msgspec.convert(e, Event) for e in events):
+        kind = ev.type
+        if kind == "transcript.text.delta":  # a sentence's (with it under ``hasr``), or the rest of the text
+            view.sentence(int((ev.hasr or {}).get("index", deltas)), ev.delta or "")
+            deltas += 1
         elif kind == "transcript.text.done":
-            result = ev.get("hasr")
-            if not isinstance(result, dict):  # a plain OpenAI server: text and sentences only
-                result = {"final": str(ev.get("text") or ""), "per_sentence": sentences}
-            return _finish(view, result)
+            return _finish(view, ev.hasr)
         elif kind == "error":
             raise _error(ev)
         elif kind.startswith("hasr."):
@@ -121,12 +139,6 @@ def by_upload(client: Client, data: bytes, filename: str, language: str | None, 
     endpoint = "/v1/audio/translations" if opts.task == "translate" else "/v1/audio/transcriptions"
     body, ctype = multipart({k: v for k, v in fields.items() if v}, "file", filename, data)
     resp = client.request("POST", endpoint, body, {"Content-Type": ctype}, timeout=None)
-    if resp.content_type == "application/json":  # no streaming there: verbose_json at once
-        doc = resp.json()
-        return _finish(view, doc.get("hasr") if isinstance(doc.get("hasr"), dict) else {
-            "final": str(doc.get("text") or ""), "duration_s": doc.get("duration"),
-            "per_sentence": [{"text": s.get("text"), "start_s": s.get("start"), "end_s": s.get("end")}
-                             for s in doc.get("segments") or []]})
     try:
         return _follow_sse(resp.sse(), view)
     except ValueError as e:

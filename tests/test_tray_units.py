@@ -16,8 +16,9 @@ os.environ.setdefault("PYSTRAY_BACKEND", "dummy")  # importing pystray without D
 from tray import icons, menu, output, settings  # noqa: E402
 from hasrctl.traydeps import choose_backend  # noqa: E402
 from tray.client import DaemonDown, DaemonError  # noqa: E402
-from tray.jobs import DONE, FAILED, Jobs, event_detail  # noqa: E402
+from tray.jobs import DONE, FAILED, Jobs, JobView  # noqa: E402
 from hasrd.status import Health, PoolStatus, decode  # noqa: E402
+from hasrd.transcript import Transcript, from_json  # noqa: E402
 from tray.state import ASLEEP, BROKEN, DOWN, Link, from_health, is_quiet, listening, view  # noqa: E402
 from tray.watch import Watcher  # noqa: E402
 
@@ -161,7 +162,7 @@ def test_while_dictating_the_entry_stops_it_and_the_icon_listens() -> None:
                                        ("json", "会议 录音.json"), ("TEXT", "会议 录音.txt")])
 def test_transcript_goes_next_to_the_audio_with_the_format_extension(tmp_path: Path, fmt: str, name: str) -> None:
     src = tmp_path / "会议 录音.wav"
-    out = output.write_next_to(src, output.render(RESULT, fmt), fmt)
+    out = output.write_next_to(src, output.render(from_json(RESULT), fmt), fmt)
     assert out == tmp_path / name
     assert "今天天气很好" in out.read_text(encoding="utf-8")
 
@@ -188,8 +189,8 @@ def test_a_read_only_folder_falls_back_to_the_data_dir(tmp_path: Path, monkeypat
 
 
 def test_subtitle_formats_carry_timestamps() -> None:
-    assert "00:00:00,000 --> 00:00:02,000" in output.render(RESULT, "srt")
-    assert output.render(RESULT, "vtt").startswith("WEBVTT")
+    assert "00:00:00,000 --> 00:00:02,000" in output.render(from_json(RESULT), "srt")
+    assert output.render(from_json(RESULT), "vtt").startswith("WEBVTT")
     with pytest.raises(ValueError, match="txt, srt, vtt, json"):
         output.check_format("docx")
 
@@ -305,11 +306,11 @@ def test_poke_cuts_the_wait_short() -> None:
 class TranscribingClient:
     path = "/nonexistent/hasrd.sock"
 
-    def transcribe(self, path: str, language: str, on_event: Any) -> dict[str, Any]:
-        on_event({"event": "progress", "done_s": 1.0, "total_s": 2.0})
+    def transcribe(self, path: str, language: str, view: JobView) -> Transcript:
+        view.progress(1.0, 2.0)
         if path.endswith(".txt"):
             raise DaemonError("undecodable", f"{path!r} could not be decoded")
-        return RESULT
+        return from_json(RESULT)
 
 
 def run_jobs(paths: list[str], fmt: str = "txt") -> tuple[Jobs, list[tuple[str, str, bool]]]:
@@ -368,9 +369,14 @@ def test_a_dropped_folder_is_walked_on_the_queues_thread_and_each_of_its_files_i
 
 
 def test_progress_events_become_a_fraction_and_words() -> None:
-    assert event_detail({"event": "progress", "done_s": 1, "total_s": 4}) == ("transcribing 25%", 0.25)
-    assert event_detail({"event": "loading", "elapsed_s": 3.4})[0] == "loading models 3 s"
-    assert event_detail({"event": "queued", "position": 2})[0] == "queued in the daemon (position 2)"
+    shown: list[tuple[str, float | None]] = []
+    view = JobView(lambda detail, frac: shown.append((detail, frac)))
+    view.progress(1, 4)
+    view.loading("", 3.4)
+    view.queued(2)
+    assert shown[0] == ("transcribing 25%", 0.25)
+    assert shown[1][0] == "loading models 3 s"
+    assert shown[2][0] == "queued in the daemon (position 2)"
 
 
 # --- packaging ----------------------------------------------------------------------------------------------------

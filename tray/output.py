@@ -8,11 +8,11 @@ other. When the audio's folder is not writable, the transcript goes to ``$XDG_DA
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from hasrctl.output import create_new, kept_dir
 from hasrd import formats
 from hasrd.formats import Format
+from hasrd.transcript import Transcript
 
 # tray format -> hasrd's format (its extension the tray format's name). "json" is the full verbose_json document.
 FORMATS = {"txt": Format.TEXT, "srt": Format.SRT, "vtt": Format.VTT, "json": Format.VERBOSE_JSON}
@@ -33,14 +33,10 @@ def check_format(fmt: str) -> str:
     return name
 
 
-def render(result: dict[str, Any], fmt: str) -> str:
-    """The result object (docs/API.md, as the daemon sent it) rendered as tray format ``fmt``: a .txt holds one
-    sentence a line."""
-    from hasrd.transcript import from_json
-
+def render(result: Transcript, fmt: str) -> str:
+    """The result rendered as tray format ``fmt``: a .txt holds one sentence a line."""
     name = FORMATS[check_format(fmt)]
-    doc = from_json(result)
-    return formats.lines(doc) if name == Format.TEXT else formats.render(doc, name)
+    return formats.lines(result) if name == Format.TEXT else formats.render(result, name)
 
 
 def candidates(src: Path, fmt: str, folder: Path | None = None) -> list[Path]:

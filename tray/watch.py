@@ -21,7 +21,6 @@ The events-connection policy:
 
 from __future__ import annotations
 
-import http.client
 import shutil
 import subprocess
 import threading
@@ -139,7 +138,7 @@ class Watcher:
                 if is_quiet(snap):
                     return True
             return False
-        except (OSError, ValueError, http.client.HTTPException):
+        except (OSError, ValueError):
             return False  # the daemon went away mid-stream (idle exit, restart): probe again at once
         finally:
             self._stream = None
@@ -158,7 +157,7 @@ class Watcher:
             return self._follow()
         except DaemonDown as e:
             self.publish(Link(DOWN, str(e), self.hint()))
-        except (DaemonError, OSError, ValueError, http.client.HTTPException) as e:
+        except (DaemonError, OSError, ValueError) as e:
             self.publish(Link(BROKEN, str(e) or type(e).__name__))
         return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -47,9 +48,20 @@ def _language(language: str | None) -> str:
     return language
 
 
-def _failed_row(path: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
-    return {"path": path, "status": "failed", "error": {"code": code, "message": message}, "model": model,
-            "engine": engine}
+def _refused_row(path: str, status: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
+    """The row of an input refused here, never sent to an actor, as an actor would make it; its size and mtime
+    let a rerun skip it while it stays what it is."""
+    from hasrd import __version__
+
+    row: dict[str, Any] = {"path": path, "status": status, "error": {"code": code, "message": message},
+                           "model": model, "engine": engine, "host": socket.gethostname(), "pid": os.getpid(),
+                           "hasr_version": __version__}
+    try:
+        st = os.stat(path)
+        row.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
+    except OSError:
+        pass
+    return row
 
 
 def _skip(book: Any, paths: list[str], signature: dict[str, Any], model: str, engine: str) -> None:
@@ -57,40 +69,24 @@ def _skip(book: Any, paths: list[str], signature: dict[str, Any], model: str, en
     recorded unless the manifest has it already for the same bytes (a rerun with nothing to do writes nothing)."""
     from hasrctl.batch import manifest as mf
     from hasrctl.batch.inputs import not_media_message
-    from hasrd import __version__
 
     for path in paths:
         old = book.rows.get(path)
         if old is not None and old.get("status") == "skipped" and mf.same_bytes(old, path):
             continue
-        row: dict[str, Any] = {"path": path, "status": "skipped",
-                               "error": {"code": "not_audio", "message": not_media_message(path)},
-                               "model": model, "engine": engine, "options": signature, "outputs": [],
-                               "host": socket.gethostname(), "pid": os.getpid(), "hasr_version": __version__,
-                               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        try:
-            st = os.stat(path)
-            row.update(size=st.st_size, mtime_ns=st.st_mtime_ns, hash=mf.file_hash(path))
-        except OSError:
-            pass
+        row = _refused_row(path, "skipped", "not_audio", not_media_message(path), model, engine)
+        row.update(options=signature, outputs=[], finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        with contextlib.suppress(OSError):
+            row["hash"] = mf.file_hash(path)
         book.record(row)
 
 
 def _not_a_file_row(path: str, kind: str, model: str, engine: str) -> dict[str, Any]:
     """The row of an input that is not a regular file (a FIFO, a device, a socket), as the actor would make it
-    (inputs.refusal): made here, so that nothing opens it and no actor is sent it. Its size and mtime let a
-    rerun skip it while it stays what it is."""
+    (inputs.refusal): made here, so that nothing opens it and no actor is sent it."""
     from hasrctl.batch.inputs import refusal
-    from hasrd import __version__
 
-    row = _failed_row(path, "not_a_file", refusal(path, kind), model, engine)
-    row.update(host=socket.gethostname(), pid=os.getpid(), hasr_version=__version__)
-    try:
-        st = os.stat(path)
-        row.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
-    except OSError:
-        pass
-    return row
+    return _refused_row(path, "failed", "not_a_file", refusal(path, kind), model, engine)
 
 
 def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None,
