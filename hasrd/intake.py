@@ -99,11 +99,15 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
         raise errors.Cancelled("the client went away; the transcription was cancelled")
     finally:
         watcher.cancel()
-        if not task.done():
-            task.cancel()
-            with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
-                with contextlib.suppress(BaseException):
-                    await task
+        await cancel_and_wait(task)
+
+
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it still runs, and wait, uncancelled, until it has ended (the worker acknowledged)."""
+    if not task.done():
+        task.cancel()
+        with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+            await task
 
 
 async def _disconnect(request: Request) -> None:

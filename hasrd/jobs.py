@@ -7,7 +7,6 @@ the client going away cancels whatever step it is in, and the admission is relea
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -15,14 +14,13 @@ from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable
 from typing import IO, TYPE_CHECKING
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
 from hasrd import errors
 from hasrd.context import Daemon, check_path_access, shown
 from hasrd.formats import annotate
-from hasrd.intake import LeasedStream, check_path, decode, until_disconnected
+from hasrd.intake import LeasedStream, cancel_and_wait, check_path, decode, until_disconnected
 from hasrd.jobevents import Done, EventSink, Failed, JobEvent, StreamEvent
 from hasrd.modelspec import ModelSpec
 from hasrd.options import Options
@@ -112,11 +110,7 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: AudioInfo, render: Render, job: 
             getter.cancel()
             if task.done() and not task.cancelled():
                 task.exception()  # retrieved (it was rendered as an error event, or the client left)
-            if not task.done():
-                task.cancel()
-                with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
-                    with contextlib.suppress(BaseException):
-                        await task
+            await cancel_and_wait(task)
     return gen()
 
 

@@ -1,36 +1,10 @@
-"""``/v1/realtime?intent=transcription``: live audio over a WebSocket, OpenAI's Realtime transcription protocol.
+"""``/v1/realtime``: live audio over a WebSocket, OpenAI's Realtime transcription protocol (docs/API.md "Live
+transcription" has its events, errors, close codes and limits; realtime_events.py its vocabulary).
 
-Client events (``?intent=transcription`` alone selects the beta protocol's ``transcription_session.*`` events; GA
-clients, which name a ``model``, get ``session.*``): ``transcription_session.update`` (beta shape:
-``input_audio_format``, ``input_audio_transcription{model, language, prompt}``,
-``turn_detection{silence_duration_ms}``) or ``session.update`` (GA shape: ``session.audio.input.{format,
-transcription, turn_detection}``), ``input_audio_buffer.append`` (base64 PCM16, 24 kHz mono little-endian, OpenAI's
-only PCM format), ``input_audio_buffer.commit`` (end the current utterance now), ``input_audio_buffer.clear``
-(accepted; audio already fed is not taken back), and hasr's ``hasr.finish`` (close the last utterance, send every
-final, then ``hasr.done`` with the whole result, and close).
-
-Server events: ``transcription_session.created`` / ``session.created`` and ``.updated``;
-``input_audio_buffer.speech_started`` / ``speech_stopped`` / ``committed`` and ``conversation.item.created`` per
-utterance (item ``item_<session>_<n>``); ``conversation.item.input_audio_transcription.delta`` per final sentence
-(deltas concatenate to the item's transcript) and ``.completed``; ``error`` (``error.code``, ``error.message``,
-``error.param``; the connection stays open unless the error ends the session). hasr's own: ``hasr.draft`` (the
-utterance's current unstable text), ``hasr.sentence`` (a final sentence with engine draft|fw and times),
-``hasr.progress`` (audio received and processed, seconds), ``hasr.queued`` and ``hasr.loading``, with the query
-parameter ``hasr_events=true`` (off by default: the OpenAI SDK parses every event as one of its own types).
-Deviation: a sentence can be final (and its delta sent) before its utterance has ended.
-
-Lifecycle: the session is admitted at connect (a lease: no TTL unload and no idle exit while it is open), loads the
-worker at the first audio, and takes the worker ahead of queued files (Pool.live). A client that goes away ends it
-(the worker stays loaded); one that sends nothing for HASR_LIVE_IDLE_SEC is told so and closed.
-
-Limits (docs/API.md "Live transcription"): a client event is at most 16 MiB (a larger one hears
-``message_too_large``, then the 1009 close); audio waiting in front of the worker is bounded by
-HASR_LIVE_MAX_PENDING_SEC (past it appends are dropped, with at most one ``input_audio_buffer_full`` error a second
-saying how much); a client that does not read its events is not read either (its events wait, bounded); a session
-that waits HASR_LIVE_QUEUE_SEC behind a running job is refused with ``queue_full``. A daemon that stops sends the
-audio already received to the worker, lets the utterance in flight finish within HASR_STOP_GRACE_SEC, sends its
-finals, then an ``error`` ``shutting_down`` and the 1012 close. A session that fails (``worker_crashed``) ends with
-its ``error`` and an error close: 1011, 1013 when it may be tried again."""
+One :class:`Live` per connection: a reader of client events, a sender that stops reading a client that does not
+read its events, and the session itself, admitted at connect (a lease: no TTL unload and no idle exit while it is
+open) and put on a worker at its first audio, ahead of queued files (Pool.live). A stopping daemon lets it finish
+the speech it received (:meth:`Live.wind_down`)."""
 
 from __future__ import annotations
 

@@ -1,29 +1,11 @@
-"""One worker process and its lifecycle: the only code that reads-then-acts on that process's state. It knows
-nothing of queues, admission, keep-alive or the TTL (the pool, hasrd.scheduler, owns those). Its worker holds
-several jobs at once (files and live sessions, as many as the pool hands it: HASR_WORKER_PARALLEL), each a
-request id of its own on the worker's channel; a worker's death fails every job it held with worker_crashed.
-
-States, what happens in each, and the only transitions allowed (``lifecycle.TRANSITIONS``; any other raises
-:class:`~hasrd.lifecycle.IllegalTransition`):
-
-    STOPPED   no worker. :meth:`Runner.ready` starts one                            -> STARTING
-    STARTING  one load in flight; every caller of ready() waits for that same load (single flight).
-              Ready                                                                 -> READY
-              failure                                                               -> BACKOFF, or FATAL after N
-              the daemon was forced to stop meanwhile                               -> STOPPED
-    READY     serving the jobs its holder runs (several at once).
-              :meth:`Runner.stop` (the TTL, /api/unload, an eviction, daemon exit)  -> STOPPING
-              the worker died, stalled or ignored Cancel (its jobs fail)            -> STOPPED
-    STOPPING  Shutdown, SIGTERM, SIGKILL of the worker's process group              -> STOPPED
-    BACKOFF   a load failed: the next ready() waits out the delay (doubling)        -> STARTING
-              :meth:`Runner.clear_failure` (/api/unload)                             -> STOPPED
-    FATAL     N failed loads in a row: ready() fails at once with the kept reason (health "error").
-              :meth:`Runner.retry_now` (/api/load) or clear_failure                 -> STOPPED
+"""One worker process and its lifecycle: the only code that reads-then-acts on that process's state
+(docs/ARCHITECTURE.md "Worker lifecycle"; what happens in each state, and the transitions allowed, are in
+hasrd.lifecycle's docstring beside its table). Its worker holds several jobs at once, each a request id of its own
+on the worker's channel; a worker's death fails every job it held with worker_crashed.
 
 Background tasks (load, stop, the death watch, the loading heartbeat) are owned here and cancelled by
-:meth:`close`. Its observable state is one frozen :class:`~hasrd.status.RunnerStatus` (``status()``), from which the
-pool builds /api/ps, the status line and the tray's snapshot. It implements :class:`~hasrd.runnerapi.PoolRunner`, and
-what it asks of its pool (changes to report, how many wait) comes with it when it is made (``hooks``).
+:meth:`close`. It implements :class:`~hasrd.runnerapi.PoolRunner`; what it asks of its pool (changes to report, how
+many wait) comes with it when it is made (``hooks``).
 """
 
 from __future__ import annotations
@@ -256,8 +238,7 @@ class Runner:
         await worker.dead.wait()
         if self.worker is worker and self.state == State.READY:
             log.warning("worker %d died: %s", worker.pid, worker.death_reason)
-            self._forget_worker()
-        await self._reap(worker)  # always: reap it and clear its process group (vLLM helpers)
+        await self._worker_failed(worker)  # always: reap it and clear its process group (vLLM helpers)
 
     def _forget_worker(self) -> None:
         self.worker = None

@@ -3,11 +3,8 @@ a request goes to, when another starts, which idle one stops, the one queue (liv
 told their place), the places reserved on each worker (up to HASR_WORKER_PARALLEL jobs) and when a worker's TTL
 runs. docs/ARCHITECTURE.md ("The worker pool") gives the rules. Its parts lie beside it: admission
 (hasrd.admission), where a request goes (hasrd.poolref.decide, over hasrd.placement), the TTL timers
-(hasrd.expiry) and what it shows (hasrd.poolstatus).
-
-A runner (hasrd.runner) owns one worker's lifecycle and knows nothing of queues; the pool makes runners with an
-injected factory (hasrd.runnerapi), so its rules are tested with fake runners and no processes
-(tests/test_pool_units.py).
+(hasrd.expiry) and what it shows (hasrd.poolstatus). It makes runners with an injected factory
+(hasrd.runnerapi), so its rules are tested with fake runners and no processes (tests/test_pool_units.py).
 """
 
 from __future__ import annotations

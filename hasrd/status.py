@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 
 class State(str, enum.Enum):
-    """A worker's state (hasrd.lifecycle holds the transitions; hasrd.runner says what happens in each)."""
+    """A worker's state (hasrd.lifecycle holds the transitions and says what happens in each)."""
 
     STOPPED = "stopped"
     STARTING = "starting"
