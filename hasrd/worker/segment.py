@@ -35,10 +35,6 @@ class Segment:
     end: int
     speech: bool  # False: VAD heard nothing in it (callers may skip it)
 
-    @property
-    def duration_s(self) -> float:
-        return (self.end - self.start) / SR
-
 
 def silero_spans(block: np.ndarray) -> list[tuple[int, int]]:
     """Speech (start, end) sample spans of ``block`` from faster-whisper's Silero VAD (offline, CPU)."""

@@ -102,7 +102,3 @@ def merge_clips(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
             clips.append([s0, s1])
     return [(c0, c1) for c0, c1 in clips]
 
-
-def speech_clips(audio: np.ndarray) -> list[tuple[float, float]]:
-    """Speech as contiguous clips of at most 30 s (seconds)."""
-    return merge_clips(speech_spans(audio))

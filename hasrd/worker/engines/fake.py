@@ -52,8 +52,6 @@ from hasrd.worker.v2c import DraftState
 
 SR = v2c.SR
 
-SENT_END = v2c.SENT_END
-
 
 class Misbehaving(SteppedDraft):
     """One job's scripted draft on R2T2's path, and before each chunk, in the job's own thread, what the request

@@ -56,7 +56,7 @@ import numpy as np
 
 from hasrd.config import Settings
 from hasrd.worker import resegment, segment, vad
-from hasrd.worker.vad import silences, speech_clips  # noqa: F401 - speech_clips: tests and benchmarks read it here
+from hasrd.worker.vad import silences
 from hasrd.models import resolve_fw
 from hasrd.worker.engines import mending
 from hasrd.worker.engines.clips import Clip, Moved, Passed, packs, stream
@@ -68,7 +68,7 @@ from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker import ct2batch
 from hasrd.worker.batcher import Batcher
 from hasrd.worker.engine import Emitter, EngineError, LiveEmitter, Loaded, heard
-from hasrd.worker.textrules import MAX_CAP, RETRY_KW, clean_text, collapse_loops, looped, token_cap  # noqa: F401
+from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 from hasrd.languages import NAMES, join_sentences
 from hasrd.worker.engines.fwterms import language_of, model_codes, prompt_of, sentence_entry, timed_words, whisper_code
 
