@@ -28,13 +28,8 @@ greedy). Whisper's no-speech rule drops a segment that is probably silence ("you
 decode is at temperature 0, without earlier text as a prompt (as files): the same audio gives the same text.
 A buffer that grows past ``BUFFER_S`` without a sentence end (a run-on) is finalised at its stable words, or,
 when no two decodes agree, at what lies more than ``TAIL_S`` before its end. So the same ``Draft`` /
-``Sentence`` / ``Turn`` events flow as with R2T2.
-
-Loops: the file path's rules apply to live text. A phrase said four or more times in a row in a sentence or a
-draft is said once (:func:`~hasrd.worker.engines.whisper.collapse_loops`: whisper base looped "殿下" 15 times
-on Mandarin), and the same sentence four or more times back to back in an utterance is said once
-(:class:`~hasrd.worker.resegment.LoopFilter`; a repeat is held until a different sentence or the utterance's end
-shows whether it loops).
+``Sentence`` / ``Turn`` events flow as with R2T2. The file path's loop rules apply to live text
+(:meth:`WhisperLive._say_sentences`; whisper base looped "殿下" 15 times on Mandarin).
 """
 
 from __future__ import annotations

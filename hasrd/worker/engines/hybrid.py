@@ -1,8 +1,6 @@
-"""The hybrid engine: R2T2 streaming draft + faster-whisper on truncated sentence windows (v2c).
-
-Load parameters are the seed's: ``R2T2ASRModel.LLM(model=..., gpu_memory_utilization=0.35, max_model_len=4096,
-max_new_tokens=4)`` and ``WhisperModel(path, device="cuda", device_index=0, compute_type="float16")`` (the
-device and compute type follow HASR_FW_DEVICE / HASR_FW_COMPUTE_TYPE when those are set).
+"""The hybrid engine: R2T2 streaming draft + faster-whisper on truncated sentence windows (v2c), both loaded with
+the seed's parameters (r2t2.py; faster-whisper float16 on CUDA unless HASR_FW_DEVICE / HASR_FW_COMPUTE_TYPE say
+otherwise).
 
 Scripted draft, for end-to-end tests without a GPU: with ``HASR_DRAFT=scripted`` the draft is the fake
 engine's :class:`~hasrd.worker.scripted.ScriptedDraft` over ``HASR_FAKE_SCRIPT`` (or ``options["fake"]
