@@ -25,21 +25,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hasrd.config import Settings
-from hasrd.models import resolve_fw, resolve_weights
+from hasrd.models import resolve_fw
 from hasrd.options import Fake, Options
 from hasrd.transcript import Transcript
 from hasrd.worker import ct2batch
 from hasrd.worker.batcher import Batcher
 from hasrd.worker.draftsteps import SteppedDraft
 from hasrd.worker.engine import Emitter, EngineError, LiveEmitter, Loaded
-from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, draft_language, load_draft, r2t2_knows,
-                                       run_v2c, shutdown_draft, versions, warm_up)
+from hasrd.worker.engines.r2t2 import (LOAD_KW, R2T2Engine, bar_signal, cuda_usable, draft_language, r2t2_knows,
+                                       run_v2c, versions, warm_up)
 from hasrd.worker.engines.fwload import load_shared
 from hasrd.worker.engines.fwload import warm_up as fw_warm_up
 from hasrd.worker.engines.fwterms import language_of, whisper_code, window_fn
 from hasrd.worker.engines.whisper import WhisperEngine
 from hasrd.worker.scripted import DEFAULT_SCRIPT, ScriptedDraft
-from hasrd.worker.v2c import DraftModel, WindowFn
+from hasrd.worker.v2c import WindowFn
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -50,8 +50,9 @@ if TYPE_CHECKING:
 RESULT_ENGINE = "hybrid-asr-v2c"  # the seed's name in results
 
 
-class HybridEngine:
-    """R2T2's draft and faster-whisper's windows; ``fw`` is there from ``load`` until ``close``."""
+class HybridEngine(R2T2Engine):
+    """R2T2's draft (loaded, stepped and shut down as the draft-only engine's) and faster-whisper's windows; ``fw``
+    is there from ``load`` until ``close``."""
 
     name = "hybrid"
     fw: WhisperModel
@@ -61,16 +62,13 @@ class HybridEngine:
                  env: dict[str, str] | None = None) -> None:
         if settings.draft not in ("r2t2", "scripted"):
             raise EngineError("model_unavailable", f"HASR_DRAFT={settings.draft!r}: use r2t2 or scripted")
-        self.settings = settings
+        super().__init__(settings, cuda)
         self.fw_spec = fw_spec  # HASR_FW_MODEL's syntax; '' = the embedded model
         self.fw_device = fw_device
         self.compute_type = compute_type
-        self.cuda = cuda
         self.extra = dict(identity or {})
         e = os.environ if env is None else env
         self.script = e.get("HASR_FAKE_SCRIPT", "") or DEFAULT_SCRIPT
-        self.draft: DraftModel | None = None
-        self.loop: Batcher | None = None
 
     @property
     def scripted(self) -> bool:
@@ -80,11 +78,8 @@ class HybridEngine:
         if self.scripted:
             draft_id: dict[str, Any] = {"name": "scripted", "script": self.script}
         else:
-            weights = resolve_weights(self.settings.r2t2_model)
-            phase(f"loading R2T2 from {weights} (vLLM)")
-            self.draft = load_draft(weights, self.cuda)
-            draft_id = {"path": str(weights), "name": weights.name, "load": LOAD_KW,
-                        "bar_signal": bar_signal(self.draft)}
+            weights, draft = self._load_draft(phase)
+            draft_id = {"path": str(weights), "name": weights.name, "load": LOAD_KW, "bar_signal": bar_signal(draft)}
         fw_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {fw_ref.name} on {self.fw_device} ({self.compute_type})")
         self.fw, lanes, batch = load_shared(fw_ref, self.fw_device, self.compute_type, self.settings)
@@ -101,7 +96,7 @@ class HybridEngine:
         return Loaded(ident, lanes, batch)
 
     def attach(self, loop: Batcher) -> None:
-        self.loop = loop
+        super().attach(loop)
         ct2batch.install(self.fw, loop)
 
     def transcribe(self, pcm: np.ndarray, language: str, options: Options, emit: Emitter,
@@ -117,7 +112,7 @@ class HybridEngine:
                 return window_fn(self.fw, whisper_code(self.fw, code()))(audio)
             return transcribe_window
 
-        return run_v2c(RESULT_ENGINE, self._stepped(options, len(pcm)), windows, self.settings, pcm, language, emit,
+        return run_v2c(RESULT_ENGINE, self._job_draft(options, len(pcm)), windows, self.settings, pcm, language, emit,
                        cancelled)
 
     def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> LiveBase:
@@ -133,17 +128,16 @@ class HybridEngine:
         def transcribe_window(audio: np.ndarray) -> str:
             return window_fn(self.fw, whisper_code(self.fw, session.code if session else code))(audio)
 
-        session = DraftLive(self._stepped(options, int((options.fake or Fake()).script_s * 16000)), dname or None,
+        session = DraftLive(self._job_draft(options, int((options.fake or Fake()).script_s * 16000)), dname or None,
                             transcribe_window, "thread", emit, cancelled, options, engine=RESULT_ENGINE, code=code)
         return session
 
-    def _stepped(self, options: Options, samples: int) -> SteppedDraft:
+    def _job_draft(self, options: Options, samples: int) -> SteppedDraft:
         """One job's draft, its calls steps of the worker's decode loop: R2T2, or the script revealed over
         ``samples`` of audio (HASR_DRAFT=scripted)."""
         if self.scripted:
             return SteppedDraft(ScriptedDraft((options.fake or Fake()).script or self.script, samples), self.loop)
-        assert self.draft is not None, "load() first"
-        return SteppedDraft(self.draft, self.loop)
+        return self._stepped()
 
     def _alone(self) -> WhisperEngine:
         """The whisper engine over the loaded faster-whisper (its calls already go through the loop)."""
@@ -162,7 +156,5 @@ class HybridEngine:
         return ""
 
     def close(self) -> None:
-        """End R2T2's background engine (r2t2.shutdown_draft) so that the worker exits by itself."""
-        draft, self.draft = self.draft, None
         vars(self).pop("fw", None)
-        shutdown_draft(draft)
+        super().close()

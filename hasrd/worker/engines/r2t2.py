@@ -47,7 +47,7 @@ from hasrd.worker.engines.fwterms import language_of
 from hasrd.worker.v2c import DraftModel, WindowFn
 
 if TYPE_CHECKING:
-    from hasrd.worker.live_draft import DraftLive
+    from hasrd.worker.live import LiveBase
 
 M = TypeVar("M")
 
@@ -306,14 +306,19 @@ class R2T2Engine:
         self.draft: DraftModel | None = None
         self.loop: Batcher | None = None
 
-    def load(self, phase: Callable[[str], None]) -> Loaded:
+    def _load_draft(self, phase: Callable[[str], None]) -> tuple[Path, DraftModel]:
+        """Load R2T2 (the hybrid's draft too) -> where its weights are, and the model."""
         weights = resolve_weights(self.settings.r2t2_model)
         phase(f"loading R2T2 from {weights} (vLLM)")
         self.draft = load_draft(weights, self.cuda)
-        warm_s = warm_up(self.draft, phase)
+        return weights, self.draft
+
+    def load(self, phase: Callable[[str], None]) -> Loaded:
+        weights, draft = self._load_draft(phase)
+        warm_s = warm_up(draft, phase)
         return Loaded({"engine": "r2t2", "models": {"draft": {"path": str(weights), "name": weights.name}},
                        "device": "cuda", "load": LOAD_KW, "warm_up_s": round(warm_s, 3),
-                       "bar_signal": bar_signal(self.draft), "versions": versions("confucius4-r2t2", "vllm", "torch")})
+                       "bar_signal": bar_signal(draft), "versions": versions("confucius4-r2t2", "vllm", "torch")})
 
     def attach(self, loop: Batcher) -> None:
         self.loop = loop
@@ -323,7 +328,7 @@ class R2T2Engine:
         refuse_translation(options, "the r2t2 engine (R2T2 only transcribes)")
         return run_v2c("r2t2", self._stepped(), None, self.settings, pcm, language, emit, cancelled)
 
-    def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> DraftLive:
+    def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> LiveBase:
         """The draft alone per utterance: truncated sentences are cut at ``|`` (live_draft.py)."""
         from hasrd.worker.live_draft import DraftLive
 
