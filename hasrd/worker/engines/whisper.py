@@ -54,7 +54,8 @@ from hasrd.worker.batcher import Batcher
 from hasrd.worker.engine import Emitter, EngineError, LiveEmitter, Loaded, heard
 from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 from hasrd.languages import NAMES, join_sentences
-from hasrd.worker.engines.fwterms import language_of, model_codes, prompt_of, sentence_entry, timed_words, whisper_code
+from hasrd.worker.engines.fwterms import (is_no_speech, language_of, model_codes, prompt_of, sentence_entry,
+                                          timed_words, whisper_code)
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -74,8 +75,6 @@ WHOLE_KW: dict[str, Any] = {
 
 
 BATCHED_KW: dict[str, Any] = {"beam_size": 5, "temperature": 0.0}
-NO_SPEECH_PROB = 0.6  # whisper's rule: a segment this likely silent and this unsure is dropped
-LOG_PROB_FLOOR = -1.0
 
 
 class Track:
@@ -92,10 +91,6 @@ class Track:
 
     def beat(self, phase: Phase = "decoding") -> None:
         self.emit.progress(round(self.done_s, 3), self.total_s, phase)
-
-
-def is_no_speech(segment: Segment) -> bool:
-    return (float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR)
 
 
 def _shifted(clip: Clip, base: float) -> Callable[[float, bool], float]:
