@@ -106,14 +106,8 @@ class HybridEngine(R2T2Engine):
             result = self._alone().transcribe(pcm, language, options, emit, cancelled)
             result.note = note
             return result
-
-        def windows(code: Callable[[], str]) -> WindowFn:
-            def transcribe_window(audio: np.ndarray) -> str:
-                return window_fn(self.fw, whisper_code(self.fw, code()))(audio)
-            return transcribe_window
-
-        return run_v2c(RESULT_ENGINE, self._job_draft(options, len(pcm)), windows, self.settings, pcm, language, emit,
-                       cancelled)
+        return run_v2c(RESULT_ENGINE, self._job_draft(options, len(pcm)), self._windows, self.settings, pcm, language,
+                       emit, cancelled)
 
     def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> LiveBase:
         """R2T2's draft per utterance with faster-whisper on a thread for truncated sentences (live_draft.py);
@@ -124,13 +118,14 @@ class HybridEngine(R2T2Engine):
             return self._alone().live(language, options, emit, cancelled)
         dname, code = draft_language(language, self.settings)
         session: DraftLive | None = None
-
-        def transcribe_window(audio: np.ndarray) -> str:
-            return window_fn(self.fw, whisper_code(self.fw, session.code if session else code))(audio)
-
         session = DraftLive(self._job_draft(options, int((options.fake or Fake()).script_s * 16000)), dname or None,
-                            transcribe_window, "thread", emit, cancelled, options, engine=RESULT_ENGINE, code=code)
+                            self._windows(lambda: session.code if session else code), "thread", emit, cancelled,
+                            options, engine=RESULT_ENGINE, code=code)
         return session
+
+    def _windows(self, code: Callable[[], str]) -> WindowFn:
+        """faster-whisper on v2c's windows, in the language ``code()`` names as each runs (R2T2 may name one)."""
+        return lambda audio: window_fn(self.fw, whisper_code(self.fw, code()))(audio)
 
     def _job_draft(self, options: Options, samples: int) -> SteppedDraft:
         """One job's draft, its calls steps of the worker's decode loop: R2T2, or the script revealed over
