@@ -19,14 +19,11 @@ the per-request ones can also be given in ``Options.fake`` (hasrd.options.Fake):
                                   (what vLLM and Rust libraries do; the daemon must keep draining)
                                   options: {"fail": "code"} fails that request
 
-The draft is the script's text revealed proportionally to the audio by :class:`ScriptedDraft`, which has
-R2T2's streaming API and takes R2T2's path through the decode loop (hasrd.worker.draftsteps; a hang or a crash
-asked for happens in the job's own thread, before a chunk's step), and the request runs through the real v2c
-pipeline (``hasrd.worker.v2c``, inline mode)
-with a final stage that returns nothing: a sentence carrying ``|`` (what R2T2 emits for a truncated one) or
-lacking an end mark is "re-transcribed", i.e. cut at ``|`` with engine "fw" and counted in fw_calls; other
-sentences keep their draft text (engine "draft"). The hybrid engine can run the same scripted draft with the
-real faster-whisper final stage (``HASR_DRAFT=scripted``, see hybrid.py).
+The draft is the script revealed in proportion to the audio (:class:`Misbehaving` over a :class:`ScriptedDraft`),
+through the real v2c pipeline (inline mode) with a final stage that returns nothing: a sentence carrying ``|``
+(what R2T2 emits for a truncated one) or lacking an end mark is "re-transcribed", i.e. cut at ``|`` with engine
+"fw" and counted in fw_calls; other sentences keep their draft text (engine "draft"). The hybrid engine runs the
+same scripted draft with the real faster-whisper final stage (``HASR_DRAFT=scripted``).
 """
 
 from __future__ import annotations

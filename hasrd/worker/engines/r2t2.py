@@ -6,21 +6,15 @@ installed the import fails with "cannot import name" (an ImportError, not Module
 apart here. Each way of not having R2T2 (package missing or wrong, weights missing, no usable CUDA) is a
 ``model_unavailable`` error whose sentence says what to install or download and how.
 
-The load parameters are the seed's, verbatim: ``R2T2ASRModel.LLM(model=..., gpu_memory_utilization=0.35,
-max_model_len=4096, max_new_tokens=4)`` (8192 blows the KV cache). R2T2 wants full language names
-("Chinese"); codes are mapped, no language means R2T2's own detection (``language=None``), and a language
-outside R2T2's 30 is the caller's to route elsewhere (:func:`draft_language`). ``finish_streaming_transcribe``
-prints to stdout; v2c sends that to stderr.
+The load parameters are the seed's, verbatim (:data:`LOAD_KW`; max_model_len 8192 blows the KV cache). R2T2
+wants full language names ("Chinese"); codes are mapped, no language means R2T2's own detection
+(``language=None``), and a language outside R2T2's 30 is the caller's to route elsewhere (:func:`draft_language`).
 
 The ``|`` symptom: this R2T2 cuts its raw generation at the first ``|`` before it stores ``state.text``, so the
 seed's ``"|" in state.text`` never fires. The class is loaded through :func:`observing`, a subclass whose
 ``_streaming_generate`` (the one model call per chunk; vLLM or transformers backend) records each raw
 generation, so v2c sees whether the model wrote ``|`` before the library cut it. An R2T2 without that method
 still works, with only ``|`` in ``state.text`` to go by (what older versions left there).
-
-Warm-up (:func:`warm_up`), as the official streaming server does after its load: three silent chunks and a
-finish per language, so that CUDA kernels, graphs and the vLLM scheduler are ready before the first request;
-it runs inside ``load``, so ``load_s`` includes it, and the loading phase says so.
 """
 
 from __future__ import annotations
@@ -152,7 +146,9 @@ def bar_signal(model: object) -> str:
 
 
 def warm_up(draft: DraftModel, phase: Callable[[str], None]) -> float:
-    """Three silent 160 ms chunks and a finish for Chinese and for English (the official server's warm-up)."""
+    """Three silent 160 ms chunks and a finish for Chinese and for English, as the official streaming server does
+    after its load: CUDA kernels, graphs and the vLLM scheduler are ready before the first request. It runs inside
+    ``load``, so ``load_s`` includes it."""
     t0 = time.monotonic()
     phase("warming up R2T2 (3 silent chunks and a finish, Chinese and English)")
     silence = np.zeros(v2c.CHUNK, dtype=np.float32)
