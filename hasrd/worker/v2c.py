@@ -51,15 +51,14 @@ from hasrd.languages import join_sentences
 from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker.engine import Emitter, EngineError
 from hasrd.worker.finalstage import HEARTBEAT_SEC, FinalStage, Heartbeat, WindowFn
-from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
-                                    choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,
-                                    window_span, window_start)
+from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, SENT_END, SR, Window, Windows, choose,
+                                    ends_with_mark, n_chunks, truncation, window_span)
 from hasrd.worker.textrules import clean_text
 
 __all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "LAG_CHUNKS", "MAX_NEW_TOKENS",
-           "MODES", "PAD", "SENT_END", "SR", "choose", "draft_windows", "DraftModel", "DraftState", "ends_with_mark",
-           "FinalStage", "Heartbeat", "is_truncated", "last_mark", "n_chunks", "Outcome", "result", "run",
-           "truncation", "Window", "window_span", "window_start", "WindowFn", "Windows"]
+           "MODES", "SENT_END", "SR", "choose", "draft_windows", "DraftModel", "DraftState", "ends_with_mark",
+           "FinalStage", "Heartbeat", "n_chunks", "Outcome", "result", "run", "truncation", "Window", "window_span",
+           "WindowFn", "Windows"]
 
 MAX_NEW_TOKENS = 4
 # The budget of ``finish_streaming_transcribe``. Without one R2T2 falls back to the default it was loaded with,

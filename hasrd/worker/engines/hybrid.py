@@ -3,13 +3,13 @@ the seed's parameters (r2t2.py; faster-whisper float16 on CUDA unless HASR_FW_DE
 otherwise).
 
 Scripted draft, for end-to-end tests without a GPU: with ``HASR_DRAFT=scripted`` the draft is the fake
-engine's :class:`~hasrd.worker.scripted.ScriptedDraft` over ``HASR_FAKE_SCRIPT`` (or ``options["fake"]
-["script"]`` per request; default: the fake engine's script), revealed in proportion to the audio, while the
-final stage is the real faster-whisper model (HASR_FW_MODEL, or the embedded one on the CPU). Through the
-daemon, fw_calls is then the number of truncated script sentences, and exactly those sentences carry
-faster-whisper's text of their window.
+engine's :class:`~hasrd.worker.scripted.ScriptedDraft` over ``HASR_FAKE_SCRIPT`` (or ``Options.fake.script``
+per request; default: the fake engine's script), revealed in proportion to the audio, while the final stage is
+the real faster-whisper model (HASR_FW_MODEL, or the embedded one on the CPU). Through the daemon, fw_calls is
+then the number of truncated script sentences, and exactly those sentences carry faster-whisper's text of their
+window.
 
-The request's prompt (``options["prompt"]``, the OpenAI ``prompt``) is not used here, on purpose: the draft
+The request's prompt (``Options.prompt``, the OpenAI ``prompt``) is not used here, on purpose: the draft
 is initialised with the seed's ``context=""`` and the windows are the seed's call verbatim (language,
 beam_size=5, vad_filter=False), which is what the v2c CER was measured with; and a window is a short piece of
 a truncated sentence, where an initial prompt is what whisper most readily echoes or continues (seed §2.5:
