@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 
@@ -174,8 +175,6 @@ class FakeEngine:
 
     def _shout(self, when: str) -> None:
         if self.env.stderr_bytes > 0:
-            import sys
-
             sys.stderr.write(f"fake engine {when}: " + "x" * self.env.stderr_bytes + "\n")
             sys.stderr.flush()
 
