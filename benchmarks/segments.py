@@ -30,7 +30,8 @@ import corpus  # noqa: E402
 from hasrd import config, formats, subtitles  # noqa: E402
 from hasrd.audio import decode_to_array  # noqa: E402
 from hasrd.worker.engine import NullEmitter  # noqa: E402
-from hasrd.worker.engines.whisper import BATCHED_KW, WhisperEngine, speech_clips  # noqa: E402
+from hasrd.worker.engines.whisper import BATCHED_KW, WhisperEngine  # noqa: E402
+from hasrd.worker.vad import merge_clips, speech_spans  # noqa: E402
 from hasrd.worker.engines import load  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def batched(engine: WhisperEngine, pcm: Any, code: str, words: bool, repeat: int
     from faster_whisper import BatchedInferencePipeline
 
     pipe = BatchedInferencePipeline(engine.model)
-    clips = speech_clips(pcm)
+    clips = merge_clips(speech_spans(pcm))
     best, text, n = float("inf"), "", 0
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -276,7 +276,7 @@ def test_the_selection_rule_is_a_pure_symptom_gate() -> None:
     assert v2c.choose("没有句号", "") == ("没有句号", "fw")
     assert v2c.choose("Why?", "FW") == ("Why?", "draft")
     assert v2c.choose("a|b", None) == ("a", "draft")  # draft-only engine
-    assert all(v2c.is_truncated(t) for t in ("", "abc.", "a|b。"))  # "." is not in the seed's SENT_END
+    assert all(v2c.truncation(t) is not None for t in ("", "abc.", "a|b。"))  # "." is not in the seed's SENT_END
 
 
 def test_the_draft_model_gets_the_seed_parameters_and_160_ms_float32_chunks(capfd: pytest.CaptureFixture[str]) -> None:
@@ -327,7 +327,7 @@ def test_thread_inline_and_after_modes_return_the_same_result(seed: int) -> None
         out = v2c.run(SlowDraft(list(snaps), random.Random(seed + 2000), 0.002), pcm, "Chinese", fw, emit=rec,
                       mode=mode)
         r = to_json(v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm)))
-        assert len(on_main) == r["fw_calls"] == sum(v2c.is_truncated(w["text"]) for w in r["sent_windows"])
+        assert len(on_main) == r["fw_calls"] == sum(v2c.truncation(w["text"]) is not None for w in r["sent_windows"])
         assert all(m == (mode != "thread") for m in on_main)  # thread mode really ran fw beside the draft
         assert [e[1] for e in rec.sentences()] == list(range(len(r["per_sentence"])))  # emitted in order
         results.append((r["per_sentence"], r["sent_windows"], r["fw_calls"], r["final"], rec.sentences()))

@@ -1,29 +1,21 @@
-"""One decode loop per worker: every job's model steps in, batched model calls out (vLLM's engine core in small).
+"""One decode loop per worker: every job's model steps in, batched model calls out (vLLM's engine core in small;
+docs/ARCHITECTURE.md "One worker, many jobs" tells how it is built, what calls go through it and the lanes).
 
-One loop per worker, built once the engine has loaded and sized by what the load reports
-(:func:`hasrd.worker.engines.load`, for the worker's main and ``hasrctl batch``'s actors alike), then handed to the
-engine. Each job runs in its own thread (hasrd.worker.serve) and calls the model as if it were alone; every model
-call goes through :meth:`Batcher.run` (faster-whisper's encode / generate / align / detect through
-:class:`hasrd.worker.ct2batch.BatchedWhisper`, R2T2's and the scripted draft's streaming calls through
-:class:`hasrd.worker.draftsteps.SteppedDraft`), which queues the step and blocks its job's thread until the loop has
-run a batch holding it. Which steps run together is :func:`hasrd.worker.batchpolicy.next_batch` (live first, files
-round robin, only steps with the same key share a call).
+Each job runs in its own thread and calls the model as if it were alone; :meth:`Batcher.run` queues the step and
+blocks the job's thread until the loop has run a batch holding it (:func:`hasrd.worker.batchpolicy.next_batch`
+chooses which steps run together).
 
 - The job a step belongs to is the calling thread's :class:`JobTag` (:func:`bound`); a thread a job starts binds
   the same tag (:func:`current` before the start). A thread with no tag is a job of its own, not live.
 - A cancelled job's waiting steps leave before the next batch is chosen (it frees its share within one batch);
-  its thread gets ``EngineError("cancelled")``.
-- A failed batch of several steps is run again step by step, so one job's bad input fails that job alone.
+  its thread gets ``EngineError("cancelled")``. A failed batch of several steps is run again step by step, so one
+  job's bad input fails that job alone.
 - Bounded by construction: a job thread waits on one step at a time (the hybrid: one per thread it runs).
-- A step may run :meth:`Batcher.alone` (whisper's alignment; R2T2's streaming calls, which are also ``serial``: vLLM's
-  ``LLM`` takes one call at a time, so no two run at once in two lanes).
-- Lanes: on a GPU the loop runs up to ``lanes`` calls at once (CTranslate2 replicas sharing the weights, each its
-  own CUDA stream), one lane kept for live and short jobs: a batch of 16 files' windows may run for a second while
-  one window loops to the token limit, and a dictation must not wait for it (batchpolicy.may_start).
+- A step may run :meth:`Batcher.alone` (whisper's alignment; R2T2's streaming calls, which are also ``serial``:
+  vLLM's ``LLM`` takes one call at a time, so no two run at once in two lanes).
 - Phase: jobs call encode, detect, generate and align in turn, so two jobs one step apart would alternate for
-  ever and never share a call (measured: 0 shared batches of 20 for two files). Before choosing, the loop waits a
-  little (``linger``: a tenth of the last batch's time, at most 20 ms) for the jobs it just served to ask again;
-  once two jobs share a step they stay in step.
+  ever and never share a call (measured: 0 shared batches of 20 for two files). Hence ``linger``: once two jobs
+  share a step they stay in step.
 """
 
 from __future__ import annotations

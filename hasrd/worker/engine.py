@@ -1,13 +1,11 @@
 """The engine interface: what the worker asks of an engine and what an engine reports through (a leaf module).
 
 Engines (engines/*.py), the v2c pipeline and the live sessions import this, and nothing here imports them back;
-the factory that picks an engine by name is ``hasrd.worker.engines.create``. An engine is created by name and
-loaded once (reporting phases); the load reports how large a decode loop its model takes, and the worker builds
-that one loop and hands it to the engine (``hasrd.worker.engines.load``), through which every model call of every
-job goes. The engine then serves the jobs its worker holds, several at once, each from its own thread. It reports
-failures by raising EngineError with one of the protocol's error codes; the worker turns that into a ``Failed``
-message and keeps serving. Heavy imports happen inside ``load`` or inside the engine modules, which are imported
-only when their engine is chosen.
+the factory that picks an engine by name, and the start that hands a loaded engine its decode loop, is
+``hasrd.worker.engines``. An engine serves the jobs its worker holds, several at once, each from its own thread,
+and reports failures by raising EngineError with one of the protocol's error codes (the worker turns that into a
+``Failed`` message and keeps serving). Heavy imports happen inside ``load`` or inside the engine modules, which are
+imported only when their engine is chosen.
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ class Heartbeat:
         self.emit, self.every = emit, max(0.05, every)
         self.lock = threading.Lock()
         self.last: tuple[float, float] | None = None
-        self.beats = 0
 
     def report(self, done_s: float, total_s: float) -> None:
         with self.lock:
@@ -46,7 +45,6 @@ class Heartbeat:
     def again(self) -> None:
         with self.lock:
             if self.last is not None:
-                self.beats += 1
                 self.emit.progress(*self.last)
 
     @contextlib.contextmanager

@@ -12,9 +12,6 @@ an engine's session (live_whisper.py: faster-whisper with local agreement; live_
 implements what happens inside an utterance. Audio that arrives while a decode runs waits in the worker's
 inbox and is fed as one piece (serve.py coalesces it), so a slow step never builds a queue of steps: the lag
 stays bounded by one step.
-
-A session's knobs (:class:`Knobs`) are the request's ``silence_ms`` and tuning that tests set; a request's Options
-carry none but ``silence_ms``.
 """
 
 from __future__ import annotations
@@ -45,8 +42,8 @@ VadKind = Literal["silero", "energy"]  # energy: a window is speech above -40 dB
 
 
 class Knobs(msgspec.Struct, kw_only=True):
-    """A live session's settings: ``silence_ms`` (a pause that ends an utterance), the VAD, and live_whisper's final
-    beam."""
+    """A live session's settings: ``silence_ms`` (a pause that ends an utterance; the only one a request's Options
+    carry), and the VAD and live_whisper's final beam, which tests set."""
 
     silence_ms: Annotated[int, msgspec.Meta(ge=100, le=10000)] = 500
     vad: VadKind = "silero"

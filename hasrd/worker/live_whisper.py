@@ -28,13 +28,8 @@ greedy). Whisper's no-speech rule drops a segment that is probably silence ("you
 decode is at temperature 0, without earlier text as a prompt (as files): the same audio gives the same text.
 A buffer that grows past ``BUFFER_S`` without a sentence end (a run-on) is finalised at its stable words, or,
 when no two decodes agree, at what lies more than ``TAIL_S`` before its end. So the same ``Draft`` /
-``Sentence`` / ``Turn`` events flow as with R2T2.
-
-Loops: the file path's rules apply to live text. A phrase said four or more times in a row in a sentence or a
-draft is said once (:func:`~hasrd.worker.engines.whisper.collapse_loops`: whisper base looped "殿下" 15 times
-on Mandarin), and the same sentence four or more times back to back in an utterance is said once
-(:class:`~hasrd.worker.resegment.LoopFilter`; a repeat is held until a different sentence or the utterance's end
-shows whether it loops).
+``Sentence`` / ``Turn`` events flow as with R2T2. The file path's loop rules apply to live text
+(:meth:`WhisperLive._say_sentences`; whisper base looped "殿下" 15 times on Mandarin).
 """
 
 from __future__ import annotations
@@ -52,6 +47,7 @@ from hasrd.options import Options
 from hasrd.transcript import Transcript
 from hasrd.worker import resegment
 from hasrd.worker.engine import LiveEmitter
+from hasrd.worker.engines.fwterms import is_no_speech
 from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 from hasrd.worker.live import FRAME, SR, LiveBase
 
@@ -165,7 +161,9 @@ class WhisperLive(LiveBase):
         self.asked = code is not None
         self.detected_on = 0  # samples of audio the language was last detected on
         self.task = task
-        self.prompt = prompt
+        # the user's prompt only: like files (condition_on_previous_text=False), earlier text is not fed back, where
+        # whisper would continue it ("But ..." before the next sentence) or repeat its errors
+        self.prompt = prompt or None
         self.final_beam = self.knobs.final_beam
         self.buf_start = 0
         self.decoded_to = 0
@@ -174,18 +172,12 @@ class WhisperLive(LiveBase):
         self.prev: list[Word] = []
         self.loops = resegment.LoopFilter()
         self.decodes = 0
-        self.language = ""
         self.lead_from = 0  # where the open utterance's final decode starts (_final_from)
         self.pause_to = 0  # where the last beam decode (at a pause, or a final's own) ended
         self.final_to = 0  # where the last utterance's final decode ended: the next one's lead stops there
 
     def language_code(self) -> str:
         return self.code or ""
-
-    def _context(self) -> str | None:
-        """The user's prompt only: like files (condition_on_previous_text=False), earlier text is not fed back,
-        where whisper would continue it ("But ..." before the next sentence) or repeat its errors."""
-        return self.prompt or None
 
     def _decode(self, a: int, b: int, beam: int = 1) -> list[Word]:
         a = max(a, self.audio.start)  # the words' times count from the audio really decoded
@@ -203,12 +195,12 @@ class WhisperLive(LiveBase):
             segments, info = self.model.transcribe(
                 audio, language=language, task=self.task, beam_size=max(1, beam), temperature=0.0,
                 vad_filter=False, max_new_tokens=token_cap(len(audio) / SR),
-                word_timestamps=True, condition_on_previous_text=False, initial_prompt=self._context(),
+                word_timestamps=True, condition_on_previous_text=False, initial_prompt=self.prompt,
                 without_timestamps=False, **extra)
             words: list[Word] = []
             for s in segments:  # lazy: the decode runs here
-                if float(s.no_speech_prob) > 0.6 and float(s.avg_logprob) < -1.0:
-                    continue  # whisper's no-speech rule: "you" from the silence after the speech
+                if is_no_speech(s):
+                    continue
                 for w in s.words or []:
                     text = clean_text(str(w.word), strip=False)
                     if text.strip():
@@ -297,7 +289,7 @@ class WhisperLive(LiveBase):
     def _say_sentences(self, seg: int, words: list[Word]) -> None:
         """One sentence per end mark; what follows the last mark is a sentence too. The file path's loop rules
         apply: a phrase four times in a row is said once, and so is a sentence four times back to back (held
-        until a different one, or the utterance's end, shows it: :meth:`_say_held`)."""
+        until a different one, or the utterance's end, shows it)."""
         start = 0
         for i, w in enumerate(words):
             if SENTENCE_END.search(w.text.strip()) or i == len(words) - 1:
@@ -309,10 +301,6 @@ class WhisperLive(LiveBase):
                 piece = resegment.Piece([resegment.Word(text, done[0].start / SR, done[-1].end / SR)])
                 for kept, p in self.loops.add(text, piece):
                     self.say(seg, kept, "fw", p.start, p.end)
-
-    def _say_held(self, seg: int) -> None:
-        for kept, p in self.loops.flush():
-            self.say(seg, kept, "fw", p.start, p.end)
 
     def _closed(self, seg: int, end: int) -> None:
         words = self.prev
@@ -330,7 +318,8 @@ class WhisperLive(LiveBase):
             words = self._decode(self._final_from(), self.pause_to, self.final_beam or PAUSE_BEAM)
         self.final_to = max(self.final_to, self.pause_to)  # the audio this final heard
         self._say_sentences(seg, words)
-        self._say_held(seg)
+        for kept, p in self.loops.flush():  # the sentences held back as possible repeats
+            self.say(seg, kept, "fw", p.start, p.end)
         self.prev = []
         self._draft("", seg)
         self._completed(seg)

@@ -1,9 +1,8 @@
-"""``python -m hasrd.worker --engine E --fd N``: the worker program.
+"""``python -m hasrd.worker --engine E --fd N``: the worker program (docs/ARCHITECTURE.md "Worker").
 
 Order matters: die with the daemon (PR_SET_PDEATHSIG), point fd 1 at stderr (vLLM prints to stdout), say
-``Hello`` before any heavy import, then load the engine, build the one decode loop its model calls go through
-(hasrd.worker.engines.load, sized by what the load reports) and serve the jobs the daemon sends, many at once,
-each in its own thread (hasrd.worker.serve). A reader thread keeps the channel live (hasrd.worker.channel).
+``Hello`` before any heavy import, then load the engine with its decode loop (hasrd.worker.engines.load) and serve
+the jobs the daemon sends, each in its own thread (hasrd.worker.serve).
 """
 
 from __future__ import annotations

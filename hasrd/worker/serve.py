@@ -12,6 +12,7 @@ jobs' in the worker's decode loop (live sessions first, files round robin), and 
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import queue
@@ -165,10 +166,7 @@ class Jobs:
         except (OSError, ValueError) as e:
             ch.send(p.Failed(id=req.id, code="invalid_audio", message=f"could not read the PCM: {e}"))
             return
-
-        def cancelled() -> bool:
-            return ch.cancelled_or_shut(req.id)
-
+        cancelled = functools.partial(ch.cancelled_or_shut, req.id)
         try:
             with batcher.bound(batcher.JobTag(req.id, cancelled=cancelled, short=req.frames <= SHORT_FRAMES)):
                 result = self.engine.transcribe(pcm, req.language, req.options, SocketEmitter(ch, req.id, script),
@@ -187,10 +185,7 @@ class Jobs:
 
         ch = self.ch
         script = scripter(req.language, self.settings)
-
-        def cancelled() -> bool:
-            return ch.cancelled_or_shut(req.id)
-
+        cancelled = functools.partial(ch.cancelled_or_shut, req.id)
         session: LiveBase | None = None
         try:
             with batcher.bound(batcher.JobTag(req.id, live=True, cancelled=cancelled)):

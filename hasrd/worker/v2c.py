@@ -1,72 +1,42 @@
-"""The v2c pipeline (seed 000 §2.4): a streaming draft, sentence windows, faster-whisper only where truncated.
+"""The v2c pipeline (seed 000 §2.4; docs/ARCHITECTURE.md "The v2c pipeline"): a streaming draft, sentence windows,
+faster-whisper only where truncated.
 
 Engine-agnostic: the draft is anything with R2T2ASRModel's streaming API (:class:`DraftModel`: R2T2 itself or
 a scripted stand-in), and the final stage is any ``window_fn(audio) -> text`` (faster-whisper, or a fake).
 
-Stage 1 (draft): ``init_streaming_state(context="", language=<name or None = detect>, unfixed_chunk_num=0,
-unfixed_token_num=1, chunk_size_sec=0.160)``, then 160 ms chunks to ``streaming_transcribe(chunk, state,
-max_new_tokens=4)`` (the seed's parameters), which returns ``(state.text, fixed_text)``. The real R2T2's text is
-not append-only (notes/r2t2.md): the last token is regenerated on every chunk, and the text shrinks (rollback,
-the ``|`` cut, qwen_asr's repetition fix). So windows are decided on *committed* text only: ``fixed_text`` (the
-text minus its last token, which every later prompt is forced to continue), or the whole text once a chunk
-regenerated it unchanged (otherwise a final mark would wait for the next sentence). A window closes right
-after the last sentence-end mark (SENT_END = ``。！？；?!;``, with closing quotes) in the committed text past the
-closed windows (:class:`Windows`): a ``，`` rewritten to ``。`` closes it, several marks in one update close one
-window. A draft that rewrote text a closed window holds is re-aligned by length (closed sentences may already
-be out to the client; never taken back), so every window's text is a piece of one version of the draft and no
-text is counted twice. The last chunk is fed one sample short so that it stays buffered and
-``finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)`` really decodes the segment's
-end; what follows the last close is the last window (also when the draft withdrew it: that audio still goes to
-faster-whisper rather than being dropped). SENT_END is the seed's set, without the ASCII full stop (decimals,
-abbreviations): English text closes windows only at ``?!;``, so a run of English sentences ending in ``.`` is one
-window, and the last one is re-transcribed whole when it does not end with a mark.
+Stage 1 (draft): the seed's parameters, 160 ms chunks to ``streaming_transcribe``, which returns ``(state.text,
+fixed_text)``. The real R2T2's text is not append-only (notes/r2t2.md): the last token is regenerated on every
+chunk, and the text shrinks (rollback, the ``|`` cut, qwen_asr's repetition fix). So windows are decided on
+*committed* text only (sentences.Windows): ``fixed_text`` (the text minus its last token, which every later prompt
+is forced to continue), or the whole text once a chunk regenerated it unchanged (otherwise a final mark would wait
+for the next sentence). The last chunk is fed one sample short so that it stays buffered and
+``finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)`` really decodes the segment's end.
+SENT_END is the seed's set without the ASCII full stop (decimals, abbreviations): English text closes windows only
+at ``?!;``, so a run of English sentences ending in ``.`` is one window.
 
-The ``|`` symptom: this R2T2 cuts its raw generation at ``|`` before storing ``state.text``, so ``|`` is seen in
-what the model generated (``take_generations()``, which engines/r2t2.py adds by observing R2T2's generate step),
-or in ``state.text`` for an older R2T2 that leaves it there. A ``|`` marks the open sentence as truncated
-("bar"); the sentence still ends at its mark. (The seed closed a window whenever ``|`` was anywhere in
-``state.text``: with a ``|`` that stays, that is a fragment per chunk, and fragments are what makes
-faster-whisper hallucinate, seed §2.5.)
+The ``|`` symptom ("bar") is read from what the model generated (engines/r2t2.py), or from ``state.text`` for an
+older R2T2 that leaves it there; it marks the open sentence as truncated, which still ends at its mark. (The seed
+closed a window whenever ``|`` was anywhere in ``state.text``: with a ``|`` that stays, that is a fragment per
+chunk, and fragments are what makes faster-whisper hallucinate, seed §2.5.)
 
-Stage 2 (final): a window is *truncated* when its sentence saw a ``|`` ("bar") or does not end with a
-sentence-end mark ("no_end_mark"; only the last window or a bar window can lack one, as windows end at marks);
-only those go to ``window_fn`` with 0.32 s of padding on both sides (clamped to the audio). Truncated -> the fw
-text, or the draft cut at ``|`` when fw returns nothing (engine "fw"); complete -> the draft text (engine
-"draft"). ``truncated_by`` is in every window and sentence of the result. A sentence left empty (a withdrawn tail
-that faster-whisper found silent) is not emitted.
+Stage 2 (final, finalstage.py): only truncated windows ("bar", "no_end_mark") go to ``window_fn``, their audio
+from LAG_CHUNKS (0.8 s, the seed's measured median first-text delay) before the chunk after the previous close,
+with 0.32 s of padding: the seed's character offset used as a chunk index covered the draft's lag only by accident
+(docs/API.md). ``per_sentence`` times are on the draft's clock, from the chunk after the previous close to the end
+of its own: contiguous, so subtitle cues follow each other. A sentence left empty (a withdrawn tail that
+faster-whisper found silent) is not emitted.
 
-Changes from the seed (window start): the seed records a window's start as a *character* offset into the
-draft and then uses it as a chunk index for the audio span (mixed units). For Chinese (fewer characters than
-160 ms chunks) that lands earlier than the chunk where the previous window closed, and so, by accident, covers
-the draft's lag behind the audio. Starting at the chunk after the previous close instead would cut off the
-first syllables of a truncated sentence that began while the draft lagged, exactly where faster-whisper is
-asked to repair it. Here a window's audio starts at ``max(0, previous_close + 1 - LAG_CHUNKS)`` (chunk 0 for the
-first window; never before its segment's start), with LAG_CHUNKS = 5 (0.8 s: the seed's measured median
-first-text delay), then 0.32 s of padding on both sides, clamped to the audio, as in the seed. The price: where
-the draft keeps up with the audio, a window also hears up to 0.8 s of the previous sentence's end (the seed's
-windows reached back further still). Units are chunks throughout; the character offset
-is kept as ``Window.start_char``. ``sent_windows[k]`` = ``{start_chunk, end_chunk}`` is that audio window
-before padding (so consecutive windows overlap by up to LAG_CHUNKS chunks); ``per_sentence[k]`` ``start_s`` /
-``end_s`` are the sentence's times on the draft's clock, from the chunk after the previous close
-(``Window.open_chunk``) to the end of its own close chunk: contiguous and never overlapping, so subtitle cues
-follow each other, trailing the speech by the draft's lag.
-
-Long audio arrives as segments (segment.py), each with a fresh draft state and its offset; windows, chunk
-indices and times are global. Events: ``draft`` carries the current segment's draft whenever it changes
-(shrinks included; bounded in size for a 4-hour file), ``sentence`` each settled sentence in order, both
-labelled with their segment's index; ``progress`` per chunk, once per settled window, every HEARTBEAT_SEC
-while one faster-whisper call runs (:class:`Heartbeat`: the daemon's stall watchdog is about a worker gone
-silent, not about one long window on a slow device), and once more when everything is settled.
-
-Stage 2 may run while stage 1 continues (``mode="thread"``), at once in the draft loop (``"inline"``), or
-after the draft (``"after"``, the seed's order). Each window's result depends only on its own audio and text,
-so the three modes return the same result; sentences are emitted in order as soon as they and every earlier
-one are settled.
+Long audio arrives as segments (segment.py), each with a fresh draft state and its offset; windows, chunk indices
+and times are global. ``progress`` goes out per chunk, per settled window, and every HEARTBEAT_SEC while one
+faster-whisper call runs (the daemon's stall watchdog is about a worker gone silent, not about one long window on a
+slow device). Stage 2 may run beside the draft (``mode="thread"``), inline, or after it (the seed's order): each
+window depends only on its own audio and text, so the three modes return the same result.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -81,15 +51,14 @@ from hasrd.languages import join_sentences
 from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker.engine import Emitter, EngineError
 from hasrd.worker.finalstage import HEARTBEAT_SEC, FinalStage, Heartbeat, WindowFn
-from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
-                                    choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,
-                                    window_span, window_start)
+from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, SENT_END, SR, Window, Windows, choose,
+                                    ends_with_mark, n_chunks, truncation, window_span)
 from hasrd.worker.textrules import clean_text
 
 __all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "LAG_CHUNKS", "MAX_NEW_TOKENS",
-           "MODES", "PAD", "SENT_END", "SR", "choose", "draft_windows", "DraftModel", "DraftState", "ends_with_mark",
-           "FinalStage", "Heartbeat", "is_truncated", "last_mark", "n_chunks", "Outcome", "result", "run",
-           "truncation", "Window", "window_span", "window_start", "WindowFn", "Windows"]
+           "MODES", "SENT_END", "SR", "choose", "draft_windows", "DraftModel", "DraftState", "ends_with_mark",
+           "FinalStage", "Heartbeat", "n_chunks", "Outcome", "result", "run", "truncation", "Window", "window_span",
+           "WindowFn", "Windows"]
 
 MAX_NEW_TOKENS = 4
 # The budget of ``finish_streaming_transcribe``. Without one R2T2 falls back to the default it was loaded with,
@@ -160,9 +129,6 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
         _, fixed = model.streaming_transcribe(chunk, state, max_new_tokens=MAX_NEW_TOKENS)
         text = draft_text(state.text)
         bar = any("|" in g for g in take()) if take is not None else False
-        # Committed: fixed_text (the text minus its last token, which every later prompt must continue), or the
-        # whole text once a chunk regenerated its last token unchanged (a final mark is otherwise never fixed
-        # until the next sentence starts).
         committed = text if text == shown and text and i < total - 1 else draft_text(fixed)  # the last stays buffered
         if text != shown:
             if first_text_s is None and text.strip():  # the audio fed so far (the last chunk may be short)
@@ -244,7 +210,7 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
         t0 = time.monotonic()
         try:
             windows, draft, first = draft_windows(model, seg, language, cancelled=cancelled,
-                                                  on_text=_segment_drafts(emit, seg_no),
+                                                  on_text=functools.partial(emit.draft, segment=seg_no),
                                                   on_window=stage.submit, on_chunk=on_chunk,
                                                   on_language=on_language, during_finish=beat.during)
             t1 = time.monotonic()
@@ -277,9 +243,3 @@ def result(engine: str, language: str, code: str, out: Outcome, n_samples: int) 
         per_sentence=out.per_sentence, duration_s=round(n_samples / SR, 3), segments=out.segments,
         timings=Timings(draft_s=round(out.draft_s, 4), final_s=round(out.final_s, 4), fw_s=round(out.fw_s, 4)))
 
-
-def _segment_drafts(emit: Emitter, segment: int) -> Callable[[str], None]:
-    """Draft events of one segment, labelled with it (a client resets its draft display per segment)."""
-    def on_text(text: str) -> None:
-        emit.draft(text, segment=segment)
-    return on_text

@@ -19,20 +19,18 @@ the per-request ones can also be given in ``Options.fake`` (hasrd.options.Fake):
                                   (what vLLM and Rust libraries do; the daemon must keep draining)
                                   options: {"fail": "code"} fails that request
 
-The draft is the script's text revealed proportionally to the audio by :class:`ScriptedDraft`, which has
-R2T2's streaming API and takes R2T2's path through the decode loop (hasrd.worker.draftsteps; a hang or a crash
-asked for happens in the job's own thread, before a chunk's step), and the request runs through the real v2c
-pipeline (``hasrd.worker.v2c``, inline mode)
-with a final stage that returns nothing: a sentence carrying ``|`` (what R2T2 emits for a truncated one) or
-lacking an end mark is "re-transcribed", i.e. cut at ``|`` with engine "fw" and counted in fw_calls; other
-sentences keep their draft text (engine "draft"). The hybrid engine can run the same scripted draft with the
-real faster-whisper final stage (``HASR_DRAFT=scripted``, see hybrid.py).
+The draft is the script revealed in proportion to the audio (:class:`Misbehaving` over a :class:`ScriptedDraft`),
+through the real v2c pipeline (inline mode) with a final stage that returns nothing: a sentence carrying ``|``
+(what R2T2 emits for a truncated one) or lacking an end mark is "re-transcribed", i.e. cut at ``|`` with engine
+"fw" and counted in fw_calls; other sentences keep their draft text (engine "draft"). The hybrid engine runs the
+same scripted draft with the real faster-whisper final stage (``HASR_DRAFT=scripted``).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 
@@ -51,8 +49,6 @@ from hasrd.worker.scripted import DEFAULT_SCRIPT, ScriptedDraft
 from hasrd.worker.v2c import DraftState
 
 SR = v2c.SR
-
-SENT_END = v2c.SENT_END
 
 
 class Misbehaving(SteppedDraft):
@@ -179,8 +175,6 @@ class FakeEngine:
 
     def _shout(self, when: str) -> None:
         if self.env.stderr_bytes > 0:
-            import sys
-
             sys.stderr.write(f"fake engine {when}: " + "x" * self.env.stderr_bytes + "\n")
             sys.stderr.flush()
 

@@ -24,6 +24,8 @@ from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped,
 
 SR = 16000
 WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
+NO_SPEECH_PROB = 0.6  # whisper's rule: a segment this likely silent and this unsure is dropped
+LOG_PROB_FLOOR = -1.0
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -72,6 +74,12 @@ def unlooped(decode: Callable[..., str]) -> str:
         return text
     again = decode(**RETRY_KW)
     return again if not looped(again) else text
+
+
+def is_no_speech(segment: Segment) -> bool:
+    """Whisper's no-speech rule, which the batched pipeline and a live decode without VAD must apply themselves
+    ("you" from the silence after the speech)."""
+    return float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR
 
 
 def prompt_of(options: Options) -> str | None:

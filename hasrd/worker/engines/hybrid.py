@@ -1,17 +1,15 @@
-"""The hybrid engine: R2T2 streaming draft + faster-whisper on truncated sentence windows (v2c).
-
-Load parameters are the seed's: ``R2T2ASRModel.LLM(model=..., gpu_memory_utilization=0.35, max_model_len=4096,
-max_new_tokens=4)`` and ``WhisperModel(path, device="cuda", device_index=0, compute_type="float16")`` (the
-device and compute type follow HASR_FW_DEVICE / HASR_FW_COMPUTE_TYPE when those are set).
+"""The hybrid engine: R2T2 streaming draft + faster-whisper on truncated sentence windows (v2c), both loaded with
+the seed's parameters (r2t2.py; faster-whisper float16 on CUDA unless HASR_FW_DEVICE / HASR_FW_COMPUTE_TYPE say
+otherwise).
 
 Scripted draft, for end-to-end tests without a GPU: with ``HASR_DRAFT=scripted`` the draft is the fake
-engine's :class:`~hasrd.worker.scripted.ScriptedDraft` over ``HASR_FAKE_SCRIPT`` (or ``options["fake"]
-["script"]`` per request; default: the fake engine's script), revealed in proportion to the audio, while the
-final stage is the real faster-whisper model (HASR_FW_MODEL, or the embedded one on the CPU). Through the
-daemon, fw_calls is then the number of truncated script sentences, and exactly those sentences carry
-faster-whisper's text of their window.
+engine's :class:`~hasrd.worker.scripted.ScriptedDraft` over ``HASR_FAKE_SCRIPT`` (or ``Options.fake.script``
+per request; default: the fake engine's script), revealed in proportion to the audio, while the final stage is
+the real faster-whisper model (HASR_FW_MODEL, or the embedded one on the CPU). Through the daemon, fw_calls is
+then the number of truncated script sentences, and exactly those sentences carry faster-whisper's text of their
+window.
 
-The request's prompt (``options["prompt"]``, the OpenAI ``prompt``) is not used here, on purpose: the draft
+The request's prompt (``Options.prompt``, the OpenAI ``prompt``) is not used here, on purpose: the draft
 is initialised with the seed's ``context=""`` and the windows are the seed's call verbatim (language,
 beam_size=5, vad_filter=False), which is what the v2c CER was measured with; and a window is a short piece of
 a truncated sentence, where an initial prompt is what whisper most readily echoes or continues (seed §2.5:
@@ -27,21 +25,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hasrd.config import Settings
-from hasrd.models import resolve_fw, resolve_weights
+from hasrd.models import resolve_fw
 from hasrd.options import Fake, Options
 from hasrd.transcript import Transcript
 from hasrd.worker import ct2batch
 from hasrd.worker.batcher import Batcher
 from hasrd.worker.draftsteps import SteppedDraft
 from hasrd.worker.engine import Emitter, EngineError, LiveEmitter, Loaded
-from hasrd.worker.engines.r2t2 import (LOAD_KW, bar_signal, cuda_usable, draft_language, load_draft, r2t2_knows,
-                                       run_v2c, shutdown_draft, versions, warm_up)
+from hasrd.worker.engines.r2t2 import (LOAD_KW, R2T2Engine, bar_signal, cuda_usable, draft_language, r2t2_knows,
+                                       run_v2c, versions, warm_up)
 from hasrd.worker.engines.fwload import load_shared
 from hasrd.worker.engines.fwload import warm_up as fw_warm_up
 from hasrd.worker.engines.fwterms import language_of, whisper_code, window_fn
 from hasrd.worker.engines.whisper import WhisperEngine
 from hasrd.worker.scripted import DEFAULT_SCRIPT, ScriptedDraft
-from hasrd.worker.v2c import DraftModel, WindowFn
+from hasrd.worker.v2c import WindowFn
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -52,8 +50,9 @@ if TYPE_CHECKING:
 RESULT_ENGINE = "hybrid-asr-v2c"  # the seed's name in results
 
 
-class HybridEngine:
-    """R2T2's draft and faster-whisper's windows; ``fw`` is there from ``load`` until ``close``."""
+class HybridEngine(R2T2Engine):
+    """R2T2's draft (loaded, stepped and shut down as the draft-only engine's) and faster-whisper's windows; ``fw``
+    is there from ``load`` until ``close``."""
 
     name = "hybrid"
     fw: WhisperModel
@@ -63,16 +62,13 @@ class HybridEngine:
                  env: dict[str, str] | None = None) -> None:
         if settings.draft not in ("r2t2", "scripted"):
             raise EngineError("model_unavailable", f"HASR_DRAFT={settings.draft!r}: use r2t2 or scripted")
-        self.settings = settings
+        super().__init__(settings, cuda)
         self.fw_spec = fw_spec  # HASR_FW_MODEL's syntax; '' = the embedded model
         self.fw_device = fw_device
         self.compute_type = compute_type
-        self.cuda = cuda
         self.extra = dict(identity or {})
         e = os.environ if env is None else env
         self.script = e.get("HASR_FAKE_SCRIPT", "") or DEFAULT_SCRIPT
-        self.draft: DraftModel | None = None
-        self.loop: Batcher | None = None
 
     @property
     def scripted(self) -> bool:
@@ -82,11 +78,8 @@ class HybridEngine:
         if self.scripted:
             draft_id: dict[str, Any] = {"name": "scripted", "script": self.script}
         else:
-            weights = resolve_weights(self.settings.r2t2_model)
-            phase(f"loading R2T2 from {weights} (vLLM)")
-            self.draft = load_draft(weights, self.cuda)
-            draft_id = {"path": str(weights), "name": weights.name, "load": LOAD_KW,
-                        "bar_signal": bar_signal(self.draft)}
+            weights, draft = self._load_draft(phase)
+            draft_id = {"path": str(weights), "name": weights.name, "load": LOAD_KW, "bar_signal": bar_signal(draft)}
         fw_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {fw_ref.name} on {self.fw_device} ({self.compute_type})")
         self.fw, lanes, batch = load_shared(fw_ref, self.fw_device, self.compute_type, self.settings)
@@ -103,7 +96,7 @@ class HybridEngine:
         return Loaded(ident, lanes, batch)
 
     def attach(self, loop: Batcher) -> None:
-        self.loop = loop
+        super().attach(loop)
         ct2batch.install(self.fw, loop)
 
     def transcribe(self, pcm: np.ndarray, language: str, options: Options, emit: Emitter,
@@ -113,14 +106,8 @@ class HybridEngine:
             result = self._alone().transcribe(pcm, language, options, emit, cancelled)
             result.note = note
             return result
-
-        def windows(code: Callable[[], str]) -> WindowFn:
-            def transcribe_window(audio: np.ndarray) -> str:
-                return window_fn(self.fw, whisper_code(self.fw, code()))(audio)
-            return transcribe_window
-
-        return run_v2c(RESULT_ENGINE, self._stepped(options, len(pcm)), windows, self.settings, pcm, language, emit,
-                       cancelled)
+        return run_v2c(RESULT_ENGINE, self._job_draft(options, len(pcm)), self._windows, self.settings, pcm, language,
+                       emit, cancelled)
 
     def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> LiveBase:
         """R2T2's draft per utterance with faster-whisper on a thread for truncated sentences (live_draft.py);
@@ -131,21 +118,21 @@ class HybridEngine:
             return self._alone().live(language, options, emit, cancelled)
         dname, code = draft_language(language, self.settings)
         session: DraftLive | None = None
-
-        def transcribe_window(audio: np.ndarray) -> str:
-            return window_fn(self.fw, whisper_code(self.fw, session.code if session else code))(audio)
-
-        session = DraftLive(self._stepped(options, int((options.fake or Fake()).script_s * 16000)), dname or None,
-                            transcribe_window, "thread", emit, cancelled, options, engine=RESULT_ENGINE, code=code)
+        session = DraftLive(self._job_draft(options, int((options.fake or Fake()).script_s * 16000)), dname or None,
+                            self._windows(lambda: session.code if session else code), "thread", emit, cancelled,
+                            options, engine=RESULT_ENGINE, code=code)
         return session
 
-    def _stepped(self, options: Options, samples: int) -> SteppedDraft:
+    def _windows(self, code: Callable[[], str]) -> WindowFn:
+        """faster-whisper on v2c's windows, in the language ``code()`` names as each runs (R2T2 may name one)."""
+        return lambda audio: window_fn(self.fw, whisper_code(self.fw, code()))(audio)
+
+    def _job_draft(self, options: Options, samples: int) -> SteppedDraft:
         """One job's draft, its calls steps of the worker's decode loop: R2T2, or the script revealed over
         ``samples`` of audio (HASR_DRAFT=scripted)."""
         if self.scripted:
             return SteppedDraft(ScriptedDraft((options.fake or Fake()).script or self.script, samples), self.loop)
-        assert self.draft is not None, "load() first"
-        return SteppedDraft(self.draft, self.loop)
+        return self._stepped()
 
     def _alone(self) -> WhisperEngine:
         """The whisper engine over the loaded faster-whisper (its calls already go through the loop)."""
@@ -164,7 +151,5 @@ class HybridEngine:
         return ""
 
     def close(self) -> None:
-        """End R2T2's background engine (r2t2.shutdown_draft) so that the worker exits by itself."""
-        draft, self.draft = self.draft, None
         vars(self).pop("fw", None)
-        shutdown_draft(draft)
+        super().close()

@@ -6,21 +6,15 @@ installed the import fails with "cannot import name" (an ImportError, not Module
 apart here. Each way of not having R2T2 (package missing or wrong, weights missing, no usable CUDA) is a
 ``model_unavailable`` error whose sentence says what to install or download and how.
 
-The load parameters are the seed's, verbatim: ``R2T2ASRModel.LLM(model=..., gpu_memory_utilization=0.35,
-max_model_len=4096, max_new_tokens=4)`` (8192 blows the KV cache). R2T2 wants full language names
-("Chinese"); codes are mapped, no language means R2T2's own detection (``language=None``), and a language
-outside R2T2's 30 is the caller's to route elsewhere (:func:`draft_language`). ``finish_streaming_transcribe``
-prints to stdout; v2c sends that to stderr.
+The load parameters are the seed's, verbatim (:data:`LOAD_KW`; max_model_len 8192 blows the KV cache). R2T2
+wants full language names ("Chinese"); codes are mapped, no language means R2T2's own detection
+(``language=None``), and a language outside R2T2's 30 is the caller's to route elsewhere (:func:`draft_language`).
 
 The ``|`` symptom: this R2T2 cuts its raw generation at the first ``|`` before it stores ``state.text``, so the
 seed's ``"|" in state.text`` never fires. The class is loaded through :func:`observing`, a subclass whose
 ``_streaming_generate`` (the one model call per chunk; vLLM or transformers backend) records each raw
 generation, so v2c sees whether the model wrote ``|`` before the library cut it. An R2T2 without that method
 still works, with only ``|`` in ``state.text`` to go by (what older versions left there).
-
-Warm-up (:func:`warm_up`), as the official streaming server does after its load: three silent chunks and a
-finish per language, so that CUDA kernels, graphs and the vLLM scheduler are ready before the first request;
-it runs inside ``load``, so ``load_s`` includes it, and the loading phase says so.
 """
 
 from __future__ import annotations
@@ -47,7 +41,7 @@ from hasrd.worker.engines.fwterms import language_of
 from hasrd.worker.v2c import DraftModel, WindowFn
 
 if TYPE_CHECKING:
-    from hasrd.worker.live_draft import DraftLive
+    from hasrd.worker.live import LiveBase
 
 M = TypeVar("M")
 
@@ -152,7 +146,9 @@ def bar_signal(model: object) -> str:
 
 
 def warm_up(draft: DraftModel, phase: Callable[[str], None]) -> float:
-    """Three silent 160 ms chunks and a finish for Chinese and for English (the official server's warm-up)."""
+    """Three silent 160 ms chunks and a finish for Chinese and for English, as the official streaming server does
+    after its load: CUDA kernels, graphs and the vLLM scheduler are ready before the first request. It runs inside
+    ``load``, so ``load_s`` includes it."""
     t0 = time.monotonic()
     phase("warming up R2T2 (3 silent chunks and a finish, Chinese and English)")
     silence = np.zeros(v2c.CHUNK, dtype=np.float32)
@@ -306,14 +302,19 @@ class R2T2Engine:
         self.draft: DraftModel | None = None
         self.loop: Batcher | None = None
 
-    def load(self, phase: Callable[[str], None]) -> Loaded:
+    def _load_draft(self, phase: Callable[[str], None]) -> tuple[Path, DraftModel]:
+        """Load R2T2 (the hybrid's draft too) -> where its weights are, and the model."""
         weights = resolve_weights(self.settings.r2t2_model)
         phase(f"loading R2T2 from {weights} (vLLM)")
         self.draft = load_draft(weights, self.cuda)
-        warm_s = warm_up(self.draft, phase)
+        return weights, self.draft
+
+    def load(self, phase: Callable[[str], None]) -> Loaded:
+        weights, draft = self._load_draft(phase)
+        warm_s = warm_up(draft, phase)
         return Loaded({"engine": "r2t2", "models": {"draft": {"path": str(weights), "name": weights.name}},
                        "device": "cuda", "load": LOAD_KW, "warm_up_s": round(warm_s, 3),
-                       "bar_signal": bar_signal(self.draft), "versions": versions("confucius4-r2t2", "vllm", "torch")})
+                       "bar_signal": bar_signal(draft), "versions": versions("confucius4-r2t2", "vllm", "torch")})
 
     def attach(self, loop: Batcher) -> None:
         self.loop = loop
@@ -323,7 +324,7 @@ class R2T2Engine:
         refuse_translation(options, "the r2t2 engine (R2T2 only transcribes)")
         return run_v2c("r2t2", self._stepped(), None, self.settings, pcm, language, emit, cancelled)
 
-    def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> DraftLive:
+    def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> LiveBase:
         """The draft alone per utterance: truncated sentences are cut at ``|`` (live_draft.py)."""
         from hasrd.worker.live_draft import DraftLive
 

@@ -1,40 +1,24 @@
-"""The whisper-only engine: faster-whisper alone on whole files (fwterms.py has a request in faster-whisper's terms
-and its segments in hasr's; fwload.py the model's load).
+"""The whisper-only engine: faster-whisper alone on whole files (docs/ARCHITECTURE.md "Engines", the whisper
+bullet; fwterms.py has a request in faster-whisper's terms and its segments in hasr's, fwload.py the model's load).
 
-Whole files (whisper engine): Silero VAD on, timestamps per segment, optional word timestamps
-(``Options.word_timestamps``), ``Options.prompt`` (the OpenAI ``prompt``; ``initial_prompt`` is read too) as
-faster-whisper's ``initial_prompt`` for every piece. Two ways to decode, chosen by
-HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's defaults):
+Two ways to decode, chosen by HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's
+defaults): batched (N > 0, the default) over VAD clips N at a time, a batch taking clips across pieces, with
+whisper's no-speech rule applied to its segments, which the pipeline does not do itself; or sequential (0), clip
+by clip with a token cap for short clips, so one hallucination cannot feed the next window. Either way beam 5 at
+temperature 0, without conditioning on previous text, and ``Options.prompt`` as every piece's ``initial_prompt``.
+Clips are packed only in languages written with spaces (clips.packs): packing pauses and a short first clip cost
+Mandarin a sixth more errors (issue 38).
 
-- batched (N > 0, the default; 2 on the CPU, 16 on CUDA): faster-whisper's BatchedInferencePipeline over VAD
-  clips of up to 30 s of audio, N at a time (a batch takes clips across pieces), beam 5 at temperature 0;
-  whisper's no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does
-  not do itself. In languages written with spaces (clips.packs) pauses of 0.3-2 s are shortened to 0.3 s (as the
-  pipeline packs its own VAD's speech; longer ones stay whole) and a long file's first clip is at most 10 s on the
-  CPU (its first words); in Chinese, Japanese, Thai ... every pause stays whole and the first clip too: both cost
-  Mandarin a sixth more errors (issue 38).
-- sequential (0): beam 5 at temperature 0 clip by clip, without conditioning on previous text, and a token
-  cap for short clips, so one hallucination cannot feed the next window.
-
-Either way a clip whose decode loops or leaves a stretch of its speech without words (mending.symptom) is mended
-(:meth:`WhisperEngine._mended`): cut in two and each half decoded again, down to parts that cannot be cut; a part
-that still loops gets one decode that may not repeat four tokens. On six 2-minute Mandarin files this took the
-pooled CER from 0.58 to 0.53 (most of whisper base's Mandarin errors there were skipped speech); English files,
-whose clips rarely show either symptom, decode as before.
+A clip whose decode loops or leaves a stretch of its speech without words (mending.symptom) is mended
+(:meth:`WhisperEngine._mended`). On six 2-minute Mandarin files this took the pooled CER from 0.58 to 0.53 (most
+of whisper base's Mandarin errors there were skipped speech); English files, whose clips rarely show either
+symptom, decode as before.
 
 Never a sampling temperature: faster-whisper's fallback samples, and CTranslate2's sampling generator lives in
 its worker threads, where ``set_random_seed`` does not reach after the first call (measured: the second
 transcription of a file in one worker differed from the first, a fresh worker repeated the first). So the same
 PCM, settings and model give the same text, every time: mending cuts the window instead of sampling. A loop that
-survives is said once (:func:`collapse_loops`).
-
-Either way text is cleaned of U+FFFD and zero-width characters (whisper byte-level tokens cut mid-character),
-silence gives no segments, hence an empty transcript, and long input is cut at its quietest chunks into pieces of
-at most HASR_WHISPER_SEGMENT_SEC (segment.quiet_pieces) before any VAD runs: Silero (vad.py) runs once per
-sample, the pieces side by side in a few threads and ahead of the decoder, and its spans give both the clips and
-the silences the sentences are cut at.
-Without a language the language is voted over several windows of speech (language_id.py, from the first
-pieces' spans), once per file, and reported with its probability.
+survives is said once (textrules.collapse_loops).
 
 faster-whisper returns numpy.float64 times and probabilities once word timestamps are on (segment times
 included); the worker channel (msgspec) cannot encode those, so every number is made a float where it is read
@@ -56,7 +40,7 @@ import numpy as np
 
 from hasrd.config import Settings
 from hasrd.worker import resegment, segment, vad
-from hasrd.worker.vad import silences, speech_clips  # noqa: F401 - speech_clips: tests and benchmarks read it here
+from hasrd.worker.vad import silences
 from hasrd.models import resolve_fw
 from hasrd.worker.engines import mending
 from hasrd.worker.engines.clips import Clip, Moved, Passed, packs, stream
@@ -68,9 +52,10 @@ from hasrd.transcript import TimedSentence, Timings, Transcript
 from hasrd.worker import ct2batch
 from hasrd.worker.batcher import Batcher
 from hasrd.worker.engine import Emitter, EngineError, LiveEmitter, Loaded, heard
-from hasrd.worker.textrules import MAX_CAP, RETRY_KW, clean_text, collapse_loops, looped, token_cap  # noqa: F401
+from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 from hasrd.languages import NAMES, join_sentences
-from hasrd.worker.engines.fwterms import language_of, model_codes, prompt_of, sentence_entry, timed_words, whisper_code
+from hasrd.worker.engines.fwterms import (is_no_speech, language_of, model_codes, prompt_of, sentence_entry,
+                                          timed_words, whisper_code)
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -90,8 +75,6 @@ WHOLE_KW: dict[str, Any] = {
 
 
 BATCHED_KW: dict[str, Any] = {"beam_size": 5, "temperature": 0.0}
-NO_SPEECH_PROB = 0.6  # whisper's rule: a segment this likely silent and this unsure is dropped
-LOG_PROB_FLOOR = -1.0
 
 
 class Track:
@@ -108,10 +91,6 @@ class Track:
 
     def beat(self, phase: Phase = "decoding") -> None:
         self.emit.progress(round(self.done_s, 3), self.total_s, phase)
-
-
-def is_no_speech(segment: Segment) -> bool:
-    return (float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR)
 
 
 def _shifted(clip: Clip, base: float) -> Callable[[float, bool], float]:
