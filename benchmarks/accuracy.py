@@ -72,7 +72,11 @@ except ImportError:
 mode, device, compute = sys.argv[1:4]
 settings = config.load()
 engine = WhisperEngine(settings, settings.fw_model, device, compute)
-engine.load(lambda s: None)
+try:  # since issue 40 the decode loop is built after the load, by engines.load
+    from hasrd.worker.engines import load
+    load(engine, lambda s: None)
+except ImportError:
+    engine.load(lambda s: None)
 for line in sys.stdin:
     job = json.loads(line)
     pcm = decode_to_array(job["audio"])[0]

@@ -50,9 +50,11 @@ def main() -> None:
     settings = Settings(worker_batch=args.batch, worker_streams=args.streams)
     engine = WhisperEngine(settings, args.model or model_dir(), args.device,
                            "float16" if args.device == "cuda" else "int8")
-    engine.load(lambda phase: None)
+    loaded = engine.load(lambda phase: None)
+    loop = batcher.Batcher(loaded.batch, lanes=loaded.lanes)  # as the worker builds it (hasrd.worker.engines.load)
+    engine.attach(loop)
     if args.linger >= 0:
-        batcher.default().linger = args.linger
+        loop.linger = args.linger
 
     def one(i: int, out: dict[int, Any]) -> None:
         with batcher.bound(batcher.JobTag(i)):
@@ -63,8 +65,8 @@ def main() -> None:
     for i in range(0 if args.no_alone else args.jobs):
         one(i, alone)
     t_alone = time.monotonic() - t0
-    print(f"alone: {batcher.default().stats.line()}", flush=True)
-    batcher.default().stats = batcher.Stats()
+    print(f"alone: {loop.stats.line()}", flush=True)
+    loop.stats = batcher.Stats()
     together: dict[int, Any] = {}
     threads = [threading.Thread(target=one, args=(i, together)) for i in range(args.jobs)]
     t0 = time.monotonic()
@@ -73,10 +75,10 @@ def main() -> None:
     for t in threads:
         t.join()
     t_together = time.monotonic() - t0
-    where = f"{args.device}, {batcher.default().lanes} stream(s)"
+    where = f"{args.device}, {loop.lanes} stream(s)"
     if args.no_alone:
         print(f"{where}: {args.jobs} files of {args.seconds:g} s together {t_together:.2f} s; batches: "
-              f"{batcher.default().stats.line()}")
+              f"{loop.stats.line()}")
         return
     same = sum(1 for i in range(args.jobs) if together[i].final == alone[i].final)
     timed = sum(1 for i in range(args.jobs)
@@ -84,7 +86,7 @@ def main() -> None:
                 == [(s.start_s, s.end_s, s.words) for s in alone[i].per_sentence])
     print(f"{where}: {args.jobs} files of {args.seconds:g} s; one at a time {t_alone:.2f} s, together "
           f"{t_together:.2f} s (x{t_alone / t_together:.2f} throughput); same text {same}/{args.jobs}, same times "
-          f"and words {timed}/{args.jobs}; batches: {batcher.default().stats.line()}")
+          f"and words {timed}/{args.jobs}; batches: {loop.stats.line()}")
     for i in range(args.jobs):
         if together[i].final != alone[i].final:
             a, b = alone[i].final, together[i].final

@@ -34,7 +34,8 @@ import numpy as np  # noqa: E402
 
 from hasrd import audio  # noqa: E402
 from hasrd import embedded  # noqa: E402
-from hasrd.worker.engines.whisper import WHOLE_KW, token_cap  # noqa: E402
+from hasrd.worker.engines.whisper import WHOLE_KW  # noqa: E402
+from hasrd.worker.textrules import token_cap  # noqa: E402
 
 SR = 16000
 DATA = ROOT / "tests" / "data"

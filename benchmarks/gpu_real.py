@@ -352,12 +352,13 @@ def s_profile(b: Bench) -> None:
 
     from hasrd import config
     from hasrd.worker.engine import NullEmitter
+    from hasrd.worker.engines import load
     from hasrd.worker.engines.whisper import WhisperEngine
 
     path, _ref = long_files(b)
     pcm = pcm_of(path)
     eng = WhisperEngine(config.load({"HASR_FW_DEVICE": b.device}), b.model, b.device, b.compute)
-    eng.load(lambda phase: None)
+    load(eng, lambda phase: None)  # and its decode loop, as the worker builds them
     eng.transcribe(pcm, "en", {}, NullEmitter(), lambda: False)
     took, _ = timed(lambda: eng.transcribe(pcm, "en", {}, NullEmitter(), lambda: False), 2)
     prof = cProfile.Profile()

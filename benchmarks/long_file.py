@@ -44,6 +44,7 @@ from hasrd import config  # noqa: E402
 from hasrd.languages import join_sentences  # noqa: E402
 from hasrd.worker.engine import NullEmitter  # noqa: E402
 from hasrd.worker.engines.whisper import WhisperEngine  # noqa: E402
+from hasrd.worker import engines  # noqa: E402
 
 PIPELINE_BATCH = 8
 
@@ -57,7 +58,7 @@ def engine_for(env: dict[str, str], model: Any = None) -> WhisperEngine:
     settings = config.load(env={**os.environ, **env})
     engine = WhisperEngine(settings, settings.fw_model, "cpu", "int8")
     if model is None:
-        engine.load(lambda _s: None)
+        engines.load(engine, lambda _p: None)  # and its decode loop, as the worker builds them
     else:
         engine.model = model
     return engine

@@ -30,7 +30,9 @@ import corpus  # noqa: E402
 from hasrd import config, formats, subtitles  # noqa: E402
 from hasrd.audio import decode_to_array  # noqa: E402
 from hasrd.worker.engine import NullEmitter  # noqa: E402
-from hasrd.worker.engines.whisper import BATCHED_KW, WhisperEngine, speech_clips  # noqa: E402
+from hasrd.worker.engines.whisper import BATCHED_KW, WhisperEngine  # noqa: E402
+from hasrd.worker.vad import merge_clips, speech_spans  # noqa: E402
+from hasrd.worker.engines import load  # noqa: E402
 
 
 def batched(engine: WhisperEngine, pcm: Any, code: str, words: bool, repeat: int) -> tuple[float, str, int]:
@@ -38,7 +40,7 @@ def batched(engine: WhisperEngine, pcm: Any, code: str, words: bool, repeat: int
     from faster_whisper import BatchedInferencePipeline
 
     pipe = BatchedInferencePipeline(engine.model)
-    clips = speech_clips(pcm)
+    clips = merge_clips(speech_spans(pcm))
     best, text, n = float("inf"), "", 0
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -61,7 +63,7 @@ def main() -> None:
     rows = [json.loads(line) for line in manifest.read_text().splitlines()]
     groups = set(args.groups.split(","))
     engine = WhisperEngine(config.load(), "", "cpu", "int8")
-    engine.load(lambda _p: None)
+    load(engine, lambda _p: None)  # and its decode loop, as the worker builds them
     print(f"batch {engine.batch}; {len(rows)} corpus files, groups {sorted(groups)}")
     print(f"{'file':16} {'dur s':>6} {'plain s':>8} {'words s':>8} {'ratio':>6} {'same text':>9} {'clips':>5} "
           f"{'sentences':>9} {'longest':>7} {'cues':>5} {'cue max':>7} {'width':>5}")

@@ -76,8 +76,6 @@ def cli() -> None:
     """
 
 
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one-line errors, exit codes 0/1/2/3."""
     debug = os.environ.get("HASR_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")

@@ -12,7 +12,10 @@ import json
 import os
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hasrd.status import PoolStatus
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -49,8 +52,6 @@ class DaemonError(CliError):
         self.partial = partial if isinstance(partial, dict) else None  # the sentences a failed job made final
 
 
-
-
 def status_of(code: str) -> int:
     """HTTP status of an error code, for errors that arrive inside a stream (no status line of their own)."""
     from hasrd import errors
@@ -65,6 +66,17 @@ def status_of(code: str) -> int:
             return cls.status
         todo.extend(cls.__subclasses__())
     return 500
+
+
+def pool_status(obj: Any) -> PoolStatus:
+    """A snapshot of /api/ps or /api/events as hasrd.status's Struct (imported only once the daemon answered: a
+    status without a daemon stays light); CliError when a daemon of another version sent it."""
+    from hasrd.status import PoolStatus, decode
+
+    try:
+        return decode(obj, PoolStatus)
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 def _connect(path: str, connect_timeout: float) -> socket.socket:
@@ -259,6 +271,10 @@ class Client:
 
     def get(self, url: str, timeout: float | None = 30.0) -> Any:
         return self.request("GET", url, timeout=timeout).json()
+
+    def ps(self) -> PoolStatus:
+        """/api/ps: the pool's status, as the daemon's Struct."""
+        return pool_status(self.get("/api/ps", timeout=10.0))
 
     def post(self, url: str, payload: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
         body = json.dumps(payload or {}).encode()

@@ -10,14 +10,16 @@ from typing import Any
 import click
 
 from hasrctl import liveview, output, terminal
-from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable
-from hasrctl.common import (Daemon, daemon_options, engine_options, model_argument, model_hint, parse_formats, say,
-                            settings, socket_option)
+from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable, pool_status
+from hasrctl.common import (Daemon, cue_rules, daemon_options, engine_options, model_argument, model_hint,
+                            parse_formats, say, settings, socket_option)
 from hasrctl.status import duration_text
 from hasrd import subtitles
 from hasrd.errors import InvalidOption
 from hasrd.formats import lines, render
-from hasrd.transcript import from_json
+from hasrd.options import Options
+from hasrd.status import PoolStatus
+from hasrd.transcript import Transcript
 
 
 def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
@@ -34,21 +36,21 @@ def _view(name: str, stream: bool, progress: bool | None, quiet: bool,
     return terminal.View(), False
 
 
-def _summary(name: str, result: dict[str, Any], took: float, targets: list[Path]) -> str:
-    audio = float(result.get("duration_s") or 0.0)
+def _summary(name: str, result: Transcript, took: float, targets: list[Path]) -> str:
+    audio = result.duration_s or 0.0
     speed = f", {audio / took:.1f}x real time" if took > 0 and audio > 0 else ""
     where = f" -> {', '.join(map(str, targets))}" if targets else ""
     return f"{name}: ok, {audio:.1f} s of audio in {took:.2f} s{speed}{_language(result)}{where}"
 
 
-def _language(result: dict[str, Any]) -> str:
+def _language(result: Transcript) -> str:
     """", Chinese (detected, p=0.91)" when the engine chose the language, ", Chinese" when it was given."""
-    name = result.get("language") or result.get("language_code")
+    name = result.language or result.language_code
     if not name:
         return ""
-    if result.get("language_detected"):
-        p = result.get("language_probability")
-        return f", {name} (detected" + (f", p={float(p):.2f})" if p is not None else ")")
+    if result.language_detected:
+        p = result.language_probability
+        return f", {name} (detected" + (f", p={p:.2f})" if isinstance(p, float) else ")")
     return f", {name}"
 
 
@@ -123,11 +125,7 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
     model = model_argument(model)
     language = language or settings().language or None
     options = engine_options(prompt, word_timestamps, translate, model)
-    try:
-        rules = subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
-                                      "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
-    except InvalidOption as e:
-        raise click.UsageError(e.message) from None
+    rules = cue_rules(max_line_width, max_line_count, max_cue_sec)
     plans = output.plan(list(files), formats, out, beside)
     codes: list[int] = []
     client: Client | None = None
@@ -152,11 +150,7 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
             t0 = time.monotonic()
             result = _transcribe(client, item, language, view, options)
             # every format from the one result, as the daemon sent it
-            try:
-                doc = from_json(result)
-            except ValueError as e:  # a daemon of another version
-                raise CliError(str(e)) from None
-            texts = {fmt: lines(doc) if fmt == "text" else render(doc, fmt, rules=rules) for fmt in formats}
+            texts = {fmt: lines(result) if fmt == "text" else render(result, fmt, rules=rules) for fmt in formats}
             unwritten = [why for fmt, target in item.targets if (why := _write(target, texts[fmt], force))]
             if unwritten:
                 raise CliError("; ".join(unwritten))
@@ -227,7 +221,7 @@ def _keep_partial(e: CliError, item: Any, quiet: bool) -> None:
 
 
 def _transcribe(client: Client, item: output.Plan, language: str | None, view: terminal.View,
-                options: dict[str, Any] | None = None) -> dict[str, Any]:
+                options: Options | None = None) -> Transcript:
     from hasrctl import transcribe as tr
 
     try:
@@ -253,12 +247,12 @@ def load(keep_alive: float | None, model: str | None, daemon: Daemon) -> int:
     if model:
         body["model"] = model
     try:
-        ps = client.post("/api/load", body, timeout=None)
+        ps = pool_status(client.post("/api/load", body, timeout=None))
     except DaemonError as e:
         raise CliError(_next_step(e, model), e.exit_code) from None
-    took = f" in {float(ps['load_s']):.1f} s" if ps.get("load_s") is not None else ""
-    click.echo(f"{ps.get('state')}: engine {ps.get('engine')}, loaded{took}"
-               + (f", unload in {duration_text(ps['expires_in_s'])}" if ps.get("expires_in_s") is not None else ""))
+    took = f" in {ps.load_s:.1f} s" if ps.load_s is not None else ""
+    click.echo(f"{ps.state.value}: engine {ps.engine}, loaded{took}"
+               + (f", unload in {duration_text(ps.expires_in_s)}" if ps.expires_in_s is not None else ""))
     return EXIT_OK
 
 
@@ -313,7 +307,7 @@ def stop(wait: float, now: bool, daemon: Daemon) -> int:
             say("hasrd is not running")
             return EXIT_OK
         pid = _main_pid() if unit is not None else peer_pid(client.path)  # under systemd the peer is systemd
-        work = _work(client.get("/api/ps"))
+        work = _work(client.ps())
         kill = f"`kill {pid}`" if pid else "a SIGTERM to hasrd"  # no pid: a daemon in another pid namespace
         how = "`hasrctl stop --now`" if unit is not None else f"{kill} (a SIGTERM while it stops)"
         if work:  # said before any waiting, so that nobody watches a silent terminal for --wait seconds
@@ -364,9 +358,8 @@ def _stopped(active: dict[str, str], what: str) -> int:
     return EXIT_OK
 
 
-def _work(ps: dict[str, Any]) -> str:
+def _work(ps: PoolStatus) -> str:
     """What a daemon would finish before it exits, in words ("" for nothing): its jobs, and those waiting."""
-    jobs = ["a live session" if j.get("live") else f"{j.get('name')} ({float(j.get('progress') or 0):.0%})"
-            for j in ps.get("jobs") or []]
-    waiting = int(ps.get("in_flight") or 0) - len(jobs)
+    jobs = ["a live session" if j.live else f"{j.name} ({j.progress:.0%})" for j in ps.jobs]
+    waiting = ps.in_flight - len(jobs)
     return ", ".join(jobs + ([f"{waiting} more waiting"] if waiting > 0 else []))

@@ -6,34 +6,38 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hasrctl.client import Client, Unreachable, UsageError
-from hasrd.formats import FORMATS
+from hasrd.formats import Format
+
+if TYPE_CHECKING:
+    from hasrd.options import Options
+    from hasrd.subtitles import CueRules
 
 # the formats as a user may name them: the daemon's (and OpenAI's) names, and txt for text, as files are named
-FORMAT_NAMES = {**{f: f for f in FORMATS}, "txt": "text"}
+FORMAT_NAMES = {**{f.value: f for f in Format}, "txt": Format.TEXT}
 # -f all: every file a person keeps, as whisper's --output_format all; the json is verbose_json, the one that
 # holds the whole result (segments, words, hasr's own fields), from which every other format can be made again
-ALL_FORMATS = ("text", "srt", "vtt", "verbose_json")
+ALL_FORMATS = (Format.TEXT, Format.SRT, Format.VTT, Format.VERBOSE_JSON)
 
 
-def parse_formats(values: tuple[str, ...] | list[str], default: str = "text") -> list[str]:
-    """``-f txt,srt -f vtt`` (or ``-f all``) -> the canonical names, each once, in the order given; ``default``
-    when none is given; UsageError naming the valid ones for anything else, or for json with verbose_json (both
-    write NAME.json)."""
-    out: list[str] = []
+def parse_formats(values: tuple[str, ...] | list[str], default: Format = Format.TEXT) -> list[Format]:
+    """``-f txt,srt -f vtt`` (or ``-f all``) -> the formats, each once, in the order given; ``default`` when none
+    is given; UsageError naming the valid ones for anything else, or for json with verbose_json (both write
+    NAME.json)."""
+    out: list[Format] = []
     for value in values:
         for part in value.split(","):
             word = part.strip().lower()
-            names = list(ALL_FORMATS) if word == "all" else [FORMAT_NAMES.get(word, "")]
-            if not names[0]:
+            if word not in FORMAT_NAMES and word != "all":
                 raise UsageError(f"-f {part.strip()!r}: use txt, srt, vtt, json, verbose_json or all (several with "
                                  f"commas, or -f again)")
+            names = ALL_FORMATS if word == "all" else (FORMAT_NAMES[word],)
             out += [n for n in names if n not in out]
-    if "json" in out and "verbose_json" in out:
+    if Format.JSON in out and Format.VERBOSE_JSON in out:
         raise UsageError("-f json and verbose_json both write NAME.json: choose one")
     return out or [default]
 
@@ -144,16 +148,22 @@ def socket_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def engine_options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> dict[str, Any]:
+def cue_rules(max_line_width: str | None, max_line_count: str | None, max_cue_sec: str | None) -> CueRules:
+    """The subtitle cue limits given (the settings' where none is), or UsageError naming the range."""
+    from hasrd import subtitles
+    from hasrd.errors import InvalidOption
+
+    try:
+        return subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
+                                     "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
+    except InvalidOption as e:
+        raise UsageError(e.message) from None
+
+
+def engine_options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> Options:
     """The engine options of the transcription options (what /transcribe passes to the worker; what
     ``hasrctl batch`` gives its actors)."""
-    options: dict[str, Any] = {}
-    if prompt:
-        options["prompt"] = prompt
-    if word_timestamps:
-        options["word_timestamps"] = True
-    if translate:
-        options["task"] = "translate"
-    if model:
-        options["model"] = model
-    return options
+    from hasrd.options import Options  # msgspec: not for the commands that only ask the daemon's state
+
+    return Options(model=model or "", task="translate" if translate else "transcribe", prompt=prompt or "",
+                   word_timestamps=word_timestamps)

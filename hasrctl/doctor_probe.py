@@ -1,4 +1,5 @@
-"""The probe ``hasrctl doctor`` runs inside the worker's interpreter (``python -c PROBE full|quick``).
+"""The probe ``hasrctl doctor`` runs inside the worker's interpreter (``python -c PROBE full|quick``), and
+:class:`Probe`, what its line says.
 
 It must not import hasr (that venv may not have it) and prints one ``HASR-PROBE {json}`` line last, since
 vLLM and R2T2 print to stdout on import.
@@ -6,10 +7,41 @@ vLLM and R2T2 print to stdout on import.
 
 from __future__ import annotations
 
+import msgspec
+
+
+class Module(msgspec.Struct):
+    ok: bool
+    version: str | None
+    error: str | None
+
+
+class R2T2(msgspec.Struct):
+    state: str  # ok | impostor | missing
+    error: str | None
+
+
+class Embedded(msgspec.Struct):
+    sha256: str
+    size: int
+    missing: list[str]
+
+
+class Probe(msgspec.Struct):
+    """What PROBE found in the worker's interpreter (its ``HASR-PROBE`` line)."""
+
+    python: list[int]
+    modules: dict[str, Module]
+    libs: dict[str, str | None]
+    r2t2: R2T2
+    cuda: bool | int | None = None  # devices torch or CTranslate2 sees (False: they failed); None: quick
+    embedded: Embedded | None = None
+
+
 PROBE = r'''
 import ctypes, glob, hashlib, importlib, importlib.metadata as md, importlib.util, json, os, sys
 quick = sys.argv[1:] == ["quick"]
-out = {"python": list(sys.version_info[:3]), "modules": {}, "libs": {}, "cuda": None, "embedded": {}}
+out = {"python": list(sys.version_info[:3]), "modules": {}, "libs": {}, "cuda": None, "embedded": None}
 
 def version(dist):
     try:

@@ -209,6 +209,7 @@ def eval_command(manifest: str, homophones: bool, metric: str, language: str | N
     """
     from hasrctl import evaluate as ev
     from hasrctl import terminal, transcribe
+    from hasrd.transcript import to_json
 
     entries = load_manifest(manifest)
     checked = False
@@ -220,7 +221,7 @@ def eval_command(manifest: str, homophones: bool, metric: str, language: str | N
                 assert e.audio is not None
                 if not os.path.isfile(e.audio):
                     raise UsageError(f"{e.audio}: no such file")
-                e.result = transcribe.by_path(client, e.audio, e.language or language, terminal.View())
+                e.result = to_json(transcribe.by_path(client, e.audio, e.language or language, terminal.View()))
             except Unreachable:
                 raise
             except CliError as err:

@@ -156,12 +156,12 @@ def autostart_path() -> Path:
 
 
 def tray_cannot_run() -> str:
-    """Why this installation's ``hasr-tray`` would fail at start (tray.deps: Tk for Python, the tray extra),
+    """Why this installation's ``hasr-tray`` would fail at start (traydeps: Tk for Python, the tray extra),
     empty when it can run. The entries start it with this interpreter, so asking here is asking it."""
-    from tray import deps
+    from hasrctl import traydeps
 
-    lacking = deps.missing()
-    return deps.message(lacking) if lacking else ""
+    lacking = traydeps.missing()
+    return traydeps.message(lacking) if lacking else ""
 
 
 def planned_files(units_dir: str | None, tray: bool, autostart: bool = True) -> dict[Path, bytes]:

@@ -25,29 +25,8 @@ import click
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError
 from hasrctl.common import daemon_options, say
-from hasrctl.livesession import (ffmpeg_source, interruptible,
-                                 item_number, microphone_source, run, typist)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+from hasrctl.livesession import ffmpeg_source, interruptible, item_number, microphone_source, run, typist
+from hasrctl.transcribe import Event
 
 
 def live_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -97,20 +76,20 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
     view = LiveView(sys.stdout, language or None, "hasrctl:") if is_tty(sys.stdout) else None
     bar = ProgressBar(sys.stderr, "hasrctl:") if view is None and is_tty(sys.stderr) else None
 
-    def status(ev: dict[str, Any]) -> None:
+    def status(ev: Event) -> None:
         shown: Any = view if view is not None else bar
-        if ev.get("type") == "hasr.loading":
-            shown.loading(str(ev.get("phase") or ""), ev.get("elapsed_s"))
+        if ev.type == "hasr.loading":
+            shown.loading(ev.phase or "", ev.elapsed_s)
         else:
-            shown.queued(int(ev.get("position") or 0))
+            shown.queued(ev.position or 0)
 
-    def on_sentence(ev: dict[str, Any]) -> None:
+    def on_sentence(ev: Event) -> None:
         if bar is not None:
             bar.finish(None)
         if view is not None:  # each sentence names its utterance: the draft shown is that utterance's rest
-            view.sentence(int(ev.get("index", 0)), ev["text"], item_number(ev))
+            view.sentence(ev.index or 0, ev.text or "", item_number(ev))
         else:
-            click.echo(ev["text"])
+            click.echo(ev.text)
             sys.stdout.flush()
 
     def on_draft(text: str, item: int) -> None:
@@ -137,14 +116,12 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
             doc = from_json(result)
         except ValueError as e:  # a daemon of another version
             raise CliError(str(e)) from None
-        text = formats.render(doc, fmt) if fmt != "text" else "\n".join(doc.texts()) + "\n"
+        text = formats.render(doc, formats.Format(fmt)) if fmt != "text" else "\n".join(doc.texts()) + "\n"
         Path(output).write_text(text, encoding="utf-8")
     return EXIT_OK
 
 
 # ---- dictation --------------------------------------------------------------------------------------------
-
-
 
 
 def pidfile() -> Path:
@@ -188,8 +165,8 @@ def dictate(toggle: bool, language: str, prompt: str, silence_ms: int, device: s
     stop = threading.Event()
     interruptible(stop)
 
-    def on_sentence(ev: dict[str, Any]) -> None:
-        text = ev["text"].strip()
+    def on_sentence(ev: Event) -> None:
+        text = (ev.text or "").strip()
         if text:
             subprocess.run([*command, text + " "], check=False)
 

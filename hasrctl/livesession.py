@@ -19,8 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
+
 from hasrctl.client import EXIT_FAILED, CliError, UsageError
 from hasrctl.common import say
+from hasrctl.transcribe import Event
 
 RATE = 24000
 
@@ -29,7 +32,7 @@ PIECE = RATE * 16 // 100  # 160 ms
 
 
 def _to_pcm16(resampler: Any, frame: Any) -> bytes:
-    from hasrd.audio import frames_bytes
+    from hasrd.resample import frames_bytes
 
     return frames_bytes(resampler.resample(frame), 2)
 
@@ -114,7 +117,7 @@ def _recorded(sd: Any, dev: Any, rate: int, stop: threading.Event) -> Iterator[b
 def _pcm(stream: Any, q: queue.Queue[bytes], rate: int, stop: threading.Event) -> Iterator[bytes]:
     import av
 
-    from hasrd.audio import s16_mono_frame
+    from hasrd.resample import s16_mono_frame
 
     resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
     with stream:
@@ -128,10 +131,10 @@ def _pcm(stream: Any, q: queue.Queue[bytes], rate: int, stop: threading.Event) -
                 yield out
 
 
-def item_number(ev: dict[str, Any]) -> int:
+def item_number(ev: Event) -> int:
     """The utterance an event belongs to: N of its ``item_id`` (``item_<session>_<N>``)."""
     try:
-        return int(str(ev.get("item_id", "_0")).rsplit("_", 1)[-1])
+        return int(ev.item_id.rsplit("_", 1)[-1])
     except ValueError:
         return 0
 
@@ -140,8 +143,8 @@ class Session:
     """One /v1/realtime connection: a reader thread for the daemon's events, audio sent from the caller's."""
 
     def __init__(self, path: str, language: str, prompt: str, silence_ms: int,
-                 on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None],
-                 on_status: Callable[[dict[str, Any]], None] | None = None,
+                 on_sentence: Callable[[Event], None], on_draft: Callable[[str, int], None],
+                 on_status: Callable[[Event], None] | None = None,
                  on_done: Callable[[int], None] | None = None) -> None:
         from websockets.sync.client import unix_connect
 
@@ -169,22 +172,21 @@ class Session:
 
         try:
             for raw in self.ws:
-                ev = json.loads(raw)
-                kind = ev.get("type")
+                ev = msgspec.json.decode(raw, type=Event)
+                kind = ev.type
                 if kind == "hasr.sentence":
                     self.on_sentence(ev)
                 elif kind == "hasr.draft":
-                    self.on_draft(ev.get("text", ""), item_number(ev))
+                    self.on_draft(ev.text or "", item_number(ev))
                 elif kind == "conversation.item.input_audio_transcription.completed":
                     if self.on_done is not None:
                         self.on_done(item_number(ev))
                 elif kind == "hasr.done":
-                    self.result = ev.get("result") or {}
+                    self.result = ev.result or {}
                 elif kind in ("hasr.loading", "hasr.queued"):
                     self.on_status(ev)
                 elif kind == "error":
-                    err = ev.get("error") or {}
-                    self.error = f"{err.get('message')} ({err.get('code')})"
+                    self.error = f"{ev.error.message} ({ev.error.code})"
                     say(self.error)
         except ConnectionClosed:
             pass
@@ -223,17 +225,17 @@ class Said:
     def __init__(self) -> None:
         self.last = ""
 
-    def status(self, ev: dict[str, Any]) -> None:
-        line = (f"loading: {ev.get('phase')}" if ev.get("type") == "hasr.loading"
-                else f"waiting for the worker (position {ev.get('position')})")
+    def status(self, ev: Event) -> None:
+        line = (f"loading: {ev.phase}" if ev.type == "hasr.loading"
+                else f"waiting for the worker (position {ev.position})")
         if line != self.last:
             self.last = line
             say(line)
 
 
 def run(path: str, source: Iterator[bytes], stop: threading.Event, language: str, prompt: str, silence_ms: int,
-        on_sentence: Callable[[dict[str, Any]], None], on_draft: Callable[[str, int], None],
-        on_status: Callable[[dict[str, Any]], None] | None = None,
+        on_sentence: Callable[[Event], None], on_draft: Callable[[str, int], None],
+        on_status: Callable[[Event], None] | None = None,
         on_done: Callable[[int], None] | None = None) -> dict[str, Any]:
     s = Session(path, language, prompt, silence_ms, on_sentence, on_draft, on_status, on_done)
     try:

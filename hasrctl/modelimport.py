@@ -32,6 +32,7 @@ from typing import Any
 
 from hasrctl import output
 from hasrctl.client import CliError, UsageError
+from hasrctl.pool import PullEvent
 from hasrd import models, modelspec
 
 CHUNK = 4 << 20
@@ -82,11 +83,11 @@ def _copy(src: Path, dst: Path, view: Any, shown: str) -> None:
     done = 0
     with open(src, "rb") as fin, open(dst, "xb") as fout:
         if total:
-            view.event({"status": "downloading", "file": shown, "completed": 0, "total": total})
+            view.event(PullEvent(status="downloading", file=shown, completed=0, total=total))
         while block := fin.read(CHUNK):
             fout.write(block)
             done += len(block)
-            view.event({"status": "downloading", "file": shown, "completed": min(done, total), "total": total})
+            view.event(PullEvent(status="downloading", file=shown, completed=min(done, total), total=total))
         fout.flush()
         os.fsync(fout.fileno())
     if done != total:
@@ -103,7 +104,7 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     if problem:
         raise UsageError(f"cannot import {arg}: {problem}")
     name = check_name(name if name is not None else default_name(src), given=name is not None)
-    root = modelspec.data_dir()
+    root = models.data_dir()
     dest = root / name
     if os.path.lexists(dest):
         what = ("a model of that name is installed there" if (dest / "model.bin").is_file()

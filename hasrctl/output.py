@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hasrctl.client import UsageError
-from hasrd.formats import extension
+from hasrd.formats import Format
 
 STDIN = "-"
 STDOUT = ("-", "/dev/stdout")  # -o values that mean stdout
@@ -33,7 +33,7 @@ class Plan:
 
     source: str  # absolute path, or "-" for stdin
     name: str  # what the user typed, for messages
-    targets: tuple[tuple[str, Path], ...] = ()  # (format, file) in the order asked; () = stdout
+    targets: tuple[tuple[Format, Path], ...] = ()  # (format, file) in the order asked; () = stdout
 
     @property
     def target(self) -> Path | None:
@@ -62,16 +62,16 @@ def stem(source: str) -> str:
     return "stdin" if source == STDIN else Path(source).stem or Path(source).name
 
 
-def plan(inputs: list[str], formats: str | Sequence[str], output: str | None,
+def plan(inputs: list[str], formats: Format | Sequence[Format], output: str | None,
          beside: bool) -> list[tuple[str, Plan | UsageError]]:
     """Map every input to its targets, one per format; errors of one input do not stop the others.
 
     Several formats go to several files (-o DIR: DIR/NAME.<ext> each; --beside: next to the input): stdout and
     -o FILE take one format, so they are refused with several (UsageError, before anything runs)."""
-    fmts = [formats] if isinstance(formats, str) else list(formats)
+    fmts = [formats] if isinstance(formats, Format) else list(formats)
     if output and beside:
         raise UsageError("use either -o/--output or --beside, not both")
-    exts = [extension(f) for f in fmts]
+    exts = [f.extension for f in fmts]
     if len(set(exts)) < len(exts):
         raise UsageError(f"-f {', '.join(fmts)}: two of them write the same NAME.<ext>: choose one")
     several_formats = len(fmts) > 1
@@ -113,7 +113,7 @@ def plan(inputs: list[str], formats: str | Sequence[str], output: str | None,
         if beside and source == STDIN:
             out.append((arg, UsageError("stdin has no place to write beside: use -o FILE or -o DIR")))
             continue
-        targets: list[tuple[str, Path]] = []
+        targets: list[tuple[Format, Path]] = []
         for fmt, ext in zip(fmts, exts, strict=True):
             if out_file is not None:
                 targets.append((fmt, out_file))

@@ -7,13 +7,19 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+import msgspec
 
 from hasrctl import terminal
 from hasrctl.client import EXIT_OK, CliError, Client, DaemonError, Unreachable, UsageError
 from hasrctl.common import Daemon, daemon_options, not_running, say, socket_option
+from hasrctl.status import duration_text
+from hasrctl.transcribe import ErrorBody
+
+if TYPE_CHECKING:
+    from hasrd.status import WorkerStatus
 
 
 def running(daemon: Daemon) -> Client:
@@ -24,35 +30,25 @@ def running(daemon: Daemon) -> Client:
         raise Unreachable(f"hasrd is not running: {not_running(e)}") from None
 
 
-def _until(w: dict[str, Any]) -> str:
-    if w.get("busy"):
+def _until(w: WorkerStatus) -> str:
+    if w.busy:
         return "busy"
-    left = w.get("expires_in_s")
-    if left is None:
-        return "forever" if w.get("state") == "ready" else "-"
-    s = int(float(left))
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
+    if w.expires_in_s is None:
+        return "forever" if w.state.value == "ready" else "-"
+    return duration_text(w.expires_in_s)
 
 
-def _size(w: dict[str, Any]) -> str:
-    mb = w.get("vram_mb") if w.get("device") == "cuda" else w.get("rss_mb")
-    if mb is None:
+def _size(w: WorkerStatus) -> str:
+    mb = w.vram_mb if w.device == "cuda" else w.rss_mb
+    if not isinstance(mb, int):  # not measured, or not this device's
         return "-"
-    return f"{float(mb) / 1024:.1f} GB" if float(mb) >= 1024 else f"{int(mb)} MB"
+    return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb} MB"
 
 
-def _processor(w: dict[str, Any]) -> str:
-    if w.get("device") == "cuda":
-        return f"GPU {str(w.get('gpu_uuid') or '')[:12]}".rstrip()
-    return "CPU"
-
-
-def _doing(w: dict[str, Any]) -> str:
-    if w.get("state") != "ready":
-        return str(w.get("state"))
-    return str(w.get("status_text") or "ready")
+def _row(w: WorkerStatus) -> list[str]:
+    processor = f"GPU {(w.gpu_uuid or '')[:12]}".rstrip() if w.device == "cuda" else "CPU"
+    doing = (w.status_text or "ready") if w.state.value == "ready" else w.state.value
+    return [w.model, str(w.pid or "-"), processor, _size(w), doing, _until(w)]
 
 
 def table(rows: list[list[str]]) -> list[str]:
@@ -74,23 +70,19 @@ def ps(as_json: bool, daemon: Daemon) -> int:
 
     Does not start a daemon: exit 3 when none runs.
     """
-    client = running(daemon)
-    snap = client.get("/api/ps", timeout=10.0)
-    workers = snap.get("workers") or []
+    snap = running(daemon).ps()
     if as_json:
-        click.echo(json.dumps(workers, ensure_ascii=False))
+        import msgspec  # loaded with the answer already
+
+        click.echo(json.dumps(msgspec.to_builtins(snap.workers), ensure_ascii=False))
         return EXIT_OK
-    if not workers:
-        click.echo(f"no workers: nothing is loaded (up to {snap.get('max_workers')} may run; the next request "
-                   f"starts one)")
+    if not snap.workers:
+        click.echo(f"no workers: nothing is loaded (up to {snap.max_workers} may run; the next request starts one)")
         return EXIT_OK
-    rows = [["NAME", "PID", "PROCESSOR", "SIZE", "STATE", "UNTIL"]]
-    rows += [[str(w.get("model")), str(w.get("pid") or "-"), _processor(w), _size(w), _doing(w), _until(w)]
-             for w in workers]
-    for line in table(rows):
+    for line in table([["NAME", "PID", "PROCESSOR", "SIZE", "STATE", "UNTIL"]] + [_row(w) for w in snap.workers]):
         click.echo(line)
-    if snap.get("queue"):
-        click.echo(f"{snap['queue']} request(s) waiting for a worker")
+    if snap.queue:
+        click.echo(f"{snap.queue} request(s) waiting for a worker")
     return EXIT_OK
 
 
@@ -123,6 +115,23 @@ def models(as_json: bool, daemon: Daemon) -> int:
     for line in table(rows):
         click.echo(line)
     return EXIT_OK
+
+
+class PullEvent(msgspec.Struct, kw_only=True):
+    """One line of /api/pull's NDJSON (hasrd/download.py), or a copy's progress (modelimport): a status, or an
+    error."""
+
+    status: str = ""
+    error: ErrorBody | str | None = None
+    model: str | None = None
+    repo: str | None = None
+    revision: str | None = None
+    files: list[Any] = []
+    file: str | None = None
+    completed: int = 0
+    total: int = 0
+    size_mb: int | None = None
+    path: str | None = None
 
 
 class PullView:
@@ -165,15 +174,14 @@ class PullView:
         else:
             say(text)
 
-    def event(self, ev: dict[str, Any]) -> None:
-        status = str(ev.get("status") or "")
+    def event(self, ev: PullEvent) -> None:
+        status = ev.status
         if status == "pulling manifest":
             self.clear_pending()
-            files = ev.get("files") or []
-            self.note(f"pulling {ev.get('repo')} (revision {str(ev.get('revision') or '')[:12]}): {len(files)} files, "
-                      f"{_bytes(int(ev.get('total') or 0))}")
+            self.note(f"pulling {ev.repo} (revision {(ev.revision or '')[:12]}): {len(ev.files)} files, "
+                      f"{_bytes(ev.total)}")
         elif status == "downloading":
-            self._progress(str(ev.get("file")), int(ev.get("completed") or 0), int(ev.get("total") or 0))
+            self._progress(str(ev.file), ev.completed, ev.total)
         elif status:
             self.note(status)
 
@@ -260,16 +268,14 @@ def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
     try:
         resp = client.request("POST", "/api/pull", body, {"Content-Type": "application/json",
                                                            "Accept": "application/x-ndjson"}, timeout=None)
-        for ev in resp.ndjson():
-            if "error" in ev:
-                err = ev["error"] if isinstance(ev["error"], dict) else {"message": str(ev["error"])}
+        for ev in (msgspec.convert(e, PullEvent) for e in resp.ndjson()):
+            if ev.error is not None:
+                err = ev.error if isinstance(ev.error, ErrorBody) else ErrorBody(message=ev.error)
                 view.close()
-                raise DaemonError(str(err.get("code") or "pull_failed"), str(err.get("message")))
-            if ev.get("status") == "success":
+                raise DaemonError(err.code or "pull_failed", str(err.message))
+            if ev.status == "success":
                 view.close()
-                used = str(ev.get("model") or name)
-                click.echo(f"pulled {ev.get('repo')} ({ev.get('size_mb')} MB) into {ev.get('path')}; use it as "
-                           f"--model {used}")
+                click.echo(f"pulled {ev.repo} ({ev.size_mb} MB) into {ev.path}; use it as --model {ev.model or name}")
                 return EXIT_OK
             view.event(ev)
     except KeyboardInterrupt:

@@ -9,16 +9,19 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, Client, Unreachable
+from hasrctl.client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, Client, Unreachable, pool_status
 from hasrctl.common import Daemon, not_running, say, socket_option
 
+if TYPE_CHECKING:
+    from hasrd.status import PoolStatus
 
-def duration_text(seconds: Any) -> str:
-    s = max(0, int(float(seconds)))
+
+def duration_text(seconds: float) -> str:
+    s = max(0, int(seconds))
     if s >= 3600:
         return f"{s // 3600} h {s % 3600 // 60} min"
     return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
@@ -37,42 +40,40 @@ def _model(value: Any) -> str:
     return text
 
 
-def _describe(ps: dict[str, Any], socket: str) -> list[tuple[str, str]]:
-    rows = [("state", str(ps.get("state")) + (f" (worker pid {ps['pid']})" if ps.get("pid") else ""))]
-    if ps.get("phase"):
-        rows.append(("phase", str(ps["phase"])))
-    ident = ps.get("identity") or {}
-    configured = str(ps.get("engine") or "")
+def _describe(ps: PoolStatus, socket: str) -> list[tuple[str, str]]:
+    rows = [("state", ps.state.value + (f" (worker pid {ps.pid})" if ps.pid else ""))]
+    if ps.phase:
+        rows.append(("phase", ps.phase))
+    ident = ps.identity
     selected = str(ident.get("engine") or "")
     if selected:
         parts = [selected]
-        if ident.get("device"):
-            parts.append(f"on {ident['device']}" + (f" ({ident['compute_type']})" if ident.get("compute_type") else ""))
-        if configured and configured != selected:
-            parts.append(f"(HASR_ENGINE={configured})")
+        if device := ident.get("device"):
+            compute = ident.get("compute_type")
+            parts.append(f"on {device}" + (f" ({compute})" if compute else ""))
+        if ps.engine and ps.engine != selected:
+            parts.append(f"(HASR_ENGINE={ps.engine})")
         rows.append(("engine", " ".join(parts)))
-    elif configured:
-        chosen = "; chosen when the models load" if configured == "auto" else "; models not loaded"
-        rows.append(("engine", f"{configured}{chosen}"))
+    elif ps.engine:
+        chosen = "; chosen when the models load" if ps.engine == "auto" else "; models not loaded"
+        rows.append(("engine", f"{ps.engine}{chosen}"))
     models = ident.get("models")
     if isinstance(models, dict) and models:
         rows.append(("models", ", ".join(f"{role} {_model(m)}" for role, m in models.items())))
-    if ident.get("auto_reason"):
-        rows.append(("why", str(ident["auto_reason"])))
-    if ps.get("load_s") is not None:
-        rows.append(("loaded in", f"{float(ps['load_s']):.1f} s"))
-    if ps.get("vram_mb") is not None:
-        rows.append(("vram", f"{float(ps['vram_mb']) / 1024:.1f} GiB"))
-    workers = ps.get("workers") or []
-    if workers:
-        each = ", ".join(f"{w.get('model')} (pid {w.get('pid') or '-'}, {'busy' if w.get('busy') else w.get('state')})"
-                         for w in workers)
-        rows.append(("workers", f"{len(workers)} of {ps.get('max_workers') or len(workers)}: {each}"))
-    rows.append(("queue", f"{ps.get('queue') or 0} waiting, {ps.get('in_flight') or 0} running"))
-    if ps.get("expires_in_s") is not None:
-        rows.append(("unload in", duration_text(ps["expires_in_s"])))
-    if ps.get("error"):
-        rows.append(("error", str(ps["error"])))
+    if why := ident.get("auto_reason"):
+        rows.append(("why", str(why)))
+    if ps.load_s is not None:
+        rows.append(("loaded in", f"{ps.load_s:.1f} s"))
+    if ps.vram_mb is not None:
+        rows.append(("vram", f"{ps.vram_mb / 1024:.1f} GiB"))
+    if ps.workers:
+        each = ", ".join(f"{w.model} (pid {w.pid or '-'}, {'busy' if w.busy else w.state.value})" for w in ps.workers)
+        rows.append(("workers", f"{len(ps.workers)} of {ps.max_workers}: {each}"))
+    rows.append(("queue", f"{ps.queue} waiting, {ps.in_flight} running"))
+    if ps.expires_in_s is not None:
+        rows.append(("unload in", duration_text(ps.expires_in_s)))
+    if ps.error:
+        rows.append(("error", ps.error))
     rows.append(("socket", socket))
     return rows
 
@@ -95,13 +96,15 @@ def status(as_json: bool, watch: bool, daemon: Daemon) -> int:
         return EXIT_UNREACHABLE
     if watch:
         return _watch(client, as_json)
-    ps = client.get("/api/ps", timeout=10.0)
+    ps = client.ps()
     if as_json:
-        click.echo(json.dumps({**ps, "socket": client.path}, ensure_ascii=False))
+        import msgspec  # loaded with the answer already
+
+        click.echo(json.dumps({**msgspec.to_builtins(ps), "socket": client.path}, ensure_ascii=False))
     else:
         for key, value in _describe(ps, client.path):
             click.echo(f"{key:<10} {value}")
-    return EXIT_FAILED if ps.get("state") == "fatal" else EXIT_OK
+    return EXIT_FAILED if ps.state.value == "fatal" else EXIT_OK
 
 
 def _watch(client: Client, as_json: bool) -> int:
@@ -110,9 +113,9 @@ def _watch(client: Client, as_json: bool) -> int:
             if as_json:
                 click.echo(json.dumps(ev, ensure_ascii=False))
                 continue
-            line = str(ev.get("status_text") or ev.get("state"))
-            click.echo(f"{time.strftime('%H:%M:%S')}  {ev.get('health', '?'):<8} {line}  "
-                       f"(queue {ev.get('queue') or 0}, running {ev.get('in_flight') or 0})")
+            ps = pool_status(ev)
+            click.echo(f"{time.strftime('%H:%M:%S')}  {ps.health:<8} {ps.status_text or ps.state.value}  "
+                       f"(queue {ps.queue}, running {ps.in_flight})")
     except KeyboardInterrupt:
         return EXIT_OK
     say("hasrd closed the event stream (it exited)")

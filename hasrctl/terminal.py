@@ -110,7 +110,7 @@ class ProgressBar(View):
         self.ticker: threading.Thread | None = None
         self.closed = False
         self.drawn_frac = 0.0
-        self.work = "decoding"  # the worker's phase (protocol.PHASES)
+        self.work = "decoding"  # the worker's phase (protocol.Phase)
 
     def _draw(self, text: str, force: bool = False) -> None:
         with self.lock:

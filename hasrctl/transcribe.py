@@ -14,73 +14,90 @@ import os
 import sys
 from typing import Any, BinaryIO
 
+import msgspec
+
 from hasrctl.client import Client, CliError, DaemonError, UsageError, multipart
 from hasrctl.output import STDIN
 from hasrctl.terminal import View
+from hasrd.options import Options
+from hasrd.transcript import Transcript, from_json
 
 
-def _payload(language: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if language:
-        out["language"] = language
-    if options:
-        out["options"] = options
-    return out
+class ErrorBody(msgspec.Struct):
+    """An ``error`` event's body (hasrd.errors.HasrError.to_json)."""
+
+    code: str | None = None
+    message: str | None = None
+    partial: dict[str, Any] | None = None
 
 
-def _feed(kind: str, ev: dict[str, Any], view: View) -> None:
+class Event(msgspec.Struct):
+    """One event of /transcribe's NDJSON (``event``: hasrd.jobevents.to_json), the OpenAI SSE or the Realtime
+    WebSocket (``type``): the fields hasrctl reads of them."""
+
+    event: str = ""
+    type: str = ""
+    position: int | None = None
+    phase: str | None = None
+    elapsed_s: float | None = None
+    done_s: float | None = None
+    total_s: float | None = None
+    text: str | None = None
+    segment: int | None = None
+    index: int | None = None
+    delta: str | None = None
+    item_id: str = "item_0"  # Realtime: ``item_<session>_<N>``, N the utterance
+    result: Any = None
+    hasr: dict[str, Any] | None = None  # SSE: a delta's sentence, or the done event's whole result
+    error: ErrorBody = msgspec.field(default_factory=ErrorBody)
+
+
+def _feed(kind: str, ev: Event, view: View) -> None:
     """One progress event (NDJSON ``event`` or SSE ``hasr.*`` type) to the view; unknown kinds are ignored."""
     if kind == "queued":
-        view.queued(int(ev.get("position") or 0))
+        view.queued(ev.position or 0)
     elif kind == "loading":
-        view.loading(str(ev.get("phase") or ""), ev.get("elapsed_s"))
+        view.loading(ev.phase or "", ev.elapsed_s)
     elif kind == "progress":
-        view.progress(float(ev.get("done_s") or 0), float(ev.get("total_s") or 0),
-                      str(ev.get("phase") or "decoding"))
+        view.progress(ev.done_s or 0.0, ev.total_s or 0.0, ev.phase or "decoding")
     elif kind == "draft":
-        seg = ev.get("segment")
-        view.draft(str(ev.get("text") or ""), int(seg) if isinstance(seg, int) else None)
+        view.draft(ev.text or "", ev.segment)
     elif kind == "sentence":
-        view.sentence(int(ev.get("index") or 0), str(ev.get("text") or ""))
+        view.sentence(ev.index or 0, ev.text or "")
 
 
-def texts_of(result: dict[str, Any]) -> list[str] | None:
-    """The result's sentences (a line each on the final screen), when it has them."""
-    items = result.get("per_sentence")
-    if not isinstance(items, list) or not items:
-        return None
-    return [str(s.get("text") or "") for s in items if isinstance(s, dict)]
+def _finish(view: View, result: Any) -> Transcript:
+    """The daemon's result object, read once (CliError saying so for a daemon of another version), its text and
+    sentences shown by the view."""
+    try:
+        doc = from_json(result)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    view.finish(doc.final, doc.texts() or None)
+    return doc
 
 
-def _error(ev: dict[str, Any]) -> DaemonError:
-    err = ev.get("error") or {}
-    return DaemonError(str(err.get("code") or "runtime_failure"), str(err.get("message") or "failed"),
-                       partial=err.get("partial"))
+def _error(ev: Event) -> DaemonError:
+    return DaemonError(ev.error.code or "runtime_failure", ev.error.message or "failed", partial=ev.error.partial)
 
 
-def _follow(events: Any, view: View) -> dict[str, Any]:
+def _follow(events: Any, view: View) -> Transcript:
     """Feed NDJSON events to the view; the result of ``done``, or the ``error`` as a DaemonError."""
-    for ev in events:
-        kind = str(ev.get("event") or "")
-        if kind == "done":
-            result = dict(ev.get("result") or {})
-            view.finish(result.get("final"), texts_of(result))
-            return result
-        if kind == "error":
+    for ev in (msgspec.convert(e, Event) for e in events):
+        if ev.event == "done":
+            return _finish(view, ev.result)
+        if ev.event == "error":
             raise _error(ev)
-        _feed(kind, ev, view)
+        _feed(ev.event, ev, view)
     raise CliError("hasrd ended the event stream without a result (did it exit?)")
 
 
-def by_path(client: Client, path: str, language: str | None, view: View,
-            options: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = json.dumps({"audio_path": path, **_payload(language, options)}).encode()
+def by_path(client: Client, path: str, language: str | None, view: View, options: Options | None = None) -> Transcript:
+    asked = msgspec.to_builtins(options) if options is not None else None  # what differs from the defaults
+    body = json.dumps({"audio_path": path, **({"language": language} if language else {}),
+                       **({"options": asked} if asked else {})}).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/x-ndjson"}
     resp = client.request("POST", "/transcribe", body, headers, timeout=None)
-    if resp.content_type != "application/x-ndjson":
-        result = dict(resp.json())
-        view.finish(result.get("final"), texts_of(result))
-        return result
     try:
         return _follow(resp.ndjson(), view)
     except ValueError as e:
@@ -95,21 +112,16 @@ def _read_all(stream: BinaryIO, limit_mb: float) -> bytes:
     return data
 
 
-def _follow_sse(events: Any, view: View) -> dict[str, Any]:
+def _follow_sse(events: Any, view: View) -> Transcript:
     """Feed the OpenAI-style SSE events to the view; the result from ``transcript.text.done``."""
-    sentences: list[dict[str, Any]] = []
-    for ev in events:
-        kind = str(ev.get("type") or "")
-        if kind == "transcript.text.delta":
-            seg = ev.get("hasr") if isinstance(ev.get("hasr"), dict) else {"text": ev.get("delta")}
-            sentences.append(seg)
-            view.sentence(int(seg.get("index", len(sentences) - 1)), str(ev.get("delta") or ""))
+    deltas = 0
+    for ev in (msgspec.convert(e, Event) for e in events):
+        kind = ev.type
+        if kind == "transcript.text.delta":  # a sentence's (with it under ``hasr``), or the rest of the text
+            view.sentence(int((ev.hasr or {}).get("index", deltas)), ev.delta or "")
+            deltas += 1
         elif kind == "transcript.text.done":
-            result = ev.get("hasr")
-            if not isinstance(result, dict):  # a plain OpenAI server: text and sentences only
-                result = {"final": str(ev.get("text") or ""), "per_sentence": sentences}
-            view.finish(result.get("final"), texts_of(result))
-            return dict(result)
+            return _finish(view, ev.hasr)
         elif kind == "error":
             raise _error(ev)
         elif kind.startswith("hasr."):
@@ -118,28 +130,15 @@ def _follow_sse(events: Any, view: View) -> dict[str, Any]:
 
 
 def by_upload(client: Client, data: bytes, filename: str, language: str | None, view: View,
-              options: dict[str, Any] | None = None) -> dict[str, Any]:
+              options: Options | None = None) -> Transcript:
     """Upload audio bytes to the OpenAI endpoint, streaming (SSE) so the view can follow as for a path."""
-    opts = dict(options or {})
-    fields = {"model": str(opts.get("model") or "hasr"), "response_format": "verbose_json", "stream": "true",
-              "hasr_events": "true"}
-    if language:
-        fields["language"] = language
-    if opts.get("prompt"):
-        fields["prompt"] = str(opts["prompt"])
-    if opts.get("word_timestamps"):
-        fields["timestamp_granularities[]"] = "word"
-    endpoint = "/v1/audio/translations" if opts.get("task") == "translate" else "/v1/audio/transcriptions"
-    body, ctype = multipart(fields, "file", filename, data)
+    opts = options or Options()
+    fields = {"model": opts.model or "hasr", "response_format": "verbose_json", "stream": "true",
+              "hasr_events": "true", "language": language or "", "prompt": opts.prompt,
+              "timestamp_granularities[]": "word" if opts.word_timestamps else ""}
+    endpoint = "/v1/audio/translations" if opts.task == "translate" else "/v1/audio/transcriptions"
+    body, ctype = multipart({k: v for k, v in fields.items() if v}, "file", filename, data)
     resp = client.request("POST", endpoint, body, {"Content-Type": ctype}, timeout=None)
-    if resp.content_type == "application/json":  # no streaming there: verbose_json at once
-        doc = resp.json()
-        result = doc.get("hasr") if isinstance(doc.get("hasr"), dict) else {
-            "final": str(doc.get("text") or ""), "duration_s": doc.get("duration"),
-            "per_sentence": [{"text": s.get("text"), "start_s": s.get("start"), "end_s": s.get("end")}
-                             for s in doc.get("segments") or []]}
-        view.finish(result.get("final"), texts_of(result))
-        return dict(result)
     try:
         return _follow_sse(resp.sse(), view)
     except ValueError as e:
@@ -147,7 +146,7 @@ def by_upload(client: Client, data: bytes, filename: str, language: str | None, 
 
 
 def run(client: Client, source: str, language: str | None, view: View, max_upload_mb: float,
-        options: dict[str, Any] | None = None) -> dict[str, Any]:
+        options: Options | None = None) -> Transcript:
     """Transcribe one input ("-" = stdin) and return the daemon's result object."""
     if source == STDIN:
         data = _read_all(sys.stdin.buffer, max_upload_mb)

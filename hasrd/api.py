@@ -20,51 +20,19 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hasrd import __version__, errors, gpu
+from hasrd import __version__, errors, gpu, poolstatus
 from hasrd import protocol as proto
-from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, jsonl, preload,
-                           resolve_model, shown)
-from hasrd.intake import check_path, read_json
+from hasrd.context import Daemon, JSONResponse, check_access, check_language, jsonl, preload, resolve_model
+from hasrd.intake import read_json
 from hasrd.jobevents import StreamEvent, to_json
 from hasrd.lifecycle import KeepAlive
 from hasrd.modelspec import ModelSpec
 from hasrd.options import parse as parse_options
+from hasrd.status import Health
 
 log = logging.getLogger("hasrd.api")
 
 MAX_KEEP_ALIVE_SEC = 366 * 86400  # a year: longer is "for ever" (keep_alive < 0)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ---- seed-compatible ----------------------------------------------------------------------------------------
@@ -74,20 +42,9 @@ async def health(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request)  # the same rule as every route: the daemon's state is its owner's business
     try:
-        snap = d.pool.snapshot()
-        return JSONResponse({
-            "status": "ok" if snap["health"] == "busy" else snap["health"],
-            "model_loaded": snap["state"] == "ready",
-            "engine": d.settings.engine,
-            "loading": snap["state"] == "starting",
-            "idle_seconds": snap["idle_seconds"],
-            "ttl_sec": snap["ttl_sec"],
-            "busy": bool(snap["running"]),
-            "queue": snap["queue"],
-            "error": snap["error"],
-        })
+        return JSONResponse(poolstatus.health(d.pool.snapshot()))
     except Exception as e:  # never raises
-        return JSONResponse({"status": "error", "model_loaded": False, "error": str(e)})
+        return JSONResponse(Health(status="error", error=str(e)))
 
 
 async def transcribe(request: Request) -> Response:
@@ -105,22 +62,17 @@ async def transcribe(request: Request) -> Response:
     options = parse_options(body.get("options"))  # every option checked here, once: no worker wakes for a bad one
     spec = resolve_model(d, request, options.model or str(body.get("model") or ""))
     check_language(language)
-    check_path_access(d, request)
-    await check_path(path)
     await preload("hasrd.jobs")  # the job pipeline (formats, subtitles): not imported by a daemon that only idles
     from hasrd.jobs import Job, admitted
 
-    name = shown(os.path.basename(path))
-    job = Job(name=name, audio_path=path, language=language, options=options, model=spec)
+    job = await Job.of_file(d, request, path, language, options, spec)
     stream = "application/x-ndjson" in request.headers.get("accept", "")
-    return await admitted(d, request, path, job, ndjson if stream else None, "application/x-ndjson", JSONResponse)
+    return await admitted(d, request, job, ndjson if stream else None, "application/x-ndjson", JSONResponse)
 
 
 def ndjson(ev: StreamEvent) -> bytes:
     """/transcribe's stream: one JSON event a line (jobevents.to_json's shapes)."""
     return jsonl(to_json(ev))
-
-
 
 
 # ---- lifecycle ----------------------------------------------------------------------------------------------
@@ -130,13 +82,14 @@ async def ps(request: Request) -> Response:
     d: Daemon = request.app.state.daemon
     check_access(d, request, names=True)
     snap = d.pool.snapshot()
-    for w in snap["workers"]:  # each GPU worker's VRAM, measured now (NVML or nvidia-smi; its process group)
-        if w["pid"] and w["device"] == "cuda":
-            w["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(w["pid"]))
-    if snap["pid"] and str(snap["identity"].get("device") or "").startswith("cuda"):
-        snap["vram_mb"] = await asyncio.to_thread(gpu.group_vram_mb, int(snap["pid"]))
-    return JSONResponse({**snap, "daemon_pid": os.getpid(), "queued_audio_mb": d.queued_audio.held_mb,
-                         "max_queued_audio_mb": d.settings.max_queued_audio_mb})
+    for w in snap.workers:  # each GPU worker's VRAM, measured now (NVML or nvidia-smi; its process group)
+        if w.pid and w.device == "cuda":
+            w.vram_mb = await asyncio.to_thread(gpu.group_vram_mb, w.pid)
+            if w.pid == snap.pid:  # the most active worker's, shown at the top too
+                snap.vram_mb = w.vram_mb
+    snap.daemon_pid, snap.queued_audio_mb = os.getpid(), d.queued_audio.held_mb
+    snap.max_queued_audio_mb = d.settings.max_queued_audio_mb
+    return JSONResponse(snap)
 
 
 async def load(request: Request) -> Response:
@@ -180,7 +133,8 @@ async def unload(request: Request) -> Response:
     if body is not None and not isinstance(body, dict):
         raise errors.BadRequest("the body must be empty or a JSON object like {\"model\": \"base\"}")
     await d.pool.unload(_model_of(d, request, body))
-    return JSONResponse({"state": d.pool.state.value, "workers": d.pool.workers()})
+    snap = d.pool.snapshot()
+    return JSONResponse({"state": snap.state, "workers": snap.workers})
 
 
 async def stop(request: Request) -> Response:
@@ -199,13 +153,13 @@ async def events(request: Request) -> Response:
     check_access(d, request, names=True)
 
     async def gen() -> AsyncIterator[bytes]:
-        q = d.events.subscribe()
+        q = d.events.subscribe()  # the latest snapshot first (the pool's now before any), even while exiting
         try:
-            if not d.events.latest:
+            if d.events.latest is None:
                 yield jsonl(d.pool.snapshot())
-            while not d.events.closed:
+            while not q.empty() or not d.events.closed:
                 snap = await q.get()
-                if not snap:  # the daemon is exiting: end the stream so the connection closes
+                if snap is None:  # the daemon is exiting: end the stream so the connection closes
                     return
                 yield jsonl(snap)
         finally:
@@ -217,15 +171,3 @@ async def events(request: Request) -> Response:
 async def version(request: Request) -> Response:
     check_access(request.app.state.daemon, request)
     return JSONResponse({"version": __version__, "protocol": proto.PROTOCOL_VERSION, "pid": os.getpid()})
-
-
-
-
-
-
-
-
-
-
-
-

@@ -5,13 +5,13 @@ into a binary file object, so a four-hour file costs no more memory than a four-
 into a sealed memfd (:func:`decode_to_memfd`) that it hands to the worker with SCM_RIGHTS.
 
 The decode path does not import numpy (about 14 MB of the daemon's idle RSS): the channels are averaged and
-resampled by an FFmpeg filter graph, and the PCM is written straight from the frames' buffers. Only
+resampled by an FFmpeg filter graph (resample.py), and the PCM is written straight from the frames' buffers. Only
 :func:`decode_to_array` (tests, short inputs) uses numpy, imported when it is called.
 
 This is the one boundary where ``av.error.*`` and ``OSError`` become hasr errors, each with its own code:
 
-- :data:`PATH_CODES` (:class:`~hasrd.errors.AudioPathError`, 400): the named file cannot be used.
-- :data:`DECODE_CODES` (:class:`~hasrd.errors.AudioDecodeError`, 400): the bytes are not decodable audio.
+- ``errors.AUDIO_PATH_CODES`` (:class:`~hasrd.errors.AudioPathError`, 400): the named file cannot be used.
+- ``errors.AUDIO_DECODE_CODES`` (:class:`~hasrd.errors.AudioDecodeError`, 400): the bytes are not decodable audio.
 - ``audio_too_long`` (:class:`~hasrd.errors.AudioTooLong`, 400): longer than ``max_audio_sec``.
 - ``pcm_store_failed`` (:class:`~hasrd.errors.HasrError`, 500): writing the PCM failed (the daemon's fault).
 
@@ -32,22 +32,18 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol, cast
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import av
-import av.filter
 
 if TYPE_CHECKING:  # numpy is imported by decode_to_array only: the daemon's decode path never loads it
     import numpy as np
 
-from hasrd.errors import (AUDIO_DECODE_CODES, AUDIO_PATH_CODES, AudioDecodeError, AudioPathError, AudioTooLong,
-                          Cancelled, HasrError)
+from hasrd.errors import AudioDecodeError, AudioPathError, AudioTooLong, Cancelled, HasrError
+from hasrd.resample import SAMPLE_RATE, Grouper, Resampler
 
-SAMPLE_RATE = 16_000
 BYTES_PER_FRAME = 4  # float32
-PATH_CODES = AUDIO_PATH_CODES
-DECODE_CODES = AUDIO_DECODE_CODES
 # A header may only estimate the duration (a VBR mp3's is its size over the first frame's bitrate; ADTS, MPEG
 # streams, raw AC-3 likewise): there refuse early only when it is clearly over the limit. Other containers
 # (WAV, FLAC, Ogg, MP4, Matroska, ...) state it: refused at once (a 5-hour WAV was decoded for 27 s first, issue
@@ -57,7 +53,6 @@ _ESTIMATED = frozenset({"mp3", "aac", "mpeg", "mpegts", "ac3", "eac3", "dts", "a
 # Give up on input whose first packets all fail (random bytes that probe as mp3): no need to walk 1 GB of it.
 _MAX_LEADING_FAILURES = 64
 _LITTLE = sys.byteorder == "little"
-_GROUP_SEC = 0.5  # decoded audio gathered into one frame before the filter graph (memory stays a second at most)
 
 Source = str | bytes | bytearray | memoryview | IO[bytes]
 
@@ -80,9 +75,6 @@ class AudioInfo:
     codec: str  # FFmpeg's decoder name, e.g. "mp3float"
     decode_s: float
     damaged: int = 0  # packets skipped because they did not decode (+1 when reading stopped early)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _path_error(code: str, path: str, what: str) -> AudioPathError:
@@ -160,125 +152,6 @@ class _NestedOpen(PermissionError):
 
 def _refuse_nested_open(url: str, flags: int, options: dict[str, Any]) -> Any:
     raise _NestedOpen(f"refers to another file or URL ({url}), and playlists are not followed")
-
-
-class _Resampler:
-    """16 kHz mono planar float through an FFmpeg filter graph; rebuilt when the input format/rate/layout changes
-    mid-stream (chained ogg, mp3), after flushing the old one.
-
-    The channels are *averaged* (``pan`` with a gain of 1/N on each): FFmpeg's own mono downmix adds channels at
-    -3 dB, which lifts dual-mono recordings by 1.41 (peaks above 1.0); the mean stays in range. The mix is done in
-    float before resampling (both are linear, so the order only changes rounding), which resamples one channel
-    instead of N.
-    """
-
-    def __init__(self) -> None:
-        self._key: tuple[str, str, int] | None = None
-        self._graph: av.filter.Graph | None = None
-        self._sink: av.filter.context.FilterContext | None = None
-
-    def resample(self, frame: av.AudioFrame | None) -> list[av.AudioFrame]:
-        return self.resample_many([frame])
-
-    def resample_many(self, frames: list[av.AudioFrame | None]) -> list[av.AudioFrame]:
-        """Push frames (None flushes), then drain once: the sink says "no more for now" by raising, so one drain
-        per batch instead of one per frame is most of the decoder's speed on short-packet formats (WAV, Opus)."""
-        out: list[av.AudioFrame] = []
-        pushed = False
-        for frame in frames:
-            if frame is None:
-                if self._graph is not None:
-                    self._graph.push(None)
-                    out += self._drain()
-                    self._graph = self._sink = self._key = None
-                pushed = False
-                continue
-            key = (frame.format.name, frame.layout.name, frame.sample_rate)
-            if key != self._key:
-                if self._graph is not None:
-                    if pushed:
-                        out += self._drain()
-                    self._graph.push(None)
-                    out += self._drain()
-                self._build(frame)
-                self._key = key
-            assert self._graph is not None
-            self._graph.push(frame)
-            pushed = True
-        if pushed:
-            out += self._drain()
-        return out
-
-    def _build(self, frame: av.AudioFrame) -> None:
-        g = av.filter.Graph()
-        rate = frame.sample_rate
-        tb = frame.time_base or f"1/{rate}"
-        nodes = [g.add("abuffer", sample_rate=str(rate), sample_fmt=frame.format.name,
-                       channel_layout=frame.layout.name, time_base=str(tb))]
-        if frame.layout.name != "mono":  # also one channel that is not FC ("FL", "1 channels"): pan maps it as is
-            n = frame.layout.nb_channels
-            gain = repr(1.0 / n)  # exact in float for 1, 2, 4, 8 channels
-            nodes.append(g.add("aformat", sample_fmts="fltp"))  # mix in float, not in the decoder's s16/s32
-            nodes.append(g.add("pan", "mono|c0=" + "+".join(f"{gain}*c{i}" for i in range(n))))
-        if rate != SAMPLE_RATE:  # at 16 kHz already, aformat converts the samples alone (a copy less)
-            nodes.append(g.add("aresample", out_sample_rate=str(SAMPLE_RATE)))
-        # Planar mono is one plane of packed float32: the bytes of "flt" without a conversion pass.
-        nodes.append(g.add("aformat", sample_fmts="fltp", channel_layouts="mono", sample_rates=str(SAMPLE_RATE)))
-        nodes.append(g.add("abuffersink"))
-        g.link_nodes(*nodes)
-        g.configure()
-        self._graph, self._sink = g, nodes[-1]
-
-    def _drain(self) -> list[av.AudioFrame]:
-        assert self._sink is not None
-        out: list[av.AudioFrame] = []
-        while True:
-            try:
-                out.append(cast(av.AudioFrame, self._sink.pull()))
-            except (av.error.BlockingIOError, av.error.EOFError):  # wants more input / flushed
-                return out
-
-
-class _Grouper:
-    """Decoded frames gathered into frames of about _GROUP_SEC (an FFmpeg FIFO): WAV and Opus packets hold
-    1,024 samples or less, and each frame costs a push, a pull and a write in Python; grouped, the decoder keeps
-    up with ``faster_whisper.decode_audio`` (which groups the same way). A format change flushes the group."""
-
-    def __init__(self) -> None:
-        self._fifo: av.AudioFifo | None = None
-        self._key: tuple[str, str, int] | None = None
-
-    def add(self, decoded: list[av.AudioFrame]) -> list[av.AudioFrame | None]:
-        out: list[av.AudioFrame | None] = []
-        for frame in decoded:
-            key = (frame.format.name, frame.layout.name, frame.sample_rate)
-            if key != self._key or self._fifo is None:
-                out += self.flush()
-                self._fifo, self._key = av.AudioFifo(), key
-            frame.pts = None  # the FIFO checks that timestamps follow on; damaged input skips some
-            self._fifo.write(frame)
-            if self._fifo.samples >= frame.sample_rate * _GROUP_SEC:
-                out.append(self._fifo.read())
-        return out
-
-    def flush(self) -> list[av.AudioFrame | None]:
-        if self._fifo is None or not self._fifo.samples:
-            return []
-        return [self._fifo.read()]
-
-
-def s16_mono_frame(data: bytes, rate: int) -> av.AudioFrame:
-    """Interleaved PCM16 mono bytes as a frame to resample (live audio: the WebSocket's, the microphone's)."""
-    frame = av.AudioFrame(format="s16", layout="mono", samples=len(data) // 2)
-    plane = frame.planes[0]
-    plane.update(data + bytes(plane.buffer_size - len(data)))  # the plane is padded past the samples
-    frame.sample_rate = rate
-    return frame
-
-
-def frames_bytes(frames: list[av.AudioFrame], sample_bytes: int) -> bytes:
-    """The samples of packed mono frames (without their planes' padding)."""
-    return b"".join(bytes(memoryview(f.planes[0]).cast("B")[:f.samples * sample_bytes]) for f in frames)
 
 
 def _write_all(out: Writer, frame: av.AudioFrame) -> int:
@@ -422,8 +295,8 @@ def _secs(s: float) -> str:
 def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int | None,
           max_sec: float | None, stop: Callable[[int], bool]) -> tuple[int, int]:
     """Demux, decode, resample and write; return (frames written, damaged packets)."""
-    resampler = _Resampler()
-    grouper = _Grouper()
+    resampler = Resampler()
+    grouper = Grouper()
     frames = damaged = 0
     packets = container.demux(stream)
     while True:

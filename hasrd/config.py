@@ -267,23 +267,6 @@ def toml_value(value: Any) -> str:
     return repr(value)
 
 
-def markdown() -> str:
-    """docs/CONFIG.md (``python3 -m hasrd.config --markdown``), made by hasrd.configdoc from the definitions above."""
-    from hasrd import configdoc
-
-    return configdoc.markdown()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python3 -m hasrd.config --markdown``: print docs/CONFIG.md."""
-    args = sys.argv[1:] if argv is None else argv
-    if args != ["--markdown"]:
-        print("usage: python3 -m hasrd.config --markdown > docs/CONFIG.md", file=sys.stderr)
-        return 2
-    sys.stdout.write(markdown())
-    return 0
-
-
 def unknown_env(env: Mapping[str, str]) -> list[str]:
     """One line for each HASR_* variable that is no setting (a typo, or a retired one), with the closest name.
     Not an error (the environment is shared with hasrctl and the tests' knobs): hasrd logs these, doctor warns."""
@@ -370,6 +353,3 @@ def load(env: Mapping[str, str] | None = None, toml_path: Path | None = None, **
             raise ConfigError(f"{env_name(name)}={value!r} is not valid; choose one of {', '.join(allowed)}")
     return settings
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

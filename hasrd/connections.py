@@ -113,7 +113,7 @@ class PeerProtocol(H11Protocol):
     on_activity: Callable[[], None] = staticmethod(lambda: None)
     _open: dict[PeerProtocol, None] = {}
     _evictable: dict[PeerProtocol, None] = {}  # between requests, oldest idle first (an ordered set)
-    _shed: list[Any] = []  # the Burst that counts connections closed by the cap (one per server)
+    _shed: list[Burst] = []  # the Burst that counts connections closed by the cap (one per server)
     _got_data = False
     _draining = False
     _evicted = False
@@ -288,10 +288,8 @@ class PeerProtocol(H11Protocol):
         if not self._shed:
             self._shed.append(Burst(f"connection(s) closed by the connection cap ({self.max_connections}, "
                                     f"HASR_MAX_CONNECTIONS)"))
-        burst = self._shed[0]
-        assert isinstance(burst, Burst)
-        burst.note(f"connection cap ({self.max_connections}, HASR_MAX_CONNECTIONS) reached: closing the oldest "
-                   f"idle connections (or answering 503); the count follows when the flood is over")
+        self._shed[0].note(f"connection cap ({self.max_connections}, HASR_MAX_CONNECTIONS) reached: closing the "
+                           f"oldest idle connections (or answering 503); the count follows when the flood is over")
 
     def shutdown(self) -> None:
         if self.cycle is None and not self._got_data and not self._draining:

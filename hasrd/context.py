@@ -197,12 +197,12 @@ def shown(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def check_language(language: str) -> str:
+def check_language(language: str, param: str | None = None) -> str:
     """Refuse an unknown language before any audio is decoded or any worker is started (invariant 2)."""
     from hasrd.languages import UnknownLanguage, resolve
 
     try:
         resolve(language)
     except UnknownLanguage as e:
-        raise errors.UnknownLanguage(str(e)) from None
+        raise errors.UnknownLanguage(str(e), param=param) from None
     return language

@@ -1,17 +1,13 @@
 """Downloading a faster-whisper model from the Hugging Face hub into the local cache, resumable and checked: the
-job behind ``POST /api/pull`` (hasrd/pull.py has the routes).
+job behind ``POST /api/pull`` (docs/API.md "Model management" says what is fetched, from where, and the errors;
+hasrd/pull.py has the routes, hasrd/hub.py the hub's side: where it is, the cache's layout, its errors).
 
-The name is a faster-whisper size (``large-v3``: ``hasrd.models.fw_repo``) or a repo id. huggingface_hub,
-imported here only (the daemon starts without it), reads the repo's manifest (``model_info`` with
+huggingface_hub, imported here only (the daemon starts without it), reads the repo's manifest (``model_info`` with
 files_metadata: the commit, each file's size and the sha256 the hub lists for an LFS file), resolves each file
-(``get_hf_file_metadata``: its ETag and where its bytes are, a CDN for LFS files) and transfers it
-(``http_get``: its session, proxies, token, and its retries that resume a broken connection with a Range
-request). Only what faster-whisper loads is fetched (faster_whisper.utils.download_model's allow_patterns:
-config.json, preprocessor_config.json, model.bin, tokenizer.json, vocabulary.*), into the cache's own layout
-(``blobs/<etag>``, ``snapshots/<commit>/<file> -> ../../blobs/<etag>``, ``refs/main``) under the cache
-huggingface_hub itself uses (HF_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub), so that
-hasrd.modelspec finds the model by name with no other step. HF_ENDPOINT names the hub (a mirror) and HF_TOKEN a
-token, as for every huggingface_hub program.
+(``get_hf_file_metadata``: its ETag and where its bytes are, a CDN for LFS files) and transfers it (``http_get``:
+its session, proxies, token, and its retries that resume a broken connection with a Range request), into the
+cache's own layout (``blobs/<etag>``, ``snapshots/<commit>/<file> -> ../../blobs/<etag>``, ``refs/main``), so that
+hasrd.modelspec finds the model by name with no other step.
 
 Why not ``hf_hub_download``: since huggingface_hub 2 it downloads to a process-unique temporary file that it
 removes when the call fails, so a pull cut off by a dead connection, a Ctrl-C or a stopped daemon would start
@@ -20,10 +16,7 @@ pull continues it with a Range request.
 
 Nothing is ever half-installed: a blob is checked against the hub's sha256 (LFS files) or git blob id (the
 others) before it gets its final name, and the snapshot directory is built beside ``snapshots/`` and renamed
-into it in one step (``refs/main`` last), so ``hasrd.models.hf_snapshot`` never sees a snapshot that lacks a
-file. A checksum mismatch or a full disk removes what was downloaded for the snapshot; a broken connection, an
-unreachable hub or a client that leaves keeps it for the next pull. The hub's side (where it is, the cache's
-layout, its errors) is hasrd/hub.py.
+into it in one step (``refs/main`` last), so ``hasrd.models.hf_snapshot`` never sees a snapshot that lacks a file.
 """
 
 from __future__ import annotations

@@ -85,13 +85,13 @@ class InvalidAudio(BadRequest):
 
 
 class AudioPathError(InvalidAudio):
-    """A named audio file cannot be used; the code says why (see audio.PATH_CODES)."""
+    """A named audio file cannot be used; the code says why (AUDIO_PATH_CODES below)."""
 
     code = "file_not_found"
 
 
 class AudioDecodeError(InvalidAudio):
-    """The bytes are not audio FFmpeg can decode, or hold no audio (see audio.DECODE_CODES)."""
+    """The bytes are not audio FFmpeg can decode, or hold no audio (AUDIO_DECODE_CODES below)."""
 
     code = "undecodable"
 
@@ -237,7 +237,7 @@ AUDIO_CODES = AUDIO_PATH_CODES + AUDIO_DECODE_CODES + ("audio_too_long",)
 
 
 class EngineError(Exception):
-    """A failure inside the worker (an engine, model resolution): ``code`` is one of protocol.ERROR_CODES.
+    """A failure inside the worker (an engine, model resolution): ``code`` is an error code of docs/API.md.
 
     Not a HasrError: it never reaches a client as such. The worker sends it as a Failed / LoadFailed message,
     and the daemon maps that back with :func:`from_worker`.

@@ -7,6 +7,7 @@ start. Every rendering ends with a newline, so that it pipes and concatenates cl
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,31 @@ if TYPE_CHECKING:  # the CLI imports this module at start (FORMATS): subtitles a
     from hasrd import subtitles
     from hasrd.transcript import Transcript, UnsetType
 
-FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+
+class Format(str, enum.Enum):
+    """An output format, as ``response_format`` and ``hasrctl --format`` name it: checked once, where the name
+    arrives (:func:`check`), then carried as this."""
+
+    JSON = "json"
+    TEXT = "text"
+    SRT = "srt"
+    VTT = "vtt"
+    VERBOSE_JSON = "verbose_json"
+
+    def __str__(self) -> str:  # as a person writes it, "srt", in messages and file names
+        return self.value
+
+    @property
+    def content_type(self) -> str:
+        return _CONTENT_TYPES[self]
+
+    @property
+    def extension(self) -> str:
+        """File name extension without the dot: txt, json, srt, vtt (verbose_json is json too)."""
+        return _EXTENSIONS[self]
+
+
+FORMATS = tuple(f.value for f in Format)
 
 _CONTENT_TYPES = {
     "json": "application/json",
@@ -31,30 +56,18 @@ _CONTENT_TYPES = {
 _EXTENSIONS = {"json": "json", "text": "txt", "srt": "srt", "vtt": "vtt", "verbose_json": "json"}
 
 
-def check(fmt: str) -> str:
-    """The canonical name of ``fmt`` (case and surrounding blanks ignored), or UnknownFormat naming the valid ones."""
+def check(fmt: str, param: str | None = None) -> Format:
+    """The format ``fmt`` names (case and surrounding blanks ignored), or UnknownFormat naming the valid ones
+    (and ``param``, the request's field)."""
     name = fmt.strip().lower() if isinstance(fmt, str) else ""
     if name not in FORMATS:
-        raise UnknownFormat(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
-    return name
+        raise UnknownFormat(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}", param=param)
+    return Format(name)
 
 
-def content_type(fmt: str) -> str:
-    return _CONTENT_TYPES[check(fmt)]
-
-
-def extension(fmt: str) -> str:
-    """File name extension without the dot: txt, json, srt, vtt (verbose_json is json too)."""
-    return _EXTENSIONS[check(fmt)]
-
-
-def _seconds(value: Any) -> float:
-    """A finite, non-negative number of seconds (missing or garbage values count as 0)."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return x if math.isfinite(x) and x > 0 else 0.0
+def _seconds(value: float | None) -> float:
+    """A finite, non-negative number of seconds (a missing, negative or infinite one counts as 0)."""
+    return float(value) if value is not None and math.isfinite(value) and value > 0 else 0.0
 
 
 def _score(value: float | UnsetType) -> float | None:
@@ -162,33 +175,22 @@ def _cue_text(text: str) -> str:
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def _audio_end(result: Transcript) -> float | None:
-    """Where the audio ends (no cue may end later), when the result says."""
-    return _seconds(result.duration_s) or None
-
-
-def _srt(result: Transcript, rules: subtitles.CueRules | None) -> str:
-    from hasrd import subtitles
-
-    blocks = []
-    for k, cue in enumerate(subtitles.cues(segments(result), rules, _audio_end(result), result.language), 1):
-        span = f"{timestamp(cue.start)} --> {timestamp(cue.end)}"
-        blocks.append(f"{k}\n{span}\n{_cue_text(cue.text)}\n")
-    return "\n".join(blocks)
-
-
 def _vtt_escape(text: str) -> str:
     # WebVTT cue text is markup: & and < must be escaped, and "-->" may not appear at all.
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _vtt(result: Transcript, rules: subtitles.CueRules | None) -> str:
+def _subtitles(result: Transcript, rules: subtitles.CueRules | None, vtt: bool) -> str:
+    """SRT (numbered cues, ``00:00:01,000``) or WebVTT (a header, ``00:00:01.000``, escaped text); no cue ends
+    after the audio, when the result says where it ends."""
     from hasrd import subtitles
 
-    blocks = ["WEBVTT\n"]
-    for cue in subtitles.cues(segments(result), rules, _audio_end(result), result.language):
-        span = f"{timestamp(cue.start, '.')} --> {timestamp(cue.end, '.')}"
-        blocks.append(f"{span}\n{_vtt_escape(_cue_text(cue.text))}\n")
+    cues = subtitles.cues(segments(result), rules, _seconds(result.duration_s) or None, result.language)
+    sep, blocks = (".", ["WEBVTT\n"]) if vtt else (",", [])
+    for k, cue in enumerate(cues, 1):
+        span = f"{timestamp(cue.start, sep)} --> {timestamp(cue.end, sep)}"
+        text = _cue_text(cue.text)
+        blocks.append(f"{span}\n{_vtt_escape(text)}\n" if vtt else f"{k}\n{span}\n{text}\n")
     return "\n".join(blocks)
 
 
@@ -237,14 +239,14 @@ def verbose(result: Transcript) -> dict[str, Any]:
     return doc
 
 
-def annotate(result: Transcript, *, audio_path: str | None, language: str, info: dict[str, Any]) -> Transcript:
+def annotate(result: Transcript, *, audio_path: str | None, language: str, duration_s: float) -> Transcript:
     """The fields the daemon adds to a worker's result (the file shown, the language asked, the decoded
     duration), in one place for the daemon's jobs and ``hasrctl batch``'s actors."""
     result.audio_path = audio_path
     if not result.language:
         result.language = language
     if result.duration_s is None:
-        result.duration_s = info.get("duration_s")
+        result.duration_s = duration_s
     return result
 
 
@@ -255,22 +257,21 @@ def lines(result: Transcript) -> str:
     return "\n".join(texts) + "\n"
 
 
-def render(result: Transcript, fmt: str, include_logprobs: bool = False,
+def render(result: Transcript, fmt: Format, include_logprobs: bool = False,
            rules: subtitles.CueRules | None = None) -> str:
-    """The result object rendered as ``fmt`` (one of FORMATS); UnknownFormat otherwise. ``include_logprobs``
-    (OpenAI's ``include[]=logprobs``) adds ``logprobs`` to json; ``rules`` are the subtitle cue limits of srt
-    and vtt (subtitles.py; default: 2 lines of 42 Latin / 16 CJK characters, 0.83-7 s)."""
-    name = check(fmt)
-    final = result.final
-    if name == "text":
-        return final + "\n"
-    if name == "json":
-        doc: dict[str, Any] = {"text": final, "usage": usage(result)}
-        if include_logprobs:
-            doc["logprobs"] = logprobs(result) or []
-        return _dumps(doc)
-    if name == "verbose_json":
-        return _dumps(verbose(result))
-    if name == "srt":
-        return _srt(result, rules)
-    return _vtt(result, rules)
+    """The result object rendered as ``fmt``. ``include_logprobs`` (OpenAI's ``include[]=logprobs``) adds
+    ``logprobs`` to json; ``rules`` are the subtitle cue limits of srt and vtt (subtitles.py; default: 2 lines of
+    42 Latin / 16 CJK characters, 0.83-7 s)."""
+    match fmt:
+        case Format.TEXT:
+            return result.final + "\n"
+        case Format.JSON:
+            doc: dict[str, Any] = {"text": result.final, "usage": usage(result)}
+            if include_logprobs:
+                doc["logprobs"] = logprobs(result) or []
+            return _dumps(doc)
+        case Format.VERBOSE_JSON:
+            return _dumps(verbose(result))
+        case Format.SRT:
+            return _subtitles(result, rules, vtt=False)
+    return _subtitles(result, rules, vtt=True)

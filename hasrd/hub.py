@@ -69,7 +69,7 @@ def offline_route(name: str) -> str:
     src = repo.rsplit("/", 1)[-1]
     return (f"Without the hub: bring {repo}'s directory (model.bin, config.json, tokenizer.json, vocabulary.*) "
             f"from a machine that has it and run `hasrctl pull /path/to/{src} --name {local}`, or copy it into "
-            f"{_home_short(modelspec.data_dir() / local)}; then --model {local} uses it.")
+            f"{_home_short(models.data_dir() / local)}; then --model {local} uses it.")
 
 
 def cache_dir() -> Path:
@@ -104,7 +104,7 @@ def usable_name(name: str, repo: str) -> str:
     is the embedded model, a directory under $XDG_DATA_HOME/hasr/models comes first): then the repo id."""
     if name in modelspec.DEFAULT_IDS or name in (modelspec.EMBEDDED, "embedded"):
         return repo
-    if "/" not in name and (modelspec.data_dir() / name / "model.bin").is_file():
+    if "/" not in name and (models.data_dir() / name / "model.bin").is_file():
         return repo
     return name
 

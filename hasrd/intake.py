@@ -11,17 +11,19 @@ import json
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from hasrd import errors
 from hasrd.pcm import PcmBuffer
 from hasrd.poolref import Lease
 
 if TYPE_CHECKING:
+    from hasrd.audio import AudioInfo
     from hasrd.context import Daemon
 
 T = TypeVar("T")
@@ -40,7 +42,7 @@ async def check_path(path: str) -> None:
     await asyncio.to_thread(check)
 
 
-async def decode(d: Daemon, source: Any, name: str, lease: Lease) -> tuple[PcmBuffer, dict[str, Any]]:
+async def decode(d: Daemon, source: str | IO[bytes], name: str, lease: Lease) -> tuple[PcmBuffer, AudioInfo]:
     """Decode to a memfd in a thread, at most DECODES_AT_ONCE at a time (a burst of long files cannot pin all
     memory and cores); map every failure to a typed 4xx. Cancelling stops the decode at its next packet. What
     is decoded counts against HASR_MAX_QUEUED_AUDIO_MB until the lease's job is on a worker (audiobudget.py):
@@ -54,7 +56,7 @@ async def decode(d: Daemon, source: Any, name: str, lease: Lease) -> tuple[PcmBu
             hold.grow(frames * 4)
             return stop.is_set()
 
-        def work() -> tuple[PcmBuffer, dict[str, Any]]:
+        def work() -> tuple[PcmBuffer, AudioInfo]:
             from hasrd import audio  # in the thread, as check_path does
 
             fd, info = audio.decode_to_memfd(source, max_audio_sec=d.settings.max_audio_sec, name=name, stop=more)
@@ -65,7 +67,7 @@ async def decode(d: Daemon, source: Any, name: str, lease: Lease) -> tuple[PcmBu
             except BaseException:
                 buf.close()
                 raise
-            return buf, info.to_json()
+            return buf, info
 
         fut = asyncio.get_running_loop().run_in_executor(None, work)
         fut.add_done_callback(_close_if_abandoned)
@@ -77,7 +79,7 @@ async def decode(d: Daemon, source: Any, name: str, lease: Lease) -> tuple[PcmBu
             raise
 
 
-def _close_if_abandoned(fut: asyncio.Future[tuple[PcmBuffer, dict[str, Any]]]) -> None:
+def _close_if_abandoned(fut: asyncio.Future[tuple[PcmBuffer, AudioInfo]]) -> None:
     if getattr(fut, "abandoned", False) and not fut.cancelled() and fut.exception() is None:
         fut.result()[0].close()
     elif not fut.cancelled():
@@ -97,11 +99,15 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
         raise errors.Cancelled("the client went away; the transcription was cancelled")
     finally:
         watcher.cancel()
-        if not task.done():
-            task.cancel()
-            with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
-                with contextlib.suppress(BaseException):
-                    await task
+        await cancel_and_wait(task)
+
+
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it still runs, and wait, uncancelled, until it has ended (the worker acknowledged)."""
+    if not task.done():
+        task.cancel()
+        with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+            await task
 
 
 async def _disconnect(request: Request) -> None:
@@ -119,7 +125,7 @@ class LeasedStream(StreamingResponse):
         super().__init__(content, **kw)
         self.lease, self.pcm = lease, pcm
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:

@@ -7,27 +7,29 @@ the client going away cancels whatever step it is in, and the admission is relea
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import IO, TYPE_CHECKING
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
 from hasrd import errors
-from hasrd.context import Daemon, shown
+from hasrd.context import Daemon, check_path_access, shown
 from hasrd.formats import annotate
-from hasrd.intake import LeasedStream, decode, until_disconnected
+from hasrd.intake import LeasedStream, cancel_and_wait, check_path, decode, until_disconnected
 from hasrd.jobevents import Done, EventSink, Failed, JobEvent, StreamEvent
 from hasrd.modelspec import ModelSpec
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.poolref import Lease
 from hasrd.transcript import Transcript
+
+if TYPE_CHECKING:
+    from hasrd.audio import AudioInfo  # PyAV: imported in a thread, by the first check or decode (intake.py)
 
 log = logging.getLogger("hasrd.api")
 
@@ -36,17 +38,26 @@ Render = Callable[[StreamEvent], bytes | None]
 
 @dataclass(frozen=True)
 class Job:
-    """What a request asks for, checked: the name shown for its audio, the file (None for an upload), the
-    language, the engine options and the model (None: the default)."""
+    """What a request asks for, checked: its audio (a named file's path, or an upload), the name shown for it, the
+    language, the engine options and the model."""
 
+    source: str | IO[bytes]
     name: str
-    audio_path: str | None
     language: str
     options: Options
-    model: ModelSpec | None = None
+    model: ModelSpec
+
+    @classmethod
+    async def of_file(cls, d: Daemon, request: Request, path: str, language: str, options: Options,
+                      model: ModelSpec) -> Job:
+        """A job on a file the request names: this caller may name files, and the file is checked (absolute,
+        there, readable: intake.check_path) before the request waits for anything."""
+        check_path_access(d, request)
+        await check_path(path)
+        return cls(path, shown(os.path.basename(path)), language, options, model)
 
 
-async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, lease: Lease,
+async def run_job(d: Daemon, pcm: PcmBuffer, info: AudioInfo, job: Job, *, lease: Lease,
                   on_event: EventSink | None) -> Transcript:
     t0 = time.monotonic()
     try:
@@ -54,15 +65,15 @@ async def run_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], job: Job, *, 
                                          on_event=on_event, lease=lease, model=job.model)
     finally:
         pcm.close()
-    annotate(result, audio_path=shown(job.audio_path) if job.audio_path is not None else None,
-             language=job.language, info=info)
-    decode_s = round(float(info.get("decode_s") or 0), 4)
+    annotate(result, audio_path=shown(job.source) if isinstance(job.source, str) else None, language=job.language,
+             duration_s=info.duration_s)
+    decode_s = round(info.decode_s, 4)
     result.timings.decode_s = decode_s
     result.timings.total_s = round(time.monotonic() - t0 + decode_s, 4)
     return result
 
 
-def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Render, job: Job, *,
+def stream_job(d: Daemon, pcm: PcmBuffer, info: AudioInfo, render: Render, job: Job, *,
                lease: Lease) -> AsyncIterator[bytes]:
     """Run a job while yielding its events rendered by ``render``; the client leaving cancels the job."""
     async def gen() -> AsyncIterator[bytes]:
@@ -99,22 +110,17 @@ def stream_job(d: Daemon, pcm: PcmBuffer, info: dict[str, Any], render: Render, 
             getter.cancel()
             if task.done() and not task.cancelled():
                 task.exception()  # retrieved (it was rendered as an error event, or the client left)
-            if not task.done():
-                task.cancel()
-                with anyio.CancelScope(shield=True):  # wait for the worker to acknowledge, uncancelled
-                    with contextlib.suppress(BaseException):
-                        await task
+            await cancel_and_wait(task)
     return gen()
 
 
-async def admitted(d: Daemon, request: Request, source: Any, job: Job,
-                   render: Render | None, media_type: str,
+async def admitted(d: Daemon, request: Request, job: Job, render: Render | None, media_type: str,
                    respond: Callable[[Transcript], Response]) -> Response:
     """Admit, decode and run one job; ``render`` streams its events (None: one response at the end)."""
     lease = d.pool.admit(job.model)
     handed_on = False
     try:
-        pcm, info = await until_disconnected(request, decode(d, source, job.name, lease))
+        pcm, info = await until_disconnected(request, decode(d, job.source, job.name, lease))
         if render is not None:
             handed_on = True  # the response releases the lease, however it ends
             return LeasedStream(stream_job(d, pcm, info, render, job, lease=lease), lease, pcm,

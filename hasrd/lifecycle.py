@@ -1,27 +1,34 @@
-"""The worker lifecycle's vocabulary, as plain values a runner owns: its states and the one table of
-transitions between them, the keep-alive a load may set, and what a failed job had made final.
+"""The worker lifecycle's vocabulary, as plain values a runner owns: the one table of transitions between its
+states (``State`` itself is in hasrd.status, which the clients read too), the keep-alive a load may set, and what
+a failed job had made final.
 
-(runner.py's docstring says what happens in each state.)
+What happens in each state (hasrd.runner.Runner), and the only transitions allowed (:data:`TRANSITIONS`; any
+other raises :class:`IllegalTransition`):
+
+    STOPPED   no worker. :meth:`Runner.ready` starts one                            -> STARTING
+    STARTING  one load in flight; every caller of ready() waits for that same load (single flight).
+              Ready                                                                 -> READY
+              failure                                                               -> BACKOFF, or FATAL after N
+              the daemon was forced to stop meanwhile                               -> STOPPED
+    READY     serving the jobs its holder runs (several at once).
+              :meth:`Runner.stop` (the TTL, /api/unload, an eviction, daemon exit)  -> STOPPING
+              the worker died, stalled or ignored Cancel (its jobs fail)            -> STOPPED
+    STOPPING  Shutdown, SIGTERM, SIGKILL of the worker's process group              -> STOPPED
+    BACKOFF   a load failed: the next ready() waits out the delay (doubling)        -> STARTING
+              :meth:`Runner.clear_failure` (/api/unload)                             -> STOPPED
+    FATAL     N failed loads in a row: ready() fails at once with the kept reason (health "error").
+              :meth:`Runner.retry_now` (/api/load) or clear_failure                 -> STOPPED
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from hasrd import errors
 from hasrd.jobevents import JobEvent
 from hasrd.protocol import Progress, Sentence
-
-
-class State(str, enum.Enum):
-    STOPPED = "stopped"
-    STARTING = "starting"
-    READY = "ready"
-    STOPPING = "stopping"
-    BACKOFF = "backoff"
-    FATAL = "fatal"
+from hasrd.status import State
 
 
 TRANSITIONS: dict[State, frozenset[State]] = {

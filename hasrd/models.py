@@ -170,6 +170,11 @@ def model_bin_problem(path: Path) -> str | None:
     return None
 
 
+def data_dir() -> Path:
+    """Where ``hasrctl pull`` imports models, each under its name: $XDG_DATA_HOME/hasr/models."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hasr" / "models"
+
+
 def hf_cache_dirs() -> list[Path]:
     env = os.environ
     dirs = [env.get("HF_HUB_CACHE"), env.get("HUGGINGFACE_HUB_CACHE"),
@@ -225,8 +230,6 @@ def resolve_fw(spec: str, phase: Callable[[str], None] = lambda s: None) -> FwMo
             "is not a directory" if p.exists() else "does not exist: no such directory"
         raise EngineError("model_unavailable", f"faster-whisper model {spec!r} {why}; give HASR_FW_MODEL a "
                                                f"directory holding model.bin, or a model's name")
-    from hasrd.modelspec import data_dir
-
     local = data_dir() / spec
     if "/" not in spec and ".." not in spec and (local / "model.bin").is_file():  # as a request's model finds it
         return FwModel(str(local), spec, "", "directory")

@@ -22,9 +22,12 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from hasrd import errors, models
+
+if TYPE_CHECKING:
+    from hasrd.config import Settings
 
 DEFAULT_IDS = ("hasr", "whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 EMBEDDED = "base"
@@ -62,10 +65,6 @@ class ModelSpec:
         if self.engine == "fake" and self.fw_model.startswith("fake:"):
             return {"HASR_FAKE_ALLOC_MB": self.fw_model[5:]}  # the sized fake worker
         return {"HASR_FW_MODEL": self.fw_model} if self.fw_model else {}
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hasr" / "models"
 
 
 def _dir_mb(d: Path) -> int:
@@ -116,7 +115,7 @@ def gpu_need(model_mb: int, compute_type: str = "default") -> int:
     return int(GPU_OVERHEAD_MB + GPU_WEIGHT_FACTOR * weights)
 
 
-def default_spec(settings: Any) -> ModelSpec:
+def default_spec(settings: Settings) -> ModelSpec:
     engine = str(settings.engine)
     if engine in GPU_ENGINES:
         need = GPU_NEED_MB[engine]
@@ -132,13 +131,13 @@ def default_spec(settings: Any) -> ModelSpec:
     return ModelSpec(name, engine, "", need, gpu_only=gpu_only, gpu_need_mb=on_gpu)
 
 
-def _whisper(name: str, fw_model: str, model_mb: int, settings: Any) -> ModelSpec:
+def _whisper(name: str, fw_model: str, model_mb: int, settings: Settings) -> ModelSpec:
     engine = "fake" if settings.engine == "fake" else "whisper"  # tests: the fake engine stands in for each
     on_gpu = gpu_need(model_mb, str(settings.fw_compute_type)) if engine == "whisper" else 0
     return ModelSpec(name, engine, fw_model, _cpu_need(model_mb), gpu_need_mb=on_gpu)
 
 
-def resolve(name: str, settings: Any, *, trusted: bool = True) -> ModelSpec:
+def resolve(name: str, settings: Settings, *, trusted: bool = True) -> ModelSpec:
     """The model a request names, or ModelNotFound (404) saying what this daemon has.
 
     ``trusted``: the caller may name files (the daemon's own user or root). Any other caller (over TCP, a
@@ -155,7 +154,7 @@ def resolve(name: str, settings: Any, *, trusted: bool = True) -> ModelSpec:
                                    param="model") from None
 
 
-def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
+def _resolve(name: str, settings: Settings, trusted: bool) -> ModelSpec:
     if name in ("",) + DEFAULT_IDS:
         return default_spec(settings)
     if name in (EMBEDDED, "embedded"):
@@ -176,7 +175,7 @@ def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
         raise errors.ModelNotFound(f"The model `{name}` does not exist: {p} is not a CTranslate2 model directory "
                                    f"(no model.bin)", param="model")
     if "/" not in name and ".." not in name:
-        local = data_dir() / name
+        local = models.data_dir() / name
         if (local / "model.bin").is_file():
             return _whisper(name, str(local), _dir_mb(local), settings)
     snap = models.hf_snapshot(models.fw_repo(name))
@@ -186,16 +185,26 @@ def _resolve(name: str, settings: Any, trusted: bool) -> ModelSpec:
                                f" (`hasrctl models` lists them)", param="model")
 
 
-def installed() -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Installed:
+    """A model a request may name, as /v1/models lists it: where it lives and its size, where it has them."""
+
+    id: str
+    kind: str  # default, embedded, directory or hf-cache
+    path: str | None = None
+    size_mb: int | None = None
+
+
+def installed() -> list[Installed]:
     """Every model a request may name: the default's ids, the embedded base, the data directory's models and
     the faster-whisper models in the local Hugging Face cache, each with where it lives and its size."""
-    out: list[dict[str, Any]] = [{"id": i, "kind": "default", "path": None, "size_mb": None} for i in DEFAULT_IDS]
-    out.append({"id": EMBEDDED, "kind": "embedded", "path": None, "size_mb": models.embedded_mb()})
-    root = data_dir()
+    out = [Installed(i, "default") for i in DEFAULT_IDS]
+    out.append(Installed(EMBEDDED, "embedded", size_mb=models.embedded_mb()))
+    root = models.data_dir()
     if root.is_dir():
         for d in sorted(root.iterdir()):
             if (d / "model.bin").is_file():
-                out.append({"id": d.name, "kind": "directory", "path": str(d), "size_mb": _dir_mb(d)})
+                out.append(Installed(d.name, "directory", str(d), _dir_mb(d)))
     seen: set[str] = set()
     for cache in models.hf_cache_dirs():
         if not cache.is_dir():
@@ -206,9 +215,9 @@ def installed() -> list[dict[str, Any]]:
             if repo in seen or snap is None or not (snap / "model.bin").is_file():
                 continue
             seen.add(repo)
-            out.append({"id": repo, "kind": "hf-cache", "path": str(snap), "size_mb": _dir_mb(snap)})
+            out.append(Installed(repo, "hf-cache", str(snap), _dir_mb(snap)))
     return out
 
 
 def installed_names() -> list[str]:
-    return [m["id"] for m in installed()]
+    return [m.id for m in installed()]

@@ -1,48 +1,66 @@
 """The OpenAI-compatible endpoints: /v1/audio/transcriptions, /v1/audio/translations, /v1/models[/{id}].
 
-Field by field as OpenAI's API reference has them (docs/API.md has the table); the job itself runs through
-the same admission, decoding and pool as /transcribe (``jobs.admitted``).
+Field by field as OpenAI's API reference has them (docs/API.md has the table). The form is read once into a
+:class:`Form` and checked once into a :class:`Transcription` (the job, and how its answer is rendered); the job
+itself runs through the same admission, decoding and pool as /transcribe (``jobs.admitted``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import Response
 
 from hasrd import errors, formats, modelspec, subtitles, transcript
-from hasrd.context import (Daemon, JSONResponse, check_access, check_language, check_path_access, dumps,
-                           resolve_model, shown)
-from hasrd.intake import check_path, check_path_text, check_text
+from hasrd.context import Daemon, JSONResponse, check_access, check_language, dumps, resolve_model, shown
+from hasrd.formats import Format
+from hasrd.intake import check_path_text, check_text
 from hasrd.jobevents import Done, Failed, Loading, Queued, StreamEvent, to_json
 from hasrd.jobs import Job, admitted
 from hasrd.options import Options
 from hasrd.protocol import Draft, Progress, Sentence
+from hasrd.transcript import Transcript
 
 STARTED = int(time.time())
+YES = ("true", "1", "yes")
 
 
-def form_options(form: Any, task: Literal["transcribe", "translate"]) -> Options:
-    """The engine options of an OpenAI form: prompt, temperature, word timestamps, logprobs, the task."""
-    raw = form.get("temperature")
-    t = 0.0
-    if raw not in (None, ""):
-        try:
-            t = float(str(raw))
-        except ValueError:
-            t = -1.0
-        if not 0.0 <= t <= 1.0:  # NaN too
-            raise errors.BadRequest(f"temperature must be a number from 0 to 1, not {raw!r}", param="temperature")
-    grains = [str(v) for v in form.getlist("timestamp_granularities[]")]
-    include = [str(v) for v in form.getlist("include[]")]
-    # word probabilities are the logprobs faster-whisper has
-    words = "word" in grains or "logprobs" in include
-    return Options(task=task, prompt=str(form.get("prompt") or ""), temperature=t, word_timestamps=words)
+class Form(msgspec.Struct, kw_only=True):
+    """The form's text fields as they arrive (the upload, ``file``, apart; the cue limits are read by
+    subtitles.rules_from); a field hasr does not know, or knows and ignores (``chunking_strategy``), is left out."""
+
+    model: str = ""
+    response_format: str = ""
+    language: str = ""
+    prompt: str = ""
+    temperature: str = ""
+    stream: str = ""
+    hasr_events: str = ""
+    path: str = ""
+    include: list[str] = msgspec.field(default_factory=list, name="include[]")
+    granularities: list[str] = msgspec.field(default_factory=list, name="timestamp_granularities[]")
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """One transcription or translation request, checked: the job, and how its answer is rendered."""
+
+    job: Job
+    fmt: Format
+    logprobs: bool  # include[]=logprobs: json gives each word's logprob
+    rules: subtitles.CueRules  # srt's and vtt's cue limits
+    stream: bool  # Server-Sent Events instead of one answer
+    hasr_events: bool  # hasr's own events in that stream too
+
+    def respond(self, result: Transcript) -> Response:
+        return Response(formats.render(result, self.fmt, self.logprobs, self.rules), media_type=self.fmt.content_type)
 
 
 async def openai_transcriptions(request: Request) -> Response:
@@ -65,54 +83,66 @@ async def openai_audio(request: Request, task: Literal["transcribe", "translate"
     if not ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         raise errors.BadRequest("send multipart/form-data with a `file` (upload) or `path` field")
     form = await read_form(request, limit)
+    try:
+        asked = await parse(d, request, form, task)
+        return await admitted(d, request, asked.job, SseRenderer(asked.hasr_events) if asked.stream else None,
+                              "text/event-stream", asked.respond)
+    finally:
+        await form.close()
+
+
+async def parse(d: Daemon, request: Request, form: FormData, task: Literal["transcribe", "translate"]) -> Transcription:
+    """The form checked, each field once, before any work: its text, the model, the format, the cue limits, the
+    language, the temperature, then the audio (a named file is checked last: intake.check_path)."""
+    fields: dict[str, Any] = {}
+    upload: str | UploadFile | None = None
     for key, value in form.multi_items():  # no string that is not valid Unicode reaches the worker (issue 21 #2)
         check_text(key, "a form field's name")
         if isinstance(value, str):
             (check_path_text if key == "path" else check_text)(value, key)
         elif value.filename:
             check_path_text(value.filename, key)
-    spec = resolve_model(d, request, str(form.get("model") or ""))
-    fmt = str(form.get("response_format") or "json")
+        if key == "file":
+            upload = value
+        elif key.endswith("[]"):
+            fields.setdefault(key, []).append(value)
+        else:
+            fields[key] = value  # the last one, as a form's get()
     try:
-        formats.check(fmt)
-    except errors.HasrError as e:
-        e.param = "response_format"
-        raise
-    rules = subtitles.rules_from(form, subtitles.configured(d.settings))
-    try:
-        language = check_language(str(form.get("language") or d.settings.language))
-    except errors.HasrError as e:
-        e.param = "language"
-        raise
-    stream = str(form.get("stream") or "").lower() in ("true", "1", "yes")
-    hasr_events = str(form.get("hasr_events") or "").lower() in ("true", "1", "yes")
-    options = form_options(form, task)
-    include_logprobs = "logprobs" in [str(v) for v in form.getlist("include[]")]
-    upload = form.get("file")
-    path = form.get("path")
-    if upload is not None and not isinstance(upload, str):
-        name = shown(upload.filename or "upload")
-        source: Any = upload.file
-        audio_path = None
-    elif isinstance(path, str) and path:
-        check_path_access(d, request)
-        await check_path(path)
-        name = shown(os.path.basename(path))
-        source = audio_path = path
+        got = msgspec.convert(fields, Form)
+    except msgspec.ValidationError as e:  # a file under a text field's name
+        raise errors.BadRequest(f"the form's text fields must be text: {e}") from None
+    spec = resolve_model(d, request, got.model)
+    fmt = formats.check(got.response_format or "json", param="response_format")
+    rules = subtitles.rules_from(fields, subtitles.configured(d.settings))  # max_line_width ... as they came
+    language = check_language(got.language or d.settings.language, param="language")
+    logprobs = "logprobs" in got.include  # word probabilities are the logprobs faster-whisper has
+    options = Options(task=task, prompt=got.prompt, temperature=_temperature(got.temperature),
+                      word_timestamps="word" in got.granularities or logprobs)
+    if isinstance(upload, UploadFile):
+        job = Job(upload.file, shown(upload.filename or "upload"), language, options, spec)
+    elif got.path:
+        job = await Job.of_file(d, request, got.path, language, options, spec)
     else:
         raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required",
                                   param="file")
-    job = Job(name=name, audio_path=audio_path, language=language, options=options, model=spec)
+    return Transcription(job, fmt, logprobs, rules, got.stream.lower() in YES, got.hasr_events.lower() in YES)
+
+
+def _temperature(raw: str) -> float:
+    """faster-whisper's temperature from 0 to 1 (none: 0, beam search, the same text each time); else 400."""
+    if not raw:
+        return 0.0
     try:
-        return await admitted(d, request, source, job, SseRenderer(hasr_events) if stream else None,
-                              "text/event-stream",
-                              lambda result: Response(formats.render(result, fmt, include_logprobs, rules),
-                                                      media_type=formats.content_type(fmt)))
-    finally:
-        await form.close()
+        t = float(raw)
+    except ValueError:
+        t = -1.0
+    if not 0.0 <= t <= 1.0:  # NaN too
+        raise errors.BadRequest(f"temperature must be a number from 0 to 1, not {raw!r}", param="temperature")
+    return t
 
 
-async def read_form(request: Request, limit: int) -> Any:
+async def read_form(request: Request, limit: int) -> FormData:
     """Parse the form while counting bytes: a chunked upload over the limit stops at the limit, not after
     it has been spooled to disk whole."""
     from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
@@ -184,9 +214,9 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + dumps(data) + b"\n\n"
 
 
-def _model(m: dict[str, Any]) -> dict[str, Any]:
-    return {"id": m["id"], "object": "model", "created": STARTED, "owned_by": "hasr", "kind": m["kind"],
-            "path": m["path"], "size_mb": m["size_mb"]}
+def _model(m: modelspec.Installed) -> dict[str, Any]:
+    return {"id": m.id, "object": "model", "created": STARTED, "owned_by": "hasr", "kind": m.kind, "path": m.path,
+            "size_mb": m.size_mb}
 
 
 async def models(request: Request) -> Response:
@@ -200,5 +230,5 @@ async def model(request: Request) -> Response:
     check_access(d, request)
     name = str(request.path_params["model_id"])
     resolve_model(d, request, name)  # 404 model_not_found for a name hasr does not serve
-    found = {m["id"]: m for m in await asyncio.to_thread(modelspec.installed)}
-    return JSONResponse(_model(found.get(name) or {"id": name, "kind": "model", "path": None, "size_mb": None}))
+    found = {m.id: m for m in await asyncio.to_thread(modelspec.installed)}
+    return JSONResponse(_model(found.get(name) or modelspec.Installed(name, "model")))

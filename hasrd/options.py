@@ -1,18 +1,29 @@
 """A request's engine options as one typed object, checked once in the daemon before any work (docs/API.md).
 
 /transcribe's ``options``, the OpenAI form's fields and a Realtime session's settings all become an
-:class:`Options`; it travels down to the worker unchanged and reaches it as the same msgpack map as before
-(only what differs from the defaults). A wrong type, a value out of range or a key hasr does not know is
-400 ``invalid_option`` naming it, and no worker is woken for it.
+:class:`Options`; it travels down to the worker as itself (the protocol's ``Transcribe`` and ``LiveStart`` carry it,
+only what differs from the defaults on the wire) and the engines read its fields. A wrong type, a value out of
+range or a key hasr does not know is 400 ``invalid_option`` naming it, and no worker is woken for it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 
 from hasrd import errors
+
+
+class Fake(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fake engine's knobs for one request (tests, benchmarks); None: its HASR_FAKE_* setting (engines/fake.py)."""
+
+    script: str = ""  # the draft's text ("": HASR_FAKE_SCRIPT)
+    script_s: float = 3.0  # live: the speech the script is revealed over
+    rtf: float | None = None
+    hang: bool | None = None
+    crash: bool | None = None
+    fail: str = ""  # fail the request with this error code
 
 
 class Options(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -27,12 +38,7 @@ class Options(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_f
     max_line_count: float | str | None = None
     max_cue_sec: float | str | None = None
     silence_ms: Annotated[int, msgspec.Meta(ge=100, le=10000)] | None = None  # live: a pause that ends an utterance
-    fake: dict[str, Any] | None = None  # the fake engine's per-request knobs (tests, benchmarks)
-
-    def to_worker(self) -> dict[str, Any]:
-        """What the worker reads: only the options that differ from the defaults."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
-        return out
+    fake: Fake | None = None  # the fake engine's per-request knobs (tests, benchmarks)
 
 
 WHAT = {"model": "a model's name (hasrctl models)", "task": "\"transcribe\" or \"translate\"",
@@ -41,7 +47,7 @@ WHAT = {"model": "a model's name (hasrctl models)", "task": "\"transcribe\" or \
         "fake": "an object (the fake engine's knobs)"}
 
 
-def parse(raw: Any, where: str = "options") -> Options:
+def parse(raw: object, where: str = "options") -> Options:
     """``raw`` (a JSON object; None = no options) as Options, or InvalidOption naming the key (``param``
     ``options.KEY``) and what it may be."""
     from hasrd import subtitles

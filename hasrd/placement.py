@@ -154,32 +154,27 @@ STREAMS_CPU = 1
 STREAMS_GPU = 3
 
 
+def _auto(name: str, setting: int, default: int) -> int:
+    """A setting where 0 means auto (``default``, by device); a negative one is a mistake."""
+    if setting < 0:
+        raise ValueError(f"{name}={setting}: must be 0 (auto) or more")
+    return setting or default
+
+
 def parallel_for(device: str, setting: int) -> int:
     """Jobs one worker on ``device`` ("cpu" or a GPU UUID) holds at once: HASR_WORKER_PARALLEL, or for 0 (auto)
     4 on the CPU and 32 on a GPU (16 files and 16 live sessions at once: docs/CONFIG.md)."""
-    if setting < 0:
-        raise ValueError(f"HASR_WORKER_PARALLEL={setting}: must be 0 (auto) or more")
-    if setting > 0:
-        return setting
-    return PARALLEL_CPU if device == CPU else PARALLEL_GPU
+    return _auto("HASR_WORKER_PARALLEL", setting, PARALLEL_CPU if device == CPU else PARALLEL_GPU)
 
 
 def batch_for(device: str, setting: int) -> int:
     """Windows one batched decode step of a worker on ``device`` takes across its jobs: HASR_WORKER_BATCH, or for
     0 (auto) 8 on the CPU and 32 on a GPU (the worker reads it)."""
-    if setting < 0:
-        raise ValueError(f"HASR_WORKER_BATCH={setting}: must be 0 (auto) or more")
-    if setting > 0:
-        return setting
-    return BATCH_CPU if device == CPU else BATCH_GPU
+    return _auto("HASR_WORKER_BATCH", setting, BATCH_CPU if device == CPU else BATCH_GPU)
 
 
 def streams_for(device: str, setting: int) -> int:
     """Model calls one worker on ``device`` runs at once: HASR_WORKER_STREAMS, or for 0 (auto) 1 on the CPU (one
     call already takes every core) and 3 on a GPU (CTranslate2 replicas sharing the weights, one CUDA stream
     each; one kept for live and short jobs)."""
-    if setting < 0:
-        raise ValueError(f"HASR_WORKER_STREAMS={setting}: must be 0 (auto) or more")
-    if setting > 0:
-        return setting
-    return STREAMS_CPU if device == CPU else STREAMS_GPU
+    return _auto("HASR_WORKER_STREAMS", setting, STREAMS_CPU if device == CPU else STREAMS_GPU)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from hasrd.status import State
 
 
 def next_backoff(failures: int, base: float, cap: float) -> float:
@@ -19,8 +19,9 @@ def is_fatal(failures: int, max_failures: int) -> bool:
 QUICK_CANCEL_SEC = 0.5
 
 
-def cancel_grace(configured: float, load_s: float | None, waiting: int) -> float:
-    """How long a cancelled job may take to stop before its worker is killed.
+def cancel_grace(configured: float, load_s: float | None, waiting: int, others: int = 0) -> float:
+    """How long a cancelled job may take to stop before its worker is killed (asked again at every moment of the
+    wait: someone may start waiting, the worker's other jobs may end).
 
     A worker notices a Cancel only between decoder calls, and one call of the whisper engine on the CPU is a
     batch of VAD clips: a queued request waited 8.5-13.3 s behind a client that had left. When someone waits,
@@ -30,10 +31,9 @@ def cancel_grace(configured: float, load_s: float | None, waiting: int) -> float
     been quicker. Either way the one waiting never waits more than twice the better of the two (the ski-rental
     rule). A worker that loads slowly (vLLM compiles for 40-90 s) gets up to the configured grace
     (HASR_CANCEL_GRACE_SEC). Nobody waiting: the worker finishes its call and stays warm. A worker that holds
-    other jobs besides the cancelled one gets the configured grace whatever this says (hasrd.workerproc):
-    killing it would fail them all.
+    ``others`` jobs besides the cancelled one gets the configured grace: killing it would fail them all.
     """
-    if waiting > 0 and load_s is not None and load_s >= 0:
+    if others <= 0 and waiting > 0 and load_s is not None and load_s >= 0:
         return min(configured, max(QUICK_CANCEL_SEC, load_s))
     return configured
 
@@ -59,11 +59,6 @@ def unload_in(now: float, last_used: float, ttl: float | None, in_flight: int) -
     return (last_used + ttl) - now
 
 
-def should_unload(now: float, last_used: float, ttl: float | None, in_flight: int) -> bool:
-    left = unload_in(now, last_used, ttl, in_flight)
-    return left is not None and left <= 0
-
-
 def idle_exit_in(now: float, quiet_since: float | None, idle_exit: float, loaded: bool,
                  unload_in: float | None) -> float | None:
     """Seconds until an idle daemon exits (<= 0: now); None: not while this holds.
@@ -82,59 +77,9 @@ def idle_exit_in(now: float, quiet_since: float | None, idle_exit: float, loaded
     return left
 
 
-def health_status(state: str, busy: bool = False) -> str:
-    """Map the worker state to the seed's /health status: idle | loading | ok | error."""
-    if state == "starting":
-        return "loading"
-    if state == "ready":
-        return "ok"
-    if state == "fatal":
-        return "error"
-    return "idle"  # stopped, stopping, backoff (the reason is in "error"): the next request loads
-
-
-def status_text(snap: dict[str, Any]) -> str:
-    """The human STATUS= line: "idle", "loading models 12 s", "transcribing 会议.wav 40%" (" and 2 more" while
-    its worker holds others), "unloading"."""
-    state = snap.get("state")
-    job = snap.get("job")
-    if job:
-        pct = int(round(100 * float(job.get("progress") or 0.0)))
-        name = job.get("name") or "audio"
-        text = f"transcribing {name} {pct}%"
-        if job.get("live"):  # no end to be a percentage of: how long it has listened
-            text = f"live session ({float(job.get('total_s') or 0.0):.0f} s of audio)"
-        more = int(snap.get("running") or 0) - 1  # the worker's other jobs, decoded beside it
-        if more > 0:
-            text += f" and {more} more"
-        if snap.get("queue"):
-            text += f" (+{snap['queue']} queued)"
-        return text
-    if state == "starting":
-        phase = snap.get("phase") or "loading models"
-        if "loading" not in phase or phase.endswith(" s"):  # some engines count the seconds themselves
-            return phase
-        return f"{phase} {int(snap.get('elapsed_s') or 0)} s"
-    if state == "backoff":
-        return f"load failed ({snap.get('failures') or 1}x): {snap.get('error') or ''}; the next request retries"
-    if state == "fatal":
-        return f"error: {snap.get('error') or 'loading failed repeatedly'}"
-    if state == "stopping":
-        return "unloading"
-    if state == "ready":
-        return "ready"
-    return "idle"
-
-
-def pool_status_text(snap: dict[str, Any]) -> str:
-    """The STATUS= line of a pool: one worker's line as before; several summarised ("2 workers: base
-    transcribing x.wav 40%, base live session (12 s of audio)")."""
-    workers = snap.get("workers") or []
-    active = [w for w in workers if w.get("state") not in ("stopped",)]
-    if len(active) <= 1:
-        return status_text(snap)
-    parts = [f"{w.get('model')} {w.get('status_text') or w.get('state')}" for w in active]
-    text = f"{len(active)} workers: " + ", ".join(parts)
-    if snap.get("queue"):
-        text += f" (+{snap['queue']} queued)"
-    return text
+def health_status(state: State, busy: bool) -> str:
+    """The pool's health from its state: the seed's idle | loading | ok | error, and busy while a job runs on a
+    ready worker (/api/events; /health says ok and ``busy``)."""
+    if state == State.READY:
+        return "busy" if busy else "ok"
+    return {State.STARTING: "loading", State.FATAL: "error"}.get(state, "idle")  # backoff's reason is in "error"

@@ -1,164 +1,99 @@
-"""What /api/ps, /health, the STATUS= line and the tray read: a runner's frozen :class:`RunnerStatus` (with its
-:class:`JobStatus` values, as hasrd.runner.Runner.status() fills them) and the pool's JSON, built here in one place
-from those and the pool's own counts (pure functions, no pool object). The status values live here, beside what
-renders them, so that the runner's module holds only its lifecycle and this one imports no runner.
+"""The pool's status view: the :class:`~hasrd.status.PoolStatus` that /api/ps, /api/events, the STATUS= line and the
+tray read, built in one place from each worker's :class:`~hasrd.status.RunnerStatus` and the pool's hold on it
+(its reservations, its expiry), with the STATUS= line in words and the seed's /health. Functions of the pool's parts
+(hasrd.scheduler calls them with its refs); the Structs themselves are hasrd.status's, which the clients share.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
 
 from hasrd import placement, policy
-from hasrd.lifecycle import State
+from hasrd.expiry import Expiry
+from hasrd.poolref import RunnerRef
+from hasrd.status import UNSET, Health, PoolStatus, RunnerStatus, State, WorkerStatus
 
-# which worker's line the pool shows when it shows one: the most active
+# which worker's fields the pool shows at its top level: a busy one, else the most active
 ORDER = {State.READY: 0, State.STARTING: 1, State.STOPPING: 2, State.FATAL: 3, State.BACKOFF: 4, State.STOPPED: 5}
 
 
-@dataclass(frozen=True)
-class JobStatus:
-    """A job a runner is running, as the status line and /api/ps show it."""
-
-    name: str
-    live: bool = False
-    done_s: float = 0.0
-    total_s: float = 0.0
-    progress: float = 0.0
-    phase: str = "decoding"  # what the worker does now (protocol.PHASES)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "done_s": self.done_s, "total_s": self.total_s,
-                               "progress": self.progress, "phase": self.phase}
-        if self.live:
-            out["live"] = True
-        return out
-
-
-@dataclass(frozen=True)
-class RunnerStatus:
-    """A runner at one moment: what /api/ps, the STATUS= line and the tray read."""
-
-    state: State
-    pid: int | None = None
-    identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    load_s: float | None = None
-    phase: str = ""  # STARTING only
-    elapsed_s: float = 0.0  # STARTING only: since the load began
-    expected_s: float = 0.0  # STARTING only: what the last load took, or what the engine expects
-    jobs: tuple[JobStatus, ...] = ()  # what its worker holds now: live sessions first, then in start order
-    error: str | None = None  # BACKOFF and FATAL: the kept reason
-    error_code: str | None = None
-    failures: int = 0
-
-    @property
-    def job(self) -> JobStatus | None:
-        """The first of its jobs, a live session first, or None: what one status line shows."""
-        return next((j for j in self.jobs if j.live), self.jobs[0] if self.jobs else None)
-
-    @property
-    def vram_mb(self) -> int | None:
-        v = self.identity.get("vram_mb")
-        return int(v) if v is not None else None
+def status_text(st: RunnerStatus, queue: int = 0) -> str:
+    """A worker's STATUS= line: "idle", "loading models 12 s", "transcribing 会议.wav 40%" (" and 2 more" while
+    it holds others; " (+1 queued)" while requests wait), "unloading"."""
+    if st.job:
+        text = st.job.text() + (f" and {len(st.jobs) - 1} more" if len(st.jobs) > 1 else "")  # decoded beside it
+        return text + (f" (+{queue} queued)" if queue else "")
+    if st.state == State.STARTING:
+        phase = st.phase or "loading models"
+        if "loading" not in phase or phase.endswith(" s"):  # some engines count the seconds themselves
+            return phase
+        return f"{phase} {int(st.elapsed_s)} s"
+    if st.state == State.BACKOFF:
+        return f"load failed ({st.failures or 1}x): {st.error or ''}; the next request retries"
+    if st.state == State.FATAL:
+        return f"error: {st.error or 'loading failed repeatedly'}"
+    return {State.STOPPING: "unloading", State.READY: "ready"}.get(st.state, "idle")
 
 
-@dataclass(frozen=True)
-class WorkerView:
-    """One worker of the pool as /api/ps lists it: its runner's status and the pool's view of it."""
-
-    key: int
-    model: str
-    engine: str
-    device: str  # "cpu" or a GPU UUID
-    status: RunnerStatus
-    reserved: int  # requests handed this worker and not finished
-    need_mb: int
-    held_mb: int
-    expires_in_s: float | None
-    ttl_sec: float | None
-    idle_seconds: float
-    rss_mb: int | None = None
+def pool_text(top: RunnerStatus, workers: list[WorkerStatus], queue: int) -> str:
+    """The pool's STATUS= line: its one active worker's line; several summarised ("2 workers: base transcribing
+    x.wav 40%, base live session (12 s of audio)")."""
+    active = [w for w in workers if w.state != State.STOPPED]
+    if len(active) <= 1:
+        return status_text(top, queue)
+    text = f"{len(active)} workers: " + ", ".join(f"{w.model} {w.status_text}" for w in active)
+    return text + (f" (+{queue} queued)" if queue else "")
 
 
-def runner_json(st: RunnerStatus, *, engine: str, expires_in_s: float | None, ttl_sec: float | None,
-                idle_seconds: float) -> dict[str, Any]:
-    """One runner's fields, as a single worker's daemon always reported them."""
-    snap: dict[str, Any] = {
-        "state": st.state.value,
-        "health": "busy" if (st.job and st.state == State.READY) else policy.health_status(st.state.value),
-        "pid": st.pid,
-        "engine": engine,
-        "identity": dict(st.identity),
-        "load_s": st.load_s,
-        "vram_mb": st.vram_mb,
-        "expires_in_s": round(max(0.0, expires_in_s), 3) if expires_in_s is not None else None,
-        "expires_at": (time.time() + max(0.0, expires_in_s)) if expires_in_s is not None else None,
-        "running": len(st.jobs),
-        "phase": st.phase,
-        "elapsed_s": st.elapsed_s,
-        "expected_s": st.expected_s,
-        "job": st.job.to_json() if st.job else None,  # the first of "jobs" (a live session first)
-        "jobs": [j.to_json() for j in st.jobs],
-        "error": st.error,
-        "error_code": st.error_code,
-        "idle_seconds": idle_seconds,
-        "ttl_sec": ttl_sec,
-        "failures": st.failures,
-    }
-    snap["status_text"] = policy.status_text(snap)
-    return snap
+def worker_status(ref: RunnerRef, st: RunnerStatus, expires_in: float | None) -> WorkerStatus:
+    """One worker as /api/ps lists it: its runner's status and the pool's view of it."""
+    cpu = ref.device == placement.CPU
+    return WorkerStatus(
+        id=ref.key, model=ref.spec.name, engine=ref.spec.engine, device="cpu" if cpu else "cuda",
+        gpu_uuid=None if cpu else ref.device, state=st.state, pid=st.pid, busy=bool(st.jobs) or ref.refs > 0,
+        running=len(st.jobs), job=st.job, jobs=list(st.jobs), expires_in_s=_left(expires_in), load_s=st.load_s,
+        error=st.error, need_mb=ref.need_mb, rss_mb=rss_mb(st.pid) if cpu else UNSET,
+        vram_mb=UNSET if cpu else (st.vram_mb or ref.held_mb or None), status_text=status_text(st))
 
 
-def worker_row(w: WorkerView) -> dict[str, Any]:
-    st = w.status
-    snap = runner_json(st, engine=w.engine, expires_in_s=w.expires_in_s, ttl_sec=w.ttl_sec,
-                       idle_seconds=w.idle_seconds)
-    row: dict[str, Any] = {
-        "id": w.key, "pid": st.pid, "model": w.model, "engine": w.engine,
-        "device": "cpu" if w.device == placement.CPU else "cuda",
-        "gpu_uuid": None if w.device == placement.CPU else w.device, "state": st.state.value,
-        "busy": st.job is not None or w.reserved > 0, "running": snap["running"], "job": snap["job"],
-        "jobs": snap["jobs"], "expires_in_s": snap["expires_in_s"],
-        "load_s": st.load_s, "error": st.error, "need_mb": w.need_mb}
-    if w.device == placement.CPU:
-        row["rss_mb"] = w.rss_mb
-    else:
-        row["vram_mb"] = st.vram_mb or w.held_mb or None
-    row["status_text"] = snap["status_text"]
-    return row
+def pool_status(refs: Iterable[RunnerRef], expiry: Expiry, *, engine: str, in_flight: int, queue: int,
+                max_workers: int, idle_seconds: float) -> PoolStatus:
+    """The pool at this moment: the most active worker's fields (what the tray and /health always had: its first
+    job as ``job``), the pool's counts (``running``: jobs on every worker; ``jobs``: all of them, live sessions
+    first), and every worker under ``workers``."""
+    seen = sorted(((r, r.runner.status()) for r in refs), key=lambda v: v[0].key)
+    workers = [worker_status(r, st, expiry.expires_in(r)) for r, st in seen]
+    jobs = sorted((j for _, s in seen for j in s.jobs), key=lambda j: not j.live)
+    top = min(seen, key=lambda v: (v[1].job is None, ORDER[v[1].state], v[0].key), default=None)
+    st, expires_in, ttl = RunnerStatus(State.STOPPED), None, expiry.ttl(None)
+    if top is not None:
+        st, expires_in, ttl = top[1], expiry.expires_in(top[0]), expiry.ttl(top[0])
+        idle_seconds = round(expiry.clock() - top[0].last_used, 1)
+    state = pool_state([s.state for _, s in seen])
+    return PoolStatus(
+        state=state, health=policy.health_status(state, busy=bool(jobs)), status_text=pool_text(st, workers, queue),
+        pid=st.pid, engine=engine, identity=dict(st.identity), load_s=st.load_s, vram_mb=st.vram_mb,
+        expires_in_s=_left(expires_in), expires_at=None if expires_in is None else time.time() + max(0.0, expires_in),
+        phase=st.phase, elapsed_s=st.elapsed_s, expected_s=st.expected_s, job=st.job, error=st.error,
+        error_code=st.error_code, failures=st.failures, idle_seconds=0.0 if in_flight else idle_seconds, ttl_sec=ttl,
+        running=len(jobs), jobs=jobs, in_flight=in_flight, queue=queue, max_workers=max_workers, workers=workers)
+
+
+def health(ps: PoolStatus) -> Health:
+    """The seed's /health, from the pool's snapshot."""
+    return Health(status="ok" if ps.health == "busy" else ps.health, model_loaded=ps.state == State.READY,
+                  engine=ps.engine, loading=ps.state == State.STARTING, idle_seconds=ps.idle_seconds,
+                  ttl_sec=ps.ttl_sec, busy=ps.running > 0, queue=ps.queue, error=ps.error)
 
 
 def pool_state(states: list[State]) -> State:
     """The pool in one word, for the seed's /health and the idle exit: the most active worker's state."""
-    for s in (State.READY, State.STARTING, State.STOPPING, State.FATAL, State.BACKOFF):
-        if s in states:
-            return s
-    return State.STOPPED
+    return min(states, key=ORDER.__getitem__, default=State.STOPPED)
 
 
-def pool_json(workers: list[WorkerView], *, engine: str, in_flight: int, queue: int, max_workers: int,
-              ttl_setting: float, idle_seconds: float) -> dict[str, Any]:
-    """The most active worker's fields (what the tray and /health always had: its first job as ``job``), the
-    pool's counts (``running``: jobs on every worker; ``jobs``: all of them, live sessions first), and every
-    worker under ``workers``."""
-    ordered = sorted(workers, key=lambda w: (w.status.job is None, ORDER[w.status.state], w.key))
-    if ordered:
-        top = ordered[0]
-        snap = runner_json(top.status, engine=engine, expires_in_s=top.expires_in_s, ttl_sec=top.ttl_sec,
-                           idle_seconds=top.idle_seconds if not in_flight else 0.0)
-    else:
-        snap = runner_json(RunnerStatus(State.STOPPED), engine=engine, expires_in_s=None, ttl_sec=ttl_setting,
-                           idle_seconds=idle_seconds if not in_flight else 0.0)
-    state = pool_state([w.status.state for w in workers])
-    jobs = sorted((j for w in sorted(workers, key=lambda w: w.key) for j in w.status.jobs), key=lambda j: not j.live)
-    snap.update(in_flight=in_flight, queue=queue, workers=[worker_row(w) for w in sorted(workers, key=lambda w: w.key)],
-                max_workers=max_workers, running=len(jobs), jobs=[j.to_json() for j in jobs], state=state.value)
-    snap["health"] = "busy" if jobs and state == State.READY else policy.health_status(state.value)
-    snap["status_text"] = policy.pool_status_text(snap)
-    return snap
+def _left(seconds: float | None) -> float | None:
+    return None if seconds is None else round(max(0.0, seconds), 3)
 
 
 def rss_mb(pid: int | None) -> int | None:

@@ -16,18 +16,21 @@ This module is imported by the worker before ``Hello``: it must stay free of hea
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
+from hasrd.options import Options
 from hasrd.transcript import Transcript, numbers
 
 PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 _LEN = struct.Struct(">I")
 
-ERROR_CODES = ("invalid_audio", "model_unavailable", "out_of_memory", "runtime_failure", "cancelled", "timeout",
-               "protocol_mismatch", "unsupported", "cuda_libraries_missing")
+Phase = Literal["decoding", "finding_speech", "detecting_language"]
+"""What a job's worker runs now (``Progress.phase``)."""
+TurnKind = Literal["started", "stopped", "completed"]
+"""A live utterance's turn (``Turn.kind``)."""
 
 
 class Msg(msgspec.Struct, tag=True, forbid_unknown_fields=False):
@@ -59,18 +62,15 @@ class LoadFailed(Msg):
     message: str
 
 
-PHASES = ("decoding", "finding_speech", "detecting_language")
-
-
 class Progress(Msg):
     """How far a job is: ``done_s`` of ``total_s`` seconds of audio are settled. Sent per decoded segment, per
     piece of audio the VAD passed (a silent stretch moves it too), and again while one long step runs, so that a
-    worker that sends nothing is stuck, not busy; ``phase`` says what runs now (one of PHASES)."""
+    worker that sends nothing is stuck, not busy; ``phase`` says what runs now."""
 
     id: int
     done_s: float
     total_s: float
-    phase: str = "decoding"
+    phase: Phase = "decoding"
 
 
 class Draft(Msg):
@@ -95,7 +95,7 @@ class Turn(Msg):
 
     id: int
     segment: int
-    kind: str  # "started" | "stopped" | "completed"
+    kind: TurnKind
     start_s: float = 0.0
     end_s: float = 0.0
     text: str = ""
@@ -124,13 +124,13 @@ class Transcribe(Msg):
     pcm: str  # "fd" (memfd attached to this frame) or an absolute path to raw float32 16 kHz mono
     frames: int
     language: str = ""
-    options: dict[str, Any] = {}
+    options: Options = msgspec.field(default_factory=Options)
 
 
 class LiveStart(Msg):
     id: int
     language: str = ""
-    options: dict[str, Any] = {}
+    options: Options = msgspec.field(default_factory=Options)
 
 
 class LiveAudio(Msg):
@@ -160,7 +160,6 @@ class Shutdown(Msg):
 
 WorkerMsg = Hello | Loading | Ready | LoadFailed | Progress | Draft | Sentence | Turn | Result | Failed | Pong
 DaemonMsg = Transcribe | LiveStart | LiveAudio | LiveCommit | LiveEnd | Cancel | Ping | Shutdown
-EVENT_TYPES = (Progress, Draft, Sentence, Turn)
 
 _encoder = msgspec.msgpack.Encoder(enc_hook=numbers)  # numpy numbers in events and results
 worker_decoder: msgspec.msgpack.Decoder[WorkerMsg] = msgspec.msgpack.Decoder(WorkerMsg)  # type: ignore[arg-type]

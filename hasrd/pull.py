@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from hasrd import errors, models, modelspec
 from hasrd.context import JSONResponse, check_access, jsonl
 from hasrd.download import Pull
+from hasrd.events import Broadcaster, Feed
 from hasrd.hub import REPO_ID, SIZES, cache_dir, endpoint, offline, offline_route, repo_dir, repo_lock
 from hasrd.intake import read_json
 
@@ -83,7 +84,7 @@ async def pull(request: Request) -> Response:
                        headers={"Cache-Control": "no-cache"})
 
 
-async def _lines(job: Pull, first: dict[str, Any], events: Any) -> AsyncIterator[bytes]:
+async def _lines(job: Pull, first: dict[str, Any], events: Broadcaster) -> AsyncIterator[bytes]:
     """The pull's lines as the thread sends them; the daemon beginning to exit ends the stream at once with
     ``shutting_down`` (the thread stops at its next chunk, what arrived is kept)."""
     loop = asyncio.get_running_loop()
@@ -93,7 +94,7 @@ async def _lines(job: Pull, first: dict[str, Any], events: Any) -> AsyncIterator
         with contextlib.suppress(RuntimeError):  # the loop is gone (the daemon is exiting)
             loop.call_soon_threadsafe(q.put_nowait, ev)
 
-    async def until_exit(sub: asyncio.Queue[dict[str, Any]]) -> None:
+    async def until_exit(sub: Feed) -> None:
         while await sub.get():  # state snapshots; an empty one: the daemon is exiting
             pass
 
@@ -137,7 +138,7 @@ class _PullStream(StreamingResponse):
             self.job.cancel()
 
 
-async def _pull_whole(request: Request, job: Pull, events: Any) -> Response:
+async def _pull_whole(request: Request, job: Pull, events: Broadcaster) -> Response:
     """``"stream": false``: one answer at the end, the error with its own status."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
@@ -154,7 +155,7 @@ async def _pull_whole(request: Request, job: Pull, events: Any) -> Response:
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
-    async def exiting(sub: asyncio.Queue[dict[str, Any]]) -> None:
+    async def exiting(sub: Feed) -> None:
         while await sub.get():
             pass
 
@@ -205,8 +206,8 @@ def _where(fw: str) -> list[Path]:
     p = Path(fw).expanduser()
     if p.is_absolute():
         return [Path(os.path.normpath(p))]
-    if "/" not in fw and (modelspec.data_dir() / fw / "model.bin").is_file():
-        return [modelspec.data_dir() / fw]
+    if "/" not in fw and (models.data_dir() / fw / "model.bin").is_file():
+        return [models.data_dir() / fw]
     repo = models.fw_repo(fw)
     return [repo_dir(c, repo) for c in models.hf_cache_dirs() if repo_dir(c, repo).is_dir()]
 
@@ -230,7 +231,7 @@ def locate(name: str, settings: Any) -> Target:
     if name in (modelspec.EMBEDDED, "embedded"):
         raise errors.BadRequest("`base` is the embedded whisper base: it ships with hasr (its Python package) "
                                 "and cannot be removed", param="model")
-    data = modelspec.data_dir()
+    data = models.data_dir()
     p = Path(name)
     target: Target | None = None
     if p.is_absolute():

@@ -1,36 +1,10 @@
-"""``/v1/realtime?intent=transcription``: live audio over a WebSocket, OpenAI's Realtime transcription protocol.
+"""``/v1/realtime``: live audio over a WebSocket, OpenAI's Realtime transcription protocol (docs/API.md "Live
+transcription" has its events, errors, close codes and limits; realtime_events.py its vocabulary).
 
-Client events (``?intent=transcription`` alone selects the beta protocol's ``transcription_session.*`` events; GA
-clients, which name a ``model``, get ``session.*``): ``transcription_session.update`` (beta shape:
-``input_audio_format``, ``input_audio_transcription{model, language, prompt}``,
-``turn_detection{silence_duration_ms}``) or ``session.update`` (GA shape: ``session.audio.input.{format,
-transcription, turn_detection}``), ``input_audio_buffer.append`` (base64 PCM16, 24 kHz mono little-endian, OpenAI's
-only PCM format), ``input_audio_buffer.commit`` (end the current utterance now), ``input_audio_buffer.clear``
-(accepted; audio already fed is not taken back), and hasr's ``hasr.finish`` (close the last utterance, send every
-final, then ``hasr.done`` with the whole result, and close).
-
-Server events: ``transcription_session.created`` / ``session.created`` and ``.updated``;
-``input_audio_buffer.speech_started`` / ``speech_stopped`` / ``committed`` and ``conversation.item.created`` per
-utterance (item ``item_<session>_<n>``); ``conversation.item.input_audio_transcription.delta`` per final sentence
-(deltas concatenate to the item's transcript) and ``.completed``; ``error`` (``error.code``, ``error.message``,
-``error.param``; the connection stays open unless the error ends the session). hasr's own: ``hasr.draft`` (the
-utterance's current unstable text), ``hasr.sentence`` (a final sentence with engine draft|fw and times),
-``hasr.progress`` (audio received and processed, seconds), ``hasr.queued`` and ``hasr.loading``, with the query
-parameter ``hasr_events=true`` (off by default: the OpenAI SDK parses every event as one of its own types).
-Deviation: a sentence can be final (and its delta sent) before its utterance has ended.
-
-Lifecycle: the session is admitted at connect (a lease: no TTL unload and no idle exit while it is open), loads the
-worker at the first audio, and takes the worker ahead of queued files (Pool.live). A client that goes away ends it
-(the worker stays loaded); one that sends nothing for HASR_LIVE_IDLE_SEC is told so and closed.
-
-Limits (docs/API.md "Live transcription"): a client event is at most 16 MiB (a larger one hears
-``message_too_large``, then the 1009 close); audio waiting in front of the worker is bounded by
-HASR_LIVE_MAX_PENDING_SEC (past it appends are dropped, with at most one ``input_audio_buffer_full`` error a second
-saying how much); a client that does not read its events is not read either (its events wait, bounded); a session
-that waits HASR_LIVE_QUEUE_SEC behind a running job is refused with ``queue_full``. A daemon that stops sends the
-audio already received to the worker, lets the utterance in flight finish within HASR_STOP_GRACE_SEC, sends its
-finals, then an ``error`` ``shutting_down`` and the 1012 close. A session that fails (``worker_crashed``) ends with
-its ``error`` and an error close: 1011, 1013 when it may be tried again."""
+One :class:`Live` per connection: a reader of client events, a sender that stops reading a client that does not
+read its events, and the session itself, admitted at connect (a lease: no TTL unload and no idle exit while it is
+open) and put on a worker at its first audio, ahead of queued files (Pool.live). A stopping daemon lets it finish
+the speech it received (:meth:`Live.wind_down`)."""
 
 from __future__ import annotations
 
@@ -46,13 +20,13 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from hasrd import errors, formats, transcript
+from hasrd import errors, transcript
 from hasrd.context import Daemon, check_access, resolve_model
 from hasrd.connections import SHUTDOWN_HOOK
-from hasrd.jobevents import JobEvent, Loading, Queued
+from hasrd.jobevents import JobEvent
 from hasrd.options import Options
-from hasrd.protocol import Draft, Progress, Sentence, Turn
-from hasrd.realtime_events import (OUT_BYTES_PER_S, BadEvent, Config, Pcm16To16k, error_event, event, usage)
+from hasrd.protocol import Progress
+from hasrd.realtime_events import OUT_BYTES_PER_S, BadEvent, Config, ItemEvents, Pcm16To16k, error_event, event
 from hasrd.workerlive import LiveSession
 from hasrd.transcript import Transcript
 
@@ -87,17 +61,13 @@ class Live:
         self.decoded_s = 0.0  # how far the worker has decoded (its progress)
         self.dropped_s = 0.0
         self.refused_at = 0.0
-        self.joiners: dict[int, formats.DeltaJoiner] = {}
-        self.spans: dict[int, list[float]] = {}  # utterance -> [start_s, end_s]
+        self.items = ItemEvents(self.sid)
         self.resample = Pcm16To16k()
         self.closed = False
         self.close_code = 1000
         self.session: LiveSession | None = None
-        self.runner: asyncio.Future[None] | None = None
+        self.task: asyncio.Future[None] | None = None  # run(), the session's own task
         self.stopping = False
-
-    def item(self, seg: int) -> str:
-        return f"item_{self.sid[10:]}_{seg}"
 
     def send(self, ev: dict[str, Any]) -> None:
         self.out.put_nowait(ev)
@@ -209,46 +179,13 @@ class Live:
         if self.ended:
             return
         self.last_worker = time.monotonic()
-        out: list[dict[str, Any]] = []
-        match ev:
-            case Turn(segment=seg, kind="started", start_s=start):
-                item = self.item(seg)
-                self.joiners[seg] = formats.DeltaJoiner()
-                self.spans[seg] = [start, start]
-                out.append(event("input_audio_buffer.speech_started", item_id=item, audio_start_ms=int(start * 1000)))
-            case Turn(segment=seg, kind="stopped", end_s=end):
-                item = self.item(seg)
-                self.spans.setdefault(seg, [0.0, 0.0])[1] = end
-                prev = self.item(seg - 1) if seg else None
-                out += [event("input_audio_buffer.speech_stopped", item_id=item, audio_end_ms=int(end * 1000)),
-                        event("input_audio_buffer.committed", item_id=item, previous_item_id=prev),
-                        event("conversation.item.created", previous_item_id=prev,
-                              item={"id": item, "object": "realtime.item", "type": "message", "status": "completed",
-                                    "role": "user", "content": [{"type": "input_audio", "transcript": None}]})]
-            case Turn(segment=seg, text=text):  # completed
-                joiner = self.joiners.pop(seg, formats.DeltaJoiner())
-                start, end = self.spans.pop(seg, [0.0, 0.0])
-                out.append(event("conversation.item.input_audio_transcription.completed", item_id=self.item(seg),
-                                 content_index=0, transcript=joiner.text or text, usage=usage(start, end)))
-            case Sentence(segment=seg):
-                item = self.item(seg)
-                delta = self.joiners.setdefault(seg, formats.DeltaJoiner()).add(ev.text)
-                out.append(event("hasr.sentence", item_id=item, index=ev.index, text=ev.text, engine=ev.engine,
-                                 start_s=ev.start_s, end_s=ev.end_s))
-                if delta:
-                    out.append(event("conversation.item.input_audio_transcription.delta", item_id=item,
-                                     content_index=0, delta=delta))
-            case Draft(segment=seg, text=text):
-                out.append(event("hasr.draft", item_id=self.item(seg), text=text))
-            case Progress(done_s=done, total_s=total):  # received: all the audio the session took
-                self.decoded_s = done
-                received = max(total, self.sent / OUT_BYTES_PER_S) + self.pending / OUT_BYTES_PER_S
-                out.append(event("hasr.progress", done_s=done, received_s=round(received, 3),
-                                 lag_s=round(max(0.0, received - done), 3)))
-            case Queued(position=position):
-                out.append(event("hasr.queued", position=position))
-            case Loading(phase=phase, elapsed_s=elapsed):
-                out.append(event("hasr.loading", phase=phase, elapsed_s=elapsed))
+        if isinstance(ev, Progress):  # received: all the audio the session took
+            self.decoded_s = ev.done_s
+            received = max(ev.total_s, self.sent / OUT_BYTES_PER_S) + self.pending / OUT_BYTES_PER_S
+            out = [event("hasr.progress", done_s=ev.done_s, received_s=round(received, 3),
+                         lag_s=round(max(0.0, received - ev.done_s), 3))]
+        else:
+            out = self.items.events(ev)
         for e in out:
             if self.hasr_events or not e["type"].startswith("hasr."):
                 self.send(e)
@@ -342,8 +279,8 @@ class Live:
         if not self.stopping:
             self.stopping = True
             self.inbox.put_nowait(("stop", None))  # wakes next_input, which then says "stop"
-            if self.session is None and self.runner is not None:
-                self.runner.cancel()
+            if self.session is None and self.task is not None:
+                self.task.cancel()
         return WIND_DOWN_CAP * self.d.settings.stop_grace_sec
 
     async def wind_down(self, session: LiveSession) -> None:
@@ -414,11 +351,11 @@ async def realtime(ws: WebSocket) -> None:
     ws.scope[SHUTDOWN_HOOK] = live.on_shutdown
     sender = asyncio.ensure_future(live.sender())
     reader = asyncio.ensure_future(live.reader())
-    live.runner = runner = asyncio.ensure_future(live.run())
+    live.task = task = asyncio.ensure_future(live.run())
     try:
-        await runner
+        await task
     except asyncio.CancelledError:
-        if not (live.stopping and runner.cancelled()):
+        if not (live.stopping and task.cancelled()):
             raise
         live.stopped(False)  # it had not started: nothing was in flight
     except Exception:

@@ -1,8 +1,9 @@
 """The Realtime transcription protocol's vocabulary: client settings, server events, and the audio format.
 
-A leaf module (``realtime.py`` runs the sessions): what a ``session.update`` may say and how it is checked, the
-events the daemon sends, OpenAI's one PCM format (PCM16 mono at 24 kHz) converted to the worker's 16 kHz
-float32, and the limits a session lives under (docs/API.md "Live transcription").
+What ``realtime.py`` (which runs the sessions) speaks in, importing nothing of it: what a ``session.update`` may
+say and how it is checked, the events the daemon sends (a worker's live events as an utterance's item events:
+:class:`ItemEvents`), OpenAI's one PCM format (PCM16 mono at 24 kHz) converted to the worker's 16 kHz float32,
+and the limits a session lives under (docs/API.md "Live transcription").
 
 Every client event that cannot be applied is a :class:`BadEvent`: the session answers it with an ``error`` event
 and goes on. Nothing a client sends may raise anything else (a ``"rate": "abc"`` once killed the session's
@@ -17,10 +18,13 @@ from typing import Any
 
 import av
 
-from hasrd.audio import frames_bytes, s16_mono_frame
-from hasrd.languages import UnknownLanguage, resolve
 from hasrd import errors
+from hasrd.formats import DeltaJoiner
+from hasrd.jobevents import JobEvent, Loading, Queued
+from hasrd.languages import UnknownLanguage, resolve
 from hasrd.modelspec import ModelSpec
+from hasrd.protocol import Draft, Sentence, Turn
+from hasrd.resample import frames_bytes, s16_mono_frame
 
 IN_RATE = 24000
 OUT_RATE = 16000
@@ -168,3 +172,55 @@ class Config:
         return {"id": sid, "object": "realtime.transcription_session", "type": "transcription",
                 "audio": {"input": {"format": {"type": "audio/pcm", "rate": IN_RATE}, "transcription": tr,
                                     "turn_detection": td}}}
+
+
+class ItemEvents:
+    """A live session's worker events as the Realtime server events of its items, an item an utterance
+    (``item_<session>_<n>``): speech started and stopped, committed and created, the transcript's deltas (they
+    concatenate to its ``completed`` transcript: formats.DeltaJoiner) and hasr's own ``hasr.*`` events."""
+
+    def __init__(self, sid: str) -> None:
+        self.sid = sid
+        self.joiners: dict[int, DeltaJoiner] = {}
+        self.spans: dict[int, list[float]] = {}  # utterance -> [start_s, end_s]
+
+    def item(self, seg: int) -> str:
+        return f"item_{self.sid[10:]}_{seg}"
+
+    def events(self, ev: JobEvent) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        match ev:
+            case Turn(segment=seg, kind="started", start_s=start):
+                item = self.item(seg)
+                self.joiners[seg] = DeltaJoiner()
+                self.spans[seg] = [start, start]
+                out.append(event("input_audio_buffer.speech_started", item_id=item, audio_start_ms=int(start * 1000)))
+            case Turn(segment=seg, kind="stopped", end_s=end):
+                item = self.item(seg)
+                self.spans.setdefault(seg, [0.0, 0.0])[1] = end
+                prev = self.item(seg - 1) if seg else None
+                out += [event("input_audio_buffer.speech_stopped", item_id=item, audio_end_ms=int(end * 1000)),
+                        event("input_audio_buffer.committed", item_id=item, previous_item_id=prev),
+                        event("conversation.item.created", previous_item_id=prev,
+                              item={"id": item, "object": "realtime.item", "type": "message", "status": "completed",
+                                    "role": "user", "content": [{"type": "input_audio", "transcript": None}]})]
+            case Turn(segment=seg, text=text):  # completed
+                joiner = self.joiners.pop(seg, DeltaJoiner())
+                start, end = self.spans.pop(seg, [0.0, 0.0])
+                out.append(event("conversation.item.input_audio_transcription.completed", item_id=self.item(seg),
+                                 content_index=0, transcript=joiner.text or text, usage=usage(start, end)))
+            case Sentence(segment=seg):
+                item = self.item(seg)
+                delta = self.joiners.setdefault(seg, DeltaJoiner()).add(ev.text)
+                out.append(event("hasr.sentence", item_id=item, index=ev.index, text=ev.text, engine=ev.engine,
+                                 start_s=ev.start_s, end_s=ev.end_s))
+                if delta:
+                    out.append(event("conversation.item.input_audio_transcription.delta", item_id=item,
+                                     content_index=0, delta=delta))
+            case Draft(segment=seg, text=text):
+                out.append(event("hasr.draft", item_id=self.item(seg), text=text))
+            case Queued(position=position):
+                out.append(event("hasr.queued", position=position))
+            case Loading(phase=phase, elapsed_s=elapsed):
+                out.append(event("hasr.loading", phase=phase, elapsed_s=elapsed))
+        return out

@@ -1,41 +1,25 @@
-"""One worker process and its lifecycle: the only code that reads-then-acts on that process's state. It knows
-nothing of queues, admission, keep-alive or the TTL (the pool, hasrd.scheduler, owns those). Its worker holds
-several jobs at once (files and live sessions, as many as the pool hands it: HASR_WORKER_PARALLEL), each a
-request id of its own on the worker's channel; a worker's death fails every job it held with worker_crashed.
-
-States, what happens in each, and the only transitions allowed (``lifecycle.TRANSITIONS``; any other raises
-:class:`~hasrd.lifecycle.IllegalTransition`):
-
-    STOPPED   no worker. :meth:`Runner.ready` starts one                            -> STARTING
-    STARTING  one load in flight; every caller of ready() waits for that same load (single flight).
-              Ready                                                                 -> READY
-              failure                                                               -> BACKOFF, or FATAL after N
-              the daemon was forced to stop meanwhile                               -> STOPPED
-    READY     serving the jobs its holder runs (several at once).
-              :meth:`Runner.stop` (the TTL, /api/unload, an eviction, daemon exit)  -> STOPPING
-              the worker died, stalled or ignored Cancel (its jobs fail)            -> STOPPED
-    STOPPING  Shutdown, SIGTERM, SIGKILL of the worker's process group              -> STOPPED
-    BACKOFF   a load failed: the next ready() waits out the delay (doubling)        -> STARTING
-              :meth:`Runner.clear_failure` (/api/unload)                             -> STOPPED
-    FATAL     N failed loads in a row: ready() fails at once with the kept reason (health "error").
-              :meth:`Runner.retry_now` (/api/load) or clear_failure                 -> STOPPED
+"""One worker process and its lifecycle: the only code that reads-then-acts on that process's state
+(docs/ARCHITECTURE.md "Worker lifecycle"; what happens in each state, and the transitions allowed, are in
+hasrd.lifecycle's docstring beside its table). Its worker holds several jobs at once, each a request id of its own
+on the worker's channel; a worker's death fails every job it held with worker_crashed.
 
 Background tasks (load, stop, the death watch, the loading heartbeat) are owned here and cancelled by
-:meth:`close`. Its observable state is one frozen :class:`~hasrd.poolstatus.RunnerStatus` (``status()``), read by
-/api/ps, the status line and the tray.
+:meth:`close`. It implements :class:`~hasrd.runnerapi.PoolRunner`; what it asks of its pool (changes to report, how
+many wait) comes with it when it is made (``hooks``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
+
+from msgspec.structs import replace
 
 from hasrd import errors, policy
 from hasrd import protocol as p
@@ -44,31 +28,31 @@ from hasrd.jobevents import EventSink, JobEvent, Loading
 from hasrd.lifecycle import Partial, State, check_transition
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
-from hasrd.poolstatus import JobStatus, RunnerStatus
+from hasrd.runnerapi import RunnerHooks
+from hasrd.status import JobStatus, RunnerStatus
+from hasrd.tasks import Tasks
 from hasrd.workerlive import LiveSession
-from hasrd.workerproc import WorkerProcess, run_to_end
+from hasrd.workerproc import Watch, WorkerProcess, run_to_end
 from hasrd.transcript import Transcript
 
 log = logging.getLogger("hasrd.runner")
 
 SpawnFn = Callable[[Callable[[str], None]], Awaitable[WorkerProcess]]
 """Starts a worker; may report phases (e.g. waiting for VRAM) through its argument."""
+NO_POOL = RunnerHooks()  # a runner on its own: nobody observes it, nobody waits for it
 
 
 class Runner:
-    def __init__(self, settings: Settings, spawn: SpawnFn, *, clock: Callable[[], float] = time.monotonic,
-                 on_change: Callable[[], None] | None = None, waiters: Callable[[], int] = lambda: 0) -> None:
-        """``waiters``: how many requests wait for any worker (a cancelled job's grace shrinks then)."""
+    def __init__(self, settings: Settings, spawn: SpawnFn, hooks: RunnerHooks = NO_POOL, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.s = settings
         self.spawn = spawn
         self.clock = clock
-        self.on_change = on_change
-        self.waiters = waiters
+        self.hooks = hooks
+        self.watch = Watch(settings.stall_sec, settings.max_job_sec, settings.cancel_grace_sec, hooks.waiting)
         self.state = State.STOPPED
         self.worker: WorkerProcess | None = None
-        self.identity: dict[str, Any] = {}
-        self.load_s: float | None = None
-        self.loads = 0  # successful loads
+        self.load_s: float | None = None  # what the last load took (the next one is expected to take as long)
         self.spawns = 0
         self.failures = 0
         self.last_error: errors.HasrError | None = None
@@ -80,7 +64,7 @@ class Runner:
         self._job_ids = itertools.count(1)
         self._reaping: weakref.WeakKeyDictionary[WorkerProcess, asyncio.Task[Any]] = weakref.WeakKeyDictionary()
         self.closing = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.tasks = Tasks()  # background: load, stop, death watch, heartbeat, reaps
         self._load_task: asyncio.Task[None] | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._load_listeners: set[EventSink] = set()
@@ -88,12 +72,17 @@ class Runner:
 
     # ---- observation ------------------------------------------------------------------------------------
 
+    @property
+    def pid(self) -> int | None:
+        return self.worker.pid if self.worker else None
+
     def status(self) -> RunnerStatus:
         w = self.worker
         failed = self.last_error if self.state in (State.BACKOFF, State.FATAL) else None
         starting = self.state == State.STARTING
+        ready = w.hs.ready if w else None  # what the worker said it loaded
         return RunnerStatus(
-            state=self.state, pid=w.pid if w else None, identity=dict(self.identity) if w else {},
+            state=self.state, pid=w.pid if w else None, identity=dict(ready.identity) if ready else {},
             load_s=self.load_s if w else None, phase=self.phase if starting else "",
             elapsed_s=round(self.clock() - self.load_started, 1) if starting else 0.0,
             expected_s=self.expected_s if starting else 0.0,
@@ -102,11 +91,10 @@ class Runner:
             failures=self.failures)
 
     def _changed(self) -> None:
-        if self.on_change:
-            try:
-                self.on_change()
-            except Exception:  # an observer must never break the lifecycle
-                log.exception("state observer failed")
+        try:
+            self.hooks.on_change()
+        except Exception:  # an observer must never break the lifecycle
+            log.exception("state observer failed")
 
     def _set(self, state: State) -> None:
         check_transition(self.state, state)
@@ -114,15 +102,6 @@ class Runner:
             log.info("worker state %s -> %s", self.state.value, state.value)
             self.state = state
         self._changed()
-
-    def _task(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """A background task owned by the runner: kept until done, cancelled by close()."""
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        # Its waiters may all have gone (clients left): a failure is kept in last_error, not "never retrieved".
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        return task
 
     # ---- loading ----------------------------------------------------------------------------------------
 
@@ -188,8 +167,8 @@ class Runner:
         self.expected_s = self.load_s or 0.0
         self.load_started = self.clock()
         self._set(State.STARTING)
-        self._load_task = self._task(self._load(), "hasr-load")
-        self._task(self._loading_heartbeat(self._load_task), "hasr-load-heartbeat")
+        self._load_task = self.tasks.spawn(self._load(), "hasr-load")
+        self.tasks.spawn(self._loading_heartbeat(self._load_task), "hasr-load-heartbeat")
 
     async def _loading_heartbeat(self, task: asyncio.Task[None]) -> None:
         """Publish the elapsed loading time once a second: engines report a phase per model, not per second."""
@@ -214,16 +193,12 @@ class Runner:
                 raise errors.ShuttingDown("the daemon was stopped while the models were loading") from None
             raise self._load_failed(e) from None
         self._loading_worker = None
-        worker.cancel_grace = self.s.cancel_grace_sec
-        worker.grace_now = lambda: policy.cancel_grace(self.s.cancel_grace_sec, self.load_s, self.waiters())
         self.worker = worker
-        self.identity = dict(ready.identity)
         self.load_s = ready.load_s
-        self.loads += 1
         self.failures = 0
         self.last_error = None
         self._set(State.READY)
-        self._task(self._watch(worker), f"hasr-watch-{worker.pid}")
+        self.tasks.spawn(self._watch(worker), f"hasr-watch-{worker.pid}")
 
     def _load_failed(self, e: BaseException) -> errors.HasrError:
         """Count a failed load, go to BACKOFF or FATAL, and return what its waiters get."""
@@ -263,12 +238,10 @@ class Runner:
         await worker.dead.wait()
         if self.worker is worker and self.state == State.READY:
             log.warning("worker %d died: %s", worker.pid, worker.death_reason)
-            self._forget_worker()
-        await self._reap(worker)  # always: reap it and clear its process group (vLLM helpers)
+        await self._worker_failed(worker)  # always: reap it and clear its process group (vLLM helpers)
 
     def _forget_worker(self) -> None:
         self.worker = None
-        self.identity = {}
         self._set(State.STOPPED)
 
     def retry_now(self) -> None:
@@ -302,6 +275,23 @@ class Runner:
         self.jobs.pop(jid, None)
         self._changed()
 
+    def _relay(self, jid: int, on_event: EventSink | None, partial: Partial | None = None) -> EventSink:
+        """What the worker says of job ``jid``, on to ``on_event``: its progress kept in the job's status (a file's
+        share done, shown at once; a live session's audio so far), its final sentences in ``partial``."""
+        def relay(ev: JobEvent) -> None:
+            job = self.jobs.get(jid)
+            if partial is not None:
+                partial.add(ev)
+            if isinstance(ev, p.Progress) and job is not None and job.live:
+                self.jobs[jid] = replace(job, done_s=ev.done_s, total_s=ev.total_s)
+            elif isinstance(ev, p.Progress) and job is not None:
+                progress = round(min(1.0, ev.done_s / (ev.total_s or 1.0)), 3)
+                self.jobs[jid] = replace(job, done_s=ev.done_s, progress=progress, phase=ev.phase)
+                self._changed()
+            if on_event:
+                on_event(ev)
+        return relay
+
     async def transcribe(self, pcm: PcmBuffer, *, name: str = "", language: str = "",
                          options: Options | None = None, on_event: EventSink | None = None
                          ) -> Transcript:
@@ -310,20 +300,9 @@ class Runner:
         worker = await self.ready(on_event)
         jid = self._job(JobStatus(name, total_s=round(pcm.duration_s, 3)))
         partial = Partial()
-
-        def relay(ev: JobEvent) -> None:
-            partial.add(ev)
-            job = self.jobs.get(jid)
-            if isinstance(ev, p.Progress) and job is not None:
-                progress = round(min(1.0, ev.done_s / (ev.total_s or 1.0)), 3)
-                self.jobs[jid] = dataclasses.replace(job, done_s=ev.done_s, progress=progress, phase=ev.phase)
-                self._changed()
-            if on_event:
-                on_event(ev)
-
+        relay = self._relay(jid, on_event, partial)
         try:
-            return await worker.transcribe(pcm, language=language, options=options, on_event=relay,
-                                           stall_sec=self.s.stall_sec, max_sec=self.s.max_job_sec)
+            return await worker.transcribe(pcm, language=language, options=options, on_event=relay, watch=self.watch)
         except errors.HasrError as e:
             if isinstance(e, (errors.Timeout, errors.WorkerCrashed)):
                 await self._worker_failed(worker)
@@ -346,17 +325,9 @@ class Runner:
         loaded unless it ignores the cancel."""
         worker = await self.ready(on_event)
         jid = self._job(JobStatus("live session", live=True))
-
-        def relay(ev: JobEvent) -> None:
-            job = self.jobs.get(jid)
-            if isinstance(ev, p.Progress) and job is not None:
-                self.jobs[jid] = dataclasses.replace(job, done_s=ev.done_s, total_s=ev.total_s)
-            if on_event:
-                on_event(ev)
-
         try:
-            session = await LiveSession.start(worker, language=language, options=options, on_event=relay,
-                                              stall_sec=self.s.stall_sec)
+            session = await LiveSession.start(worker, language=language, options=options,
+                                              on_event=self._relay(jid, on_event), watch=self.watch)
         except BaseException:
             self._job_done(jid)
             raise
@@ -380,7 +351,7 @@ class Runner:
     async def _reap(self, worker: WorkerProcess) -> None:
         task = self._reaping.get(worker)
         if task is None:
-            task = self._reaping[worker] = self._task(worker.stop(grace=0.5), f"hasr-reap-{worker.pid}")
+            task = self._reaping[worker] = self.tasks.spawn(worker.stop(grace=0.5), f"hasr-reap-{worker.pid}")
         await asyncio.shield(task)
 
     # ---- stopping ---------------------------------------------------------------------------------------
@@ -397,7 +368,7 @@ class Runner:
         if worker is None or self.state != State.READY:
             return
         self._set(State.STOPPING)
-        self._stop_task = self._task(self._do_stop(worker), "hasr-stop")
+        self._stop_task = self.tasks.spawn(self._do_stop(worker), "hasr-stop")
         await asyncio.shield(self._stop_task)
 
     async def _do_stop(self, worker: WorkerProcess) -> None:
@@ -407,7 +378,6 @@ class Runner:
         finally:
             if self.worker is worker:
                 self.worker = None
-                self.identity = {}
             if self.state == State.STOPPING:
                 self._set(State.STOPPED)
 
@@ -422,7 +392,4 @@ class Runner:
         """Daemon exit (nothing runs any more): stop the worker and end our tasks."""
         self.closing = True
         await self.stop()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.tasks.cancel()

@@ -1,11 +1,6 @@
-"""``hasrd``: the daemon. Sockets (activated or bound), sd_notify, the HTTP server, idle exit.
-
-Startup: take the sockets systemd passed (LISTEN_FDS) or bind ``--socket`` (dir 0700, socket 0600); serve;
-READY=1. The worker starts on the first request (never here). Idle exit (socket-activated, or ``--idle-exit``):
-when no connection is open, nothing is admitted and the worker is stopped for HASR_IDLE_EXIT_SEC, send
-STOPPING=1, close our listener copy (never shutdown(), never unlink an inherited socket), finish what was
-accepted, stop the worker and exit 0. Connections arriving meanwhile wait in the backlog and start the next
-instance. SIGTERM and ``POST /api/stop`` take the same path; a second SIGTERM or ``{"now": true}`` stops at once."""
+"""``hasrd``: the daemon. Sockets (activated or bound), sd_notify, the HTTP server, idle exit and the exit path
+(docs/ARCHITECTURE.md "Sockets and systemd": STOPPING=1, close our listener copy, finish what was accepted, stop
+the worker, exit 0; SIGTERM and ``POST /api/stop`` take the same path)."""
 
 from __future__ import annotations
 
@@ -25,19 +20,18 @@ from collections.abc import Callable
 
 import uvicorn
 
-from hasrd import __version__, config, modelspec, placement, policy
+from hasrd import __version__, config, modelspec, placement
 from hasrd import systemd as sd
 from hasrd.app import make_app
 from hasrd.context import Daemon
 from hasrd.connections import BurstFilter, PeerProtocol, PeerWebSocket, RateLimited, raise_nofile
 from hasrd.events import Broadcaster
-from hasrd.lifecycle import State
 from hasrd.scheduler import Pool
+from hasrd.status import PoolStatus, State
 from hasrd.gpu import Inventory
 from hasrd.spawn import make_runner_factory
 
 log = logging.getLogger("hasrd")
-
 
 
 def check_socket_dir(parent: str) -> None:
@@ -197,11 +191,6 @@ class HasrServer(uvicorn.Server):
         else:
             loop.call_soon_threadsafe(self.request_exit, f"signal {name}")
 
-    @property
-    def open_connections(self) -> int:
-        """Connections that hold the daemon up: all, less those that only observe (see PeerProtocol)."""
-        return self.working()
-
 
 async def idle_watch(server: HasrServer, pool: Pool, idle_exit: float, poke: asyncio.Event) -> None:
     """Exit ``idle_exit`` seconds after the last work: a request's end, a load, or the close of a connection
@@ -211,9 +200,7 @@ async def idle_watch(server: HasrServer, pool: Pool, idle_exit: float, poke: asy
     started = time.monotonic()
     while not server.should_exit:
         now = time.monotonic()
-        busy = server.open_connections > 0 or pool.in_flight > 0 or pool.loading
-        since = None if busy else max(started, server.last_work(), pool.quiet_since)
-        left = policy.idle_exit_in(now, since, idle_exit, pool.state == State.READY, pool.unload_in())
+        left = pool.idle_exit_in(now, idle_exit, None if server.working() else max(started, server.last_work()))
         if left is not None and left <= 0:
             server.request_exit(f"idle for {idle_exit:g} s")
             return
@@ -245,11 +232,11 @@ async def watchdog(notifier: sd.Notifier, interval: float) -> None:
 async def serve(settings: config.Settings, sockets: list[socket.socket], *, activated: bool,
                 idle_exit: float | None, owned_path: str | None) -> int:
     notifier = sd.Notifier()
-    events = Broadcaster(on_status=notifier.status)
-    inventory = Inventory(settings.gpu)
     poke = asyncio.Event()
+    events = Broadcaster(on_status=notifier.status, on_subscribers=poke.set)
+    inventory = Inventory(settings.gpu)
 
-    def changed(snap: dict[str, Any]) -> None:
+    def changed(snap: PoolStatus) -> None:
         events.publish(snap)
         poke.set()
 
@@ -258,7 +245,6 @@ async def serve(settings: config.Settings, sockets: list[socket.socket], *, acti
     pool = Pool(settings, make_runner_factory(settings, lambda: bool(inventory.gpus())),
                 modelspec.default_spec(settings), inventory=inventory, max_workers=max_workers, on_change=changed,
                 default_device=gpus[0].uuid if gpus else placement.CPU)
-    events.on_subscribers = poke.set
     group_socket = False
     for s in sockets:
         if s.family == socket.AF_UNIX:
@@ -398,11 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hasrd: {e}", file=sys.stderr)
         return 2
     activated = bool(sockets)
-    owned_path = None
-    if not sockets:
-        path = settings.socket_path()
-        sockets = [bind_socket(path)]
-        owned_path = path
+    owned_path = None if activated else settings.socket_path()
+    if owned_path is not None:
+        sockets = [bind_socket(owned_path)]
     idle_exit = args.idle_exit if args.idle_exit is not None else (settings.idle_exit_sec if activated else None)
     code = asyncio.run(serve(settings, sockets, activated=activated, idle_exit=idle_exit, owned_path=owned_path))
     # Python's finalization gives the signals back to their defaults: a SIGTERM arriving in those last

@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from hasrd import errors
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess
 
+if TYPE_CHECKING:
+    from hasrd.config import Settings
+    from hasrd.modelspec import ModelSpec
+    from hasrd.runnerapi import MakeRunner, RunnerHooks
+
 
 def make_spawn(engine: str, *, python: str = "", gpu_spec: str = "", need_vram_mb: int = 0,
                vram_wait_sec: float = 180.0, extra_env: Mapping[str, str] | None = None
-               ) -> Callable[[Callable[[str], None]], Any]:
+               ) -> Callable[[Callable[[str], None]], Awaitable[WorkerProcess]]:
     """The daemon's spawn function: GPU placement, an optional wait for free VRAM, then the worker."""
     from hasrd import gpu
 
@@ -43,12 +48,12 @@ def make_spawn(engine: str, *, python: str = "", gpu_spec: str = "", need_vram_m
     return spawn
 
 
-def make_runner_factory(settings: Any, has_gpus: Callable[[], bool]) -> Callable[[Any, str], Any]:
-    """The pool's runner factory (hasrd.scheduler.MakeRunner): a runner for (model, device), device "cpu" or a
-    GPU UUID (hasrd.placement)."""
+def make_runner_factory(settings: Settings, has_gpus: Callable[[], bool]) -> MakeRunner:
+    """The pool's runner factory (hasrd.runnerapi.MakeRunner): a runner for (model, device, its pool's hooks),
+    device "cpu" or a GPU UUID (hasrd.placement)."""
     from hasrd.runner import Runner
 
-    def for_worker(spec: Any, device: str) -> Runner:
+    def for_worker(spec: ModelSpec, device: str, hooks: RunnerHooks) -> Runner:
         env = spec.worker_env()
         gpu_spec = "" if device == "cpu" else device
         if device == "cpu" and has_gpus():  # placed on the CPU of a GPU machine: keep it off the GPUs
@@ -57,5 +62,5 @@ def make_runner_factory(settings: Any, has_gpus: Callable[[], bool]) -> Callable
             gpu_spec = settings.gpu
         return Runner(settings, make_spawn(spec.engine, python=settings.worker_python, gpu_spec=gpu_spec,
                                            need_vram_mb=settings.need_vram_mb if gpu_spec else 0,
-                                           vram_wait_sec=settings.vram_wait_sec, extra_env=env))
+                                           vram_wait_sec=settings.vram_wait_sec, extra_env=env), hooks)
     return for_worker

@@ -1,33 +1,9 @@
-"""Subtitle cues from sentence segments, following subtitle practice (the Netflix timed-text style guides).
+"""Subtitle cues from sentence segments, following the Netflix timed-text style guides (docs/API.md "Subtitle
+cues" has the rules: the limits, how a sentence is split, the lines, Chinese and Japanese, the reading speed).
 
-A cue holds at most ``max_line_count`` lines (2) of at most ``max_line_width`` characters (42 for Latin and
-other spaced scripts, 16 for Chinese and Japanese), stays on screen at most ``max_cue_sec`` (7 s) and at least
-0.83 s (20 frames at 24 fps), never overlaps the next and never ends after the audio.
-
-A sentence that does not fit one cue is split where a viewer reads best, chosen over all the ways to split it
-(not filled greedily): as few cues as the limits allow, cut after a sentence end first, then after a clause
-mark (``, ; :`` and ``、，；：``), then between words; of those, the cues most even in length, so that no short
-tail is left (``tickets.`` alone for 0.83 s). A cue of one word is never left where joining it to its
-neighbour fits the limits. Within a cue the lines are as even as possible, the lower one the longer when they
-differ (a pyramid), broken after punctuation where it can, never leaving one word alone on a line when the cue
-has three or more, and not after an English article, preposition or conjunction where another break does as
-well.
-
-Chinese and Japanese are never cut inside a word. Chinese words come from rjieba (jieba's segmenter in Rust,
-imported only when a Chinese sentence has to be cut: a tenth of a second the first time in a process, silent,
-no cache file). Japanese has no equally light segmenter: it is cut where kana turn
-into kanji, katakana or Latin letters (after the particle or ending of one phrase, before the next), never
-inside a run of one script. Punctuation stays with the word before it, an opening bracket or quote with the
-word after it. A word longer than a line is cut between its characters.
-
-Reading speed: a cue is held long enough to read (``CueRules.cps``: 17 characters a second for Latin and other
-scripts, 12 for Korean, 9 for Chinese and Japanese), extended first into the silence after it, then into the
-silence before it; never over the next cue, never past the audio's end, never over ``max_cue_sec``. Where the
-speech leaves no room (fast speech with no pause around it), the text is still shown whole, at its speech's
-time, faster than the cap.
-
-Times come from the sentence's words where the engine timed them, else they are interpolated over the sentence
-by character count.
+A sentence that does not fit one cue is split by choosing over all the ways to split it, not filled greedily: a
+greedy fill leaves short tails (``tickets.`` alone for 0.83 s). Times come from the sentence's words where the
+engine timed them, else they are interpolated over the sentence by character count.
 
 Pure functions over ``formats.segments`` dicts, standard library only but for rjieba (the CLI renders subtitles
 too). The writers stay hand-made in formats.py: pysubs2, tried for them, drops any ``{...}`` from the text as an
@@ -38,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hasrd.errors import InvalidOption
 from hasrd import textwords
 from hasrd.textwords import is_cjk, is_cjk_text, reading_chars
+
+if TYPE_CHECKING:
+    from hasrd.config import Settings
 
 LATIN_WIDTH = 42
 CJK_WIDTH = 16
@@ -130,7 +109,7 @@ def rules_from(options: Mapping[str, Any], defaults: CueRules | None = None) -> 
                     max_cue_sec=values.get("max_cue_sec", base.max_cue_sec))
 
 
-def configured(settings: Any) -> CueRules:
+def configured(settings: Settings) -> CueRules:
     """The daemon's (or the CLI's) defaults: HASR_MAX_LINE_WIDTH, HASR_MAX_LINE_COUNT, HASR_MAX_CUE_SEC."""
     try:
         return rules_from({name: getattr(settings, name) for name in OPTIONS})

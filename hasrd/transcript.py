@@ -9,7 +9,8 @@ A field that only some engines fill defaults to ``UNSET`` and is left out of the
 says what an engine knew rather than a null it never measured (the whisper engine's ``language_code``, the R2T2
 engines' ``bar_signal``, a live session's ``turns``). Fields every engine has are always there.
 
-A leaf module: msgspec only (the worker imports it before ``Hello``, the CLI to render what the daemon sent).
+A leaf module: msgspec and hasrd.status (another leaf) only (the worker imports it before ``Hello``, the CLI to render
+what the daemon sent).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
+
+from hasrd.status import decode
 
 __all__ = ["UNSET", "UnsetType", "Timings", "TimedSentence", "Transcript", "TurnRecord", "Window", "Word", "WorkerInfo",
            "from_json", "numbers", "to_json"]
@@ -152,10 +155,6 @@ def to_json(t: Transcript) -> dict[str, Any]:
 
 
 def from_json(obj: Any) -> Transcript:
-    """A result object the daemon sent (decoded JSON) as a Transcript; ValueError saying which field when it is
-    not one (a daemon of another version). Unknown fields are left out, so a newer daemon's result still reads."""
-    try:
-        return msgspec.convert(obj, Transcript)
-    except msgspec.ValidationError as e:
-        raise ValueError(f"the daemon's result cannot be read ({e}): is hasrd the same version as this "
-                         f"client? `hasrctl stop` restarts it on the next request") from None
+    """A result object the daemon sent (decoded JSON) as a Transcript (hasrd.status.decode: ValueError saying which
+    field when it is not one; unknown fields left out, so a newer daemon's result still reads)."""
+    return decode(obj, Transcript)

@@ -45,11 +45,6 @@ class WaitQueue(Generic[T]):
                 return True
         return False
 
-    def popleft(self) -> T:
-        item = self._entries.pop(0).item
-        self.tell()
-        return item
-
     def tell(self) -> None:
         """Send a ``queued`` event to every listener whose position differs from the one it was last told."""
         for i, e in enumerate(self._entries):
@@ -57,14 +52,8 @@ class WaitQueue(Generic[T]):
                 e.told = i + 1
                 e.on_event(Queued(i + 1))
 
-    def __contains__(self, item: object) -> bool:
-        return any(e.item is item for e in self._entries)
-
     def __iter__(self) -> Iterator[T]:
         return iter([e.item for e in self._entries])
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    def __bool__(self) -> bool:
-        return bool(self._entries)

@@ -4,9 +4,12 @@ kernel may have killed it (an OOM kill in its cgroup)."""
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import collections
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -14,6 +17,8 @@ import tempfile
 from collections.abc import Mapping
 
 from hasrd.systemd import scrubbed_env
+
+log = logging.getLogger("hasrd.worker")
 
 
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -129,6 +134,29 @@ def sigkill_cause(before: int | None, after: int | None) -> str:
 
 
 MAX_LOG_LINE = 2000  # characters of one worker line that reach the log
+
+
+async def forward_stderr(stderr: asyncio.StreamReader, pid: int, tail: collections.deque[str]) -> None:
+    """Worker ``pid``'s stderr into our log (its last lines kept in ``tail``), read in bounded chunks and drained
+    to the end.
+
+    vLLM, transformers and Rust libraries print freely, sometimes a megabyte without a newline (progress
+    bars redrawn with CR). ``StreamReader.readline`` gives up past its 64 KiB limit; a reader that stops
+    leaves the pipe full, the worker blocked in its next write and the daemon waiting for ever. So: chunks
+    of at most 64 KiB, lines split here, each line logged up to MAX_LOG_LINE characters with the size of
+    the rest, and nothing kept beyond that.
+    """
+    lines = LineSplitter(MAX_LOG_LINE)
+    while True:
+        try:
+            data = await stderr.read(1 << 16)
+        except (OSError, ValueError):
+            data = b""
+        for line in lines.feed(data) if data else lines.close():
+            tail.append(line[:300])
+            log.info("worker[%d]: %s", pid, line)
+        if not data:
+            return
 
 
 class LineSplitter:

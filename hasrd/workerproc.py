@@ -29,22 +29,38 @@ from hasrd.jobevents import EventSink
 from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.transcript import Transcript
-from hasrd.workerenv import MAX_LOG_LINE, LineSplitter, oom_kills, sigkill_cause, worker_env
+from hasrd.workerenv import forward_stderr, oom_kills, sigkill_cause, worker_env
 
 log = logging.getLogger("hasrd.worker")
 
 
 @dataclass
 class Pending:
+    """One request open on the worker (a file's job or a live session), from :meth:`WorkerProcess.open` to
+    :meth:`WorkerProcess.close`: the reader resolves ``future`` and hands it the events."""
+
+    id: int
     future: asyncio.Future[Transcript]
     on_event: EventSink | None
     last_seen: float = 0.0  # when the worker last reported on this job (the stall watchdog's clock)
 
 
+@dataclass(frozen=True)
+class Watch:
+    """How the daemon watches its jobs on a worker (its runner's settings and its pool's queue)."""
+
+    stall_sec: float = 0.0  # no report for this long and the worker is killed (HASR_STALL_SEC; 0: never)
+    max_sec: float = 0.0  # a file's job may run this long at most (HASR_MAX_JOB_SEC; 0: no cap)
+    cancel_grace_sec: float = 60.0  # HASR_CANCEL_GRACE_SEC: the longest a cancelled job may take to stop
+    waiting: Callable[[], int] = lambda: 0  # requests waiting for a worker (a cancelled job's grace shrinks then)
+
+
+UNWATCHED = Watch()  # no stall watchdog, no cap: a worker driven by hand (benchmarks)
+
+
 @dataclass
 class Handshake:
-    hello: p.Hello | None = None
-    ready: p.Ready | None = None
+    ready: p.Ready | None = None  # what the worker said it loaded, once it did
     queue: asyncio.Queue[p.Msg | None] = field(default_factory=asyncio.Queue)
 
 
@@ -55,10 +71,8 @@ class WorkerProcess:
         self.proc = proc
         self.pid = proc.pid
         self.sock = sock
-        self.started = time.monotonic()
         self.hs = Handshake()
-        self.pending: dict[int, Pending] = {}
-        self.pongs: dict[int, asyncio.Future[None]] = {}
+        self.pending: dict[int, Pending] = {}  # the requests open on it (:meth:`open`), by id
         self.ids = itertools.count(1)
         self.dead = asyncio.Event()
         self.death_reason = ""
@@ -66,13 +80,11 @@ class WorkerProcess:
         self._wlock = asyncio.Lock()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self.oom_kills_at_start = oom_kills()
-        self.cancel_grace = 60.0  # how long a cancelled job may take to notice before the worker is killed
-        # ... as it stands now (the runner's policy.cancel_grace: shorter while someone waits behind us)
-        self.grace_now: Callable[[], float] = lambda: self.cancel_grace
         self._tasks = [asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}-reader"),
                        asyncio.create_task(self._wait_exit(), name=f"worker-{self.pid}-wait")]
         if proc.stderr is not None:
-            self._tasks.append(asyncio.create_task(self._forward_stderr(), name=f"worker-{self.pid}-stderr"))
+            self._tasks.append(asyncio.create_task(forward_stderr(proc.stderr, self.pid, self.stderr_tail),
+                                                   name=f"worker-{self.pid}-stderr"))
 
     @classmethod
     async def spawn(cls, engine: str, *, python: str = "", env: Mapping[str, str] | None = None,
@@ -138,10 +150,6 @@ class WorkerProcess:
             pend = self.pending.pop(msg.id, None)
             if pend and not pend.future.done():
                 pend.future.set_exception(errors.from_worker(msg.code, msg.message))
-        elif isinstance(msg, p.Pong):
-            fut = self.pongs.pop(msg.nonce, None)
-            if fut and not fut.done():
-                fut.set_result(None)
         else:  # Hello, Loading, Ready, LoadFailed
             self.hs.queue.put_nowait(msg)
 
@@ -155,10 +163,6 @@ class WorkerProcess:
             if not pend.future.done():
                 pend.future.set_exception(errors.WorkerCrashed(exc_msg))
         self.pending.clear()
-        for fut in self.pongs.values():
-            if not fut.done():
-                fut.set_exception(errors.WorkerCrashed(exc_msg))
-        self.pongs.clear()
         self.hs.queue.put_nowait(None)
 
     def _describe_death(self, fallback: str) -> str:
@@ -188,28 +192,6 @@ class WorkerProcess:
         self._mark_dead(self._describe_death("it exited"))
         with contextlib.suppress(OSError):
             self.sock.close()
-
-    async def _forward_stderr(self) -> None:
-        """The worker's stderr into our log, read in bounded chunks and drained to the end.
-
-        vLLM, transformers and Rust libraries print freely, sometimes a megabyte without a newline (progress
-        bars redrawn with CR). ``StreamReader.readline`` gives up past its 64 KiB limit; a reader that stops
-        leaves the pipe full, the worker blocked in its next write and the daemon waiting for ever. So: chunks
-        of at most 64 KiB, lines split here, each line logged up to MAX_LOG_LINE characters with the size of
-        the rest, and nothing kept beyond that.
-        """
-        assert self.proc.stderr is not None
-        lines = LineSplitter(MAX_LOG_LINE)
-        while True:
-            try:
-                data = await self.proc.stderr.read(1 << 16)
-            except (OSError, ValueError):
-                data = b""
-            for line in lines.feed(data) if data else lines.close():
-                self.stderr_tail.append(line[:300])
-                log.info("worker[%d]: %s", self.pid, line)
-            if not data:
-                return
 
     # ---- writing ----------------------------------------------------------------------------------------
 
@@ -244,7 +226,6 @@ class WorkerProcess:
         msg = await self._next_hs(hello_timeout, "Hello")
         if not isinstance(msg, p.Hello):
             raise errors.ProtocolMismatch(f"the worker spoke {type(msg).__name__} before Hello")
-        self.hs.hello = msg
         if msg.protocol != p.PROTOCOL_VERSION:
             self.kill()
             raise errors.ProtocolMismatch(
@@ -276,73 +257,74 @@ class WorkerProcess:
         return msg
 
     async def transcribe(self, pcm: PcmBuffer, *, language: str = "", options: Options | None = None,
-                         on_event: EventSink | None = None, stall_sec: float = 0.0,
-                         max_sec: float = 0.0) -> Transcript:
+                         on_event: EventSink | None = None, watch: Watch = UNWATCHED) -> Transcript:
         """Run one request under the progress watchdog: a worker that reports nothing (progress, draft or
-        sentence) for ``stall_sec`` seconds (0: never) is stuck in a call that cannot be interrupted, so it is
-        killed; ``max_sec`` (0: none) caps the job however it progresses."""
-        req_id = next(self.ids)
-        fut: asyncio.Future[Transcript] = asyncio.get_running_loop().create_future()
-        pend = Pending(fut, on_event)
-        self.pending[req_id] = pend
-        msg = p.Transcribe(id=req_id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
-                           options=(options or Options()).to_worker())
-        started = pend.last_seen = time.monotonic()
+        sentence) for ``watch.stall_sec`` seconds is stuck in a call that cannot be interrupted, so it is killed;
+        ``watch.max_sec`` caps the job however it progresses."""
+        pend = self.open(on_event)
+        fut = pend.future
+        msg = p.Transcribe(id=pend.id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
+                           options=options or Options())
+        started = time.monotonic()
+        stall = watch.stall_sec if watch.stall_sec > 0 else float("inf")
         try:
             await self.send(msg, fds=() if pcm.path else (pcm.fd,))
-            while True:
-                left, why = policy.watchdog_wait(time.monotonic(), started, pend.last_seen,
-                                                 stall_sec if stall_sec > 0 else float("inf"), max_sec)
-                await asyncio.wait([fut], timeout=None if left == float("inf") else max(0.0, left))
-                if fut.done():
-                    return fut.result()
-                left, why = policy.watchdog_wait(time.monotonic(), started, pend.last_seen,
-                                                 stall_sec if stall_sec > 0 else float("inf"), max_sec)
+            while not fut.done():
+                left, why = policy.watchdog_wait(time.monotonic(), started, pend.last_seen, stall, watch.max_sec)
                 if left <= 0:
-                    raise self._watchdog(why, stall_sec, max_sec)
+                    raise self._watchdog(why, watch)
+                await asyncio.wait([fut], timeout=None if left == float("inf") else left)
+            return fut.result()
         except asyncio.CancelledError:
             # The client went away: ask the worker to stop, and keep the slot until it has. The handshake
             # runs in its own task and further cancellations (anyio cancels a scope's every await) are
             # absorbed, so a healthy worker is never killed just because the client left.
             if not fut.done() and not self.dead.is_set():
-                await run_to_end(self.cancel_and_wait(req_id, fut))
+                await run_to_end(self.cancel_and_wait(pend, watch))
             raise
         finally:
-            self.pending.pop(req_id, None)
-            if fut.done() and not fut.cancelled():
-                fut.exception()  # mark retrieved
+            self.close(pend)
 
-    def _watchdog(self, why: str, stall_sec: float, max_sec: float) -> errors.HasrError:
+    def open(self, on_event: EventSink | None) -> Pending:
+        """A new request on this worker, under an id of its own; every request opened is closed (:meth:`close`)."""
+        pend = Pending(next(self.ids), asyncio.get_running_loop().create_future(), on_event, time.monotonic())
+        self.pending[pend.id] = pend
+        return pend
+
+    def close(self, pend: Pending) -> None:
+        """The request is over for the daemon: the worker's late words on it are dropped."""
+        self.pending.pop(pend.id, None)
+        if pend.future.done() and not pend.future.cancelled():
+            pend.future.exception()  # mark retrieved
+
+    def _watchdog(self, why: str, watch: Watch) -> errors.HasrError:
         if why == "cap":
-            self.kill(f"its job ran past HASR_MAX_JOB_SEC={max_sec:g} s and it was killed")
-            return errors.Timeout(f"the transcription ran longer than HASR_MAX_JOB_SEC={max_sec:g} s and was "
+            self.kill(f"its job ran past HASR_MAX_JOB_SEC={watch.max_sec:g} s and it was killed")
+            return errors.Timeout(f"the transcription ran longer than HASR_MAX_JOB_SEC={watch.max_sec:g} s and was "
                                   f"stopped (the worker was killed; the next request loads a new one)")
-        self.kill(f"it reported no progress for {stall_sec:g} s (HASR_STALL_SEC) and was killed")
-        return errors.Stalled(f"the worker reported no progress for {stall_sec:g} s (HASR_STALL_SEC) and was "
-                              f"killed; raise HASR_STALL_SEC if this machine is that slow")
+        self.kill(f"it reported no progress for {watch.stall_sec:g} s (HASR_STALL_SEC) and was killed")
+        return errors.Stalled(f"the worker reported no progress for {watch.stall_sec:g} s (HASR_STALL_SEC) and "
+                              f"was killed; raise HASR_STALL_SEC if this machine is that slow")
 
-    def _grace(self) -> float:
-        """How long a cancelled job may take to stop now: the runner's grace (short while someone waits and a
-        new worker loads fast), but the full HASR_CANCEL_GRACE_SEC while this worker holds other jobs: killing
-        it would fail them all."""
-        return self.cancel_grace if len(self.pending) > 1 else self.grace_now()
-
-    async def cancel_and_wait(self, req_id: int, fut: asyncio.Future[Transcript]) -> None:
-        """Cancel a job and wait for the worker to stop it, for the grace that holds at each moment (someone
-        may start waiting meanwhile, the worker's other jobs may end); past it the worker is killed."""
+    async def cancel_and_wait(self, pend: Pending, watch: Watch) -> None:
+        """Cancel a job and wait for the worker to stop it, for the grace that holds at each moment
+        (policy.cancel_grace: someone may start waiting meanwhile, the worker's other jobs may end); past it the
+        worker is killed."""
         t0 = time.monotonic()
+        load_s = self.hs.ready.load_s if self.hs.ready else None
         try:
-            await self.send(p.Cancel(id=req_id))
-            while not fut.done():
-                left = t0 + self._grace() - time.monotonic()
+            await self.send(p.Cancel(id=pend.id))
+            while not pend.future.done():
+                grace = policy.cancel_grace(watch.cancel_grace_sec, load_s, watch.waiting(), len(self.pending) - 1)
+                left = t0 + grace - time.monotonic()
                 if left <= 0:
                     break
-                await asyncio.wait([fut], timeout=min(left, 0.1))
+                await asyncio.wait([pend.future], timeout=min(left, 0.1))
         except errors.WorkerCrashed:
             return
-        if not fut.done():
+        if not pend.future.done():
             waited = time.monotonic() - t0
-            if waited < self.cancel_grace:
+            if waited < watch.cancel_grace_sec:
                 log.info("worker %d still on a cancelled job after %.1f s while a request waits; killing it (a "
                          "new worker loads faster than it finishes)", self.pid, waited)
                 self.kill(f"it was still on a cancelled job after {waited:.1f} s while a request waited, and "
@@ -351,19 +333,6 @@ class WorkerProcess:
                 log.warning("worker %d ignored Cancel for %.0f s; killing it", self.pid, waited)
                 self.kill(f"it ignored Cancel for {waited:.0f} s and was killed")
             await self.dead.wait()  # the slot is handed on only once the next job cannot land on this one
-
-    async def ping(self, timeout: float = 2.0) -> bool:
-        nonce = next(self.ids)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.pongs[nonce] = fut
-        try:
-            await self.send(p.Ping(nonce=nonce))
-            await asyncio.wait_for(fut, timeout)
-            return True
-        except (asyncio.TimeoutError, errors.WorkerCrashed):
-            return False
-        finally:
-            self.pongs.pop(nonce, None)
 
     def signal_group(self, sig: int) -> None:
         try:

@@ -13,7 +13,7 @@ next to Chinese become ``（ ）``; spaces between Chinese characters, and aroun
 English words inside Chinese keep their ASCII letters, digits and the spaces between them; text without a
 Chinese character is returned unchanged. Decimal points, times (10:30), thousands (1,000) and ellipses stay.
 
-:class:`Scripter` applies this per request at the worker's one boundary (hasrd/worker/main.py): every text the
+:class:`Scripter` applies this per request at the worker's one boundary (hasrd/worker/serve.py): every text the
 worker sends (draft, sentence and turn events, the result's final, per_sentence, words, sent_windows, turns),
 keeping per-sentence texts joined equal to ``final``, and records ``script`` / ``script_conversion`` in the
 result. :func:`script_of` tells ``hasrctl eval`` which script a text is in.

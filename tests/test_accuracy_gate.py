@@ -40,6 +40,7 @@ from hasrd import config
 from hasrd.audio import decode_to_array
 from hasrd.languages import join_sentences, resolve
 from hasrd.worker.engine import NullEmitter
+from hasrd.worker.engines import load
 from hasrd.worker.engines.whisper import WhisperEngine
 from hasrd.worker.serve import scripter
 from hasrd.worker.textrules import looped
@@ -83,7 +84,7 @@ def test_no_language_is_worse_than_faster_whisper_at_temperature_zero_nor_skips_
         files: list[tuple[str, str, str, np.ndarray]]) -> None:
     settings = config.load(env={})
     engine = WhisperEngine(settings, model_dir(), "cpu", "int8")
-    engine.load(lambda s: None)
+    load(engine, lambda s: None)  # and its decode loop: the worker's path
     by_language: dict[str, list[dict[str, Any]]] = {}
     for name, lang, ref, pcm in files:
         script = scripter(lang, settings)

@@ -25,6 +25,7 @@ from hasrctl.batch import inputs, manifest
 from hasrctl.batch.command import _sizes, parse_formats
 from hasrctl.batch.progress import Progress
 from hasrctl.client import UsageError
+from hasrd.formats import Format
 from cliutil import cli_env
 from conftest import need
 from speech import DATA
@@ -797,7 +798,7 @@ def test_a_fifo_where_an_output_goes_fails_that_row_at_once_instead_of_blocking_
     done = threading.Event()
 
     def store() -> None:
-        _store(book, str(out), {"/in/talk.flac": "talk"}, ["text"], {"f": 1}, row)
+        _store(book, str(out), {"/in/talk.flac": "talk"}, [Format.TEXT], {"f": 1}, row)
         done.set()
 
     threading.Thread(target=store, daemon=True).start()

@@ -201,7 +201,9 @@ def test_jobs_decoded_together_in_one_worker_get_exactly_the_text_and_times_they
     from hasrd.worker.engines.whisper import WhisperEngine
 
     engine = WhisperEngine(Settings(), "", "cpu", "int8")
-    engine.load(lambda phase: None)
+    loaded = engine.load(lambda phase: None)
+    loop = Batcher(loaded.batch, lanes=loaded.lanes)
+    engine.attach(loop)
     gap = np.zeros(16000, np.float32)
     jobs = {
         1: (np.concatenate([load("en_espeak_park"), gap, load("en_quick_brown_fox")] * 2), "en"),
@@ -209,7 +211,6 @@ def test_jobs_decoded_together_in_one_worker_get_exactly_the_text_and_times_they
         3: (np.concatenate([load("en_hello_world"), gap, load("en_quick_brown_fox")]), "en"),
     }
     alone = {j: transcribe(engine, pcm, lang, j) for j, (pcm, lang) in jobs.items()}
-    loop = batcher.default()
     shared_before = loop.stats.shared
     together: dict[int, Any] = {}
     threads = [threading.Thread(target=lambda j=j, a=a: together.__setitem__(j, transcribe(engine, *a, j)))

@@ -357,6 +357,7 @@ def test_status_watch_follows_the_events(base: str, wav: str) -> None:
 
 
 def test_status_names_the_selected_engine_its_models_and_why() -> None:
+    from hasrctl.client import pool_status
     from hasrctl.status import _describe
 
     ps = {"state": "ready", "pid": 42, "engine": "auto", "load_s": 61.5, "queue": 0, "in_flight": 0,
@@ -367,17 +368,17 @@ def test_status_names_the_selected_engine_its_models_and_why() -> None:
                                   "final": {"path": "/c/models--Systran--faster-whisper-large-v3/snapshots/0123abcd"
                                                     "ef0123456789", "name": "large-v3",
                                             "revision": "0123abcdef0123456789", "source": "hf-cache"}}}}
-    rows = dict(_describe(ps, "/run/user/1/hasr/hasrd.sock"))
+    rows = dict(_describe(pool_status(ps), "/run/user/1/hasr/hasrd.sock"))
     assert rows["engine"] == "hybrid on cuda (float16) (HASR_ENGINE=auto)"
     assert rows["models"] == ("draft Confucius4-R2T2 (/m/Confucius4-R2T2), final large-v3@0123abcdef01 "
                               "(/c/models--Systran--faster-whisper-large-v3/snapshots/0123abcdef0123456789)")
     assert rows["why"] == "R2T2, CUDA and both models are available"
     assert not any("{" in v for v in rows.values())
-    idle = dict(_describe({"state": "stopped", "engine": "auto", "identity": {}}, "/s"))
+    idle = dict(_describe(pool_status({"state": "stopped", "engine": "auto", "identity": {}}), "/s"))
     assert idle["engine"] == "auto; chosen when the models load" and "models" not in idle and "workers" not in idle
-    pool = dict(_describe({**ps, "max_workers": 2, "workers": [
+    pool = dict(_describe(pool_status({**ps, "max_workers": 2, "workers": [
         {"model": "base", "pid": 42, "busy": True, "state": "ready"},
-        {"model": "large-v3", "pid": 43, "busy": False, "state": "starting"}]}, "/s"))
+        {"model": "large-v3", "pid": 43, "busy": False, "state": "starting"}]}), "/s"))
     assert pool["workers"] == "2 of 2: base (pid 42, busy), large-v3 (pid 43, starting)"
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from hasrctl import discovery, output
 from hasrctl.client import CliError, DaemonError, UsageError, status_of
+from hasrd.formats import Format as F
 from tests.cliutil import cli_env, hasrctl, one_line, show
 
 
@@ -165,33 +166,33 @@ def _plans(*args: object, **kw: object) -> list[output.Plan]:
 
 
 def test_several_formats_get_a_file_each_in_the_directory_or_beside_the_input(short_tmp: str, wav: str) -> None:
-    [p] = _plans([wav], ["text", "srt", "verbose_json"], short_tmp + "/", beside=False)
+    [p] = _plans([wav], [F.TEXT, F.SRT, F.VERBOSE_JSON], short_tmp + "/", beside=False)
     assert p.targets == (("text", Path(short_tmp, "a.txt")), ("srt", Path(short_tmp, "a.srt")),
                          ("verbose_json", Path(short_tmp, "a.json")))
-    [p] = _plans([wav], ["srt", "vtt"], None, beside=True)
+    [p] = _plans([wav], [F.SRT, F.VTT], None, beside=True)
     assert [t for _, t in p.targets] == [Path(short_tmp, "a.srt"), Path(short_tmp, "a.vtt")]
-    [p] = _plans([wav], ["srt", "vtt"], f"{short_tmp}/subs", beside=False)  # no suffix: a directory, made
+    [p] = _plans([wav], [F.SRT, F.VTT], f"{short_tmp}/subs", beside=False)  # no suffix: a directory, made
     assert p.target == Path(short_tmp, "subs", "a.srt") and Path(short_tmp, "subs").is_dir()
     for out, words in ((None, "cannot share stdout"), ("-", "cannot share stdout"),
                        (f"{short_tmp}/t.srt", "need a directory")):
         with pytest.raises(UsageError, match=words):
-            output.plan([wav], ["srt", "vtt"], out, beside=False)
+            output.plan([wav], [F.SRT, F.VTT], out, beside=False)
     with pytest.raises(UsageError, match="same NAME"):
-        output.plan([wav], ["json", "verbose_json"], short_tmp, beside=False)
+        output.plan([wav], [F.JSON, F.VERBOSE_JSON], short_tmp, beside=False)
 
 
 def test_outputs_go_into_a_directory_as_name_dot_extension(short_tmp: str, wav: str) -> None:
-    plans = _plans([wav, "-"], "srt", short_tmp + "/", beside=False)
+    plans = _plans([wav, "-"], F.SRT, short_tmp + "/", beside=False)
     assert [p.target for p in plans] == [Path(short_tmp, "a.srt"), Path(short_tmp, "stdin.srt")]
-    [p] = _plans([wav], "verbose_json", None, beside=True)
+    [p] = _plans([wav], F.VERBOSE_JSON, None, beside=True)
     assert p.target == Path(short_tmp, "a.json")
-    [p] = _plans([wav], "text", None, beside=False)
+    [p] = _plans([wav], F.TEXT, None, beside=False)
     assert p.target is None and p.source == wav
 
 
 def test_relative_inputs_become_absolute(short_tmp: str, wav: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(short_tmp)
-    [p] = _plans(["a.wav"], "text", None, beside=False)
+    [p] = _plans(["a.wav"], F.TEXT, None, beside=False)
     assert p.source == wav
 
 
@@ -199,13 +200,13 @@ def test_output_naming_conflicts_are_refused(short_tmp: str, wav: str) -> None:
     os.mkdir(f"{short_tmp}/sub")
     other = f"{short_tmp}/sub/a.wav"
     Path(other).write_bytes(Path(wav).read_bytes())
-    plans = output.plan([wav, other], "text", short_tmp, beside=False)
+    plans = output.plan([wav, other], F.TEXT, short_tmp, beside=False)
     assert isinstance(plans[1][1], UsageError) and "would write" in plans[1][1].message
     with pytest.raises(UsageError, match="several inputs need a directory"):
-        output.plan([wav, other], "text", f"{short_tmp}/out.txt", beside=False)
+        output.plan([wav, other], F.TEXT, f"{short_tmp}/out.txt", beside=False)
     with pytest.raises(UsageError, match="either"):
-        output.plan([wav], "text", short_tmp, beside=True)
-    [(_, err)] = output.plan(["-"], "text", None, beside=True)
+        output.plan([wav], F.TEXT, short_tmp, beside=True)
+    [(_, err)] = output.plan(["-"], F.TEXT, None, beside=True)
     assert isinstance(err, UsageError)
 
 
@@ -264,9 +265,9 @@ def test_status_imports_nothing_of_transcription(env: dict[str, str]) -> None:
 # --- where transcripts may be written ------------------------------------------------------------------------------
 def test_dash_and_dev_stdout_as_output_mean_stdout(wav: str) -> None:
     for out in ("-", "/dev/stdout"):
-        [p] = _plans([wav], "srt", out, beside=False)
+        [p] = _plans([wav], F.SRT, out, beside=False)
         assert p.target is None, out
-    [p] = _plans([wav, "-"], "text", "-", beside=False)[1:]
+    [p] = _plans([wav, "-"], F.TEXT, "-", beside=False)[1:]
     assert p.target is None
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from hasrd import __version__, config, protocol
+from hasrd import __version__, config, configdoc, protocol
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -19,12 +19,12 @@ README = (REPO / "README.md").read_text()
 
 def test_config_md_is_the_generated_reference_so_it_cannot_drift() -> None:
     committed = (REPO / "docs" / "CONFIG.md").read_text()
-    assert committed == config.markdown(), \
-        "docs/CONFIG.md is stale: python3 -m hasrd.config --markdown > docs/CONFIG.md"
-    res = subprocess.run([sys.executable, "-m", "hasrd.config", "--markdown"], capture_output=True, text=True,
+    assert committed == configdoc.markdown(), \
+        "docs/CONFIG.md is stale: python3 -m hasrd.configdoc --markdown > docs/CONFIG.md"
+    res = subprocess.run([sys.executable, "-m", "hasrd.configdoc", "--markdown"], capture_output=True, text=True,
                          cwd=REPO, timeout=60)
     assert res.returncode == 0 and res.stdout == committed, res.stderr
-    bad = subprocess.run([sys.executable, "-m", "hasrd.config", "--html"], capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "-m", "hasrd.configdoc", "--html"], capture_output=True, text=True,
                          cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "--markdown" in bad.stderr
 

@@ -23,6 +23,7 @@ from workerclient import WorkerClient
 
 from hasrd import config
 from hasrd.languages import join_sentences
+from hasrd.options import Fake, Options
 from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker.engine import NullEmitter
@@ -73,7 +74,7 @@ def test_scripted_draft_with_real_faster_whisper_replaces_exactly_the_truncated_
     pcm, bounds = audio
     drafts = script_for(bounds)
     e = scripted()
-    r = to_json(e.transcribe(pcm, "Chinese", {"fake": {"script": "".join(drafts)}}, NullEmitter(), lambda: False))
+    r = to_json(e.transcribe(pcm, "Chinese", Options(fake=Fake(script="".join(drafts))), NullEmitter(), lambda: False))
     assert r["engine"] == "hybrid-asr-v2c" and r["language"] == "Chinese"
     check(r, drafts)
     for s, b in zip(r["per_sentence"], bounds, strict=True):  # windows end at the chunk where the pause was reached
@@ -82,7 +83,7 @@ def test_scripted_draft_with_real_faster_whisper_replaces_exactly_the_truncated_
 
 def test_the_final_stage_in_a_thread_gives_the_sequential_result(audio: Any) -> None:
     pcm, bounds = audio
-    opts = {"fake": {"script": "".join(script_for(bounds))}}
+    opts = Options(fake=Fake(script="".join(script_for(bounds))))
     results = [to_json(scripted(mode).transcribe(pcm, "Chinese", opts, NullEmitter(), lambda: False))
                for mode in ("thread", "after")]
     for key in ("per_sentence", "sent_windows", "final", "fw_calls", "draft"):
@@ -107,9 +108,9 @@ def test_the_hybrid_engine_drives_a_stand_in_r2t2_with_real_faster_whisper(
     monkeypatch.syspath_prepend(str(STAND_IN / "real"))
     s = config.load(env={"HASR_R2T2_MODEL": str(weights)})
     e = HybridEngine(s, model_dir(), "cpu", "int8", cuda=lambda: (True, "stand-in"), env={})
-    ident = e.load(lambda s: None)
+    ident = e.load(lambda s: None).identity
     assert ident["models"]["draft"]["path"] == str(weights) and ident["models"]["final"]["path"] == model_dir()
-    r = to_json(e.transcribe(pcm, "zh", {}, NullEmitter(), lambda: False))
+    r = to_json(e.transcribe(pcm, "zh", Options(), NullEmitter(), lambda: False))
     check(r, ["你好世界。", "一二三四五。", "天地玄黄宇宙"])
     assert [s["truncated_by"] for s in r["per_sentence"]] == [None, "bar", "no_end_mark"]
 
@@ -149,7 +150,8 @@ def test_a_language_r2t2_does_not_know_runs_faster_whisper_alone_with_a_note(
                      cuda=lambda: (True, "stand-in"), env={})
     e.load(lambda s: None)
     calls = e.draft.generate_calls
-    r = to_json(e.transcribe(pcm[: 3 * SR], "Swahili", {}, NullEmitter(), lambda: False))  # Whisper knows it, R2T2 not
+    # Whisper knows it, R2T2 not
+    r = to_json(e.transcribe(pcm[: 3 * SR], "Swahili", Options(), NullEmitter(), lambda: False))
     assert e.draft.generate_calls == calls  # the draft was never asked
     assert r["engine"] == "whisper" and r["language"] == "Swahili" and "R2T2 does not know Swahili" in r["note"]
     assert r["fw_calls"] >= 1

@@ -14,6 +14,7 @@ from speech import STAND_IN, with_path
 from workerclient import WorkerClient
 
 from hasrd import config
+from hasrd.options import Options
 from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker.engine import EngineError, NullEmitter
@@ -85,7 +86,7 @@ def test_the_unrelated_pypi_r2t2_package_is_told_apart(monkeypatch: pytest.Monke
 
 def test_r2t2_is_loaded_with_the_seed_parameters_verbatim(stand_in: None, weights: Path) -> None:
     eng = engine(weights)
-    ident = eng.load(lambda s: None)
+    ident = eng.load(lambda s: None).identity
     cls = import_r2t2()
     assert cls.loads[-1] == {"model": str(weights), "gpu_memory_utilization": 0.35, "max_model_len": 4096,
                              "max_new_tokens": 4}
@@ -109,7 +110,7 @@ def test_the_draft_alone_cuts_truncated_sentences_at_the_pipe_and_keeps_stdout_c
     eng = engine(weights)
     eng.load(lambda s: None)
     pcm = np.zeros(int(2.6 * 16000), np.float32)
-    r = to_json(eng.transcribe(pcm, "zh", {}, NullEmitter(), lambda: False))  # "zh" must reach R2T2 as "Chinese"
+    r = to_json(eng.transcribe(pcm, "zh", Options(), NullEmitter(), lambda: False))  # "zh" must reach R2T2 as "Chinese"
     assert r["engine"] == "r2t2" and r["language"] == "Chinese" and r["fw_calls"] == 0
     assert [(w["text"], w["truncated_by"]) for w in r["sent_windows"]] == [("你好世界。", None), ("今天", "bar")]
     assert [(s["text"], s["engine"]) for s in r["per_sentence"]] == [("你好世界。", "draft"), ("今天", "draft")]
@@ -132,7 +133,7 @@ def test_no_language_lets_r2t2_detect_it(stand_in: None, weights: Path) -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(r2t2.R2T2ASRModel, "init_streaming_state", spy)
-        r = to_json(eng.transcribe(np.zeros(int(2.6 * 16000), np.float32), "", {}, NullEmitter(), lambda: False))
+        r = to_json(eng.transcribe(np.zeros(int(2.6 * 16000), np.float32), "", Options(), NullEmitter(), lambda: False))
     assert seen == [None]  # auto-detection, not the seed's fixed "Chinese"
     assert r["language"] == "Chinese" and r["language_detected"] is True  # what R2T2 said it heard
     assert r["final"] == "你好世界。今天"
@@ -144,14 +145,14 @@ def test_a_language_r2t2_does_not_know_is_refused_by_the_draft_alone_with_the_wa
     eng.load(lambda s: None)
     for lang, says in (("Swahili", "R2T2 does not know Swahili"), ("Klingon", "unknown language")):
         with pytest.raises(EngineError) as e:
-            eng.transcribe(np.zeros(16000, np.float32), lang, {}, NullEmitter(), lambda: False)
+            eng.transcribe(np.zeros(16000, np.float32), lang, Options(), NullEmitter(), lambda: False)
         assert e.value.code == "invalid_audio" and says in e.value.message
 
 
 def test_the_load_warms_r2t2_up_with_silent_chunks_and_a_finish_per_language(stand_in: None, weights: Path) -> None:
     eng = engine(weights)
     phases: list[str] = []
-    ident = eng.load(phases.append)
+    ident = eng.load(phases.append).identity
     assert any("warming up" in ph for ph in phases) and ident["warm_up_s"] >= 0
     # 3 decoded chunks + the finish's decode, for Chinese and for English
     assert eng.draft.generate_calls == 8 and ident["bar_signal"] == "generation"

@@ -13,6 +13,7 @@ import pytest
 
 from hasrd import config
 from hasrd import protocol as p
+from hasrd.options import Options
 from hasrd.transcript import TimedSentence, Transcript, Word, to_json
 from hasrd.worker.engines.fake import FakeEngine
 from hasrd.worker.engines.hybrid import HybridEngine
@@ -55,9 +56,9 @@ class Wire:
     def draft(self, text: str, segment: int = 0) -> None:
         self.frames.append(p.encode(p.Draft(id=1, text=text, segment=segment)))
 
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
         self.frames.append(p.encode(p.Sentence(id=1, index=index, text=text, engine=engine, start_s=start_s,
-                                               end_s=end_s)))
+                                               end_s=end_s, segment=segment)))
 
 
 def whisper_engine(stub: StubWhisper, monkeypatch: pytest.MonkeyPatch) -> WhisperEngine:
@@ -135,7 +136,7 @@ def test_hybrid_windows_get_the_seed_call_and_never_the_prompt() -> None:
                      env={})
     e.script, e.fw = "今天天气很好。我们去公园散步|吧。最后一句", stub  # no load(): scripted draft + stub fw
     wire = Wire()
-    r = crossed(e.transcribe(np.zeros(3 * SR, np.float32), "Chinese", {"prompt": "会议纪要", "word_timestamps": True},
+    r = crossed(e.transcribe(np.zeros(3 * SR, np.float32), "Chinese", Options(prompt="会议纪要", word_timestamps=True),
                              wire, lambda: False))
     assert r["fw_calls"] == 2 and [s["engine"] for s in r["per_sentence"]] == ["draft", "fw", "fw"]
     assert [{k: v for k, v in c.items() if k != "max_new_tokens"} for c in stub.calls] == [
@@ -145,7 +146,7 @@ def test_hybrid_windows_get_the_seed_call_and_never_the_prompt() -> None:
 
 
 def test_the_fake_engine_result_is_plain() -> None:
-    r = crossed(FakeEngine(env={}).transcribe(np.zeros(SR, np.float32), "zh", {}, Wire(), lambda: False))
+    r = crossed(FakeEngine(env={}).transcribe(np.zeros(SR, np.float32), "zh", Options(), Wire(), lambda: False))
     assert all_plain(r) and r["engine"] == "fake" and r["per_sentence"]
 
 

@@ -22,7 +22,8 @@ from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker.engine import NullEmitter
 from hasrd.worker.engines.fwterms import whisper_code
-from hasrd.worker.engines.whisper import WhisperEngine, token_cap
+from hasrd.worker.engines.whisper import WhisperEngine
+from hasrd.worker.textrules import token_cap
 from hasrd.languages import resolve
 
 EN = [k for k, (lang, _) in CLIPS.items() if lang == "en"]

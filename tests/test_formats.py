@@ -6,7 +6,6 @@ import html
 import io
 import json
 from datetime import timedelta
-from typing import Any
 
 import pytest
 import srt
@@ -163,22 +162,21 @@ def test_empty_sentences_are_dropped_and_ids_stay_dense() -> None:
     ],
 )
 def test_each_format_has_an_extension_and_a_content_type(fmt: str, ext: str, ctype: str) -> None:
-    assert formats.extension(fmt) == ext
-    assert formats.content_type(fmt) == ctype
+    assert formats.check(fmt).extension == ext
+    assert formats.check(fmt).content_type == ctype
 
 
 def test_format_names_ignore_case_and_blanks() -> None:
-    assert formats.check(" SRT ") == "srt"
-    assert formats.render(RESULT, "Text") == formats.render(RESULT, "text")
+    assert formats.check(" SRT ") is formats.Format.SRT
+    assert formats.render(RESULT, formats.check("Text")) == formats.render(RESULT, formats.Format.TEXT)
 
 
-@pytest.mark.parametrize("call", [formats.render, formats.content_type, formats.extension])
 @pytest.mark.parametrize("bad", ["txt", "mp3", "", "verbose-json"])
-def test_unknown_format_is_a_400_naming_the_valid_ones(call: Any, bad: str) -> None:
+def test_unknown_format_is_a_400_naming_the_valid_ones(bad: str) -> None:
     with pytest.raises(UnknownFormat) as err:
-        call(RESULT, bad) if call is formats.render else call(bad)
+        formats.check(bad, param="response_format")
     assert isinstance(err.value, BadRequest)
-    assert err.value.code == "unknown_format" and err.value.status == 400
+    assert err.value.code == "unknown_format" and err.value.status == 400 and err.value.param == "response_format"
     assert "json, text, srt, vtt, verbose_json" in err.value.message
 
 

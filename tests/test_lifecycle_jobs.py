@@ -23,7 +23,9 @@ from hasrd.options import Options
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
 from hasrd.runner import Runner
+from hasrd.runnerapi import RunnerHooks
 from hasrd.scheduler import Pool
+from hasrd.status import PoolStatus
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess
 from tests.conftest import run, wait_until
@@ -236,14 +238,14 @@ def make(knobs: dict[str, str] | None = None, **kw: Any) -> tuple[Pool, list[str
     live = dict(knobs or {})
     states: list[str] = []
 
-    def make_runner(spec: ModelSpec, device: str) -> Runner:
+    def make_runner(spec: ModelSpec, device: str, hooks: RunnerHooks) -> Runner:
         async def spawn(report: Any) -> WorkerProcess:
             return await WorkerProcess.spawn("fake", env=worker_env(os.environ, live))
-        return Runner(settings(**kw), spawn)
+        return Runner(settings(**kw), spawn, hooks)
 
-    def seen(snap: dict[str, Any]) -> None:
-        if not states or states[-1] != snap["state"]:
-            states.append(snap["state"])
+    def seen(snap: PoolStatus) -> None:
+        if not states or states[-1] != snap.state.value:
+            states.append(snap.state.value)
 
     return Pool(settings(**kw), make_runner, ModelSpec("fake", "fake", "", 300), max_workers=1,
                 inventory=lambda: [Device(CPU, 16000, 24000)], on_change=seen), states, live
@@ -308,11 +310,11 @@ def test_a_keep_alive_asked_for_during_a_ttl_unload_holds_the_next_worker() -> N
     async def main() -> None:
         sup, _, _ = make({"HASR_FAKE_IGNORE_SIGTERM": "1"}, idle_ttl_sec=0.2, stop_grace_sec=0.4)
         await sup.load()
-        first = sup.runner_of().runner.worker.pid  # type: ignore[union-attr]
+        first = list(sup.refs.values())[-1].runner.pid
         assert await asyncio.wait_for(_until(lambda: sup.state == State.STOPPING), 5)
         snap = await sup.load(FOREVER)  # arrives while the TTL's stop is under way (~0.8 s)
-        ref = sup.runner_of()
-        assert snap["ttl_sec"] is None and ref and ref.runner.worker and ref.runner.worker.pid != first
+        ref = list(sup.refs.values())[-1]  # the newest worker
+        assert snap.ttl_sec is None and ref.runner.pid not in (None, first)
         await asyncio.sleep(0.6)  # past the TTL: kept
         assert sup.state == State.READY and ref.keep_alive == FOREVER
         await sup.close()

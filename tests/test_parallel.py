@@ -30,13 +30,13 @@ def pool_of(parallel: int = 4, **kw: Any) -> Pool:
 
 
 def running(pool: Pool) -> int:
-    return sum(len(r.runner.jobs) for r in pool.refs.values())
+    return pool.snapshot().running
 
 
 def worker_pid(pool: Pool) -> int:
     (ref,) = pool.refs.values()
-    assert ref.runner.worker is not None
-    return ref.runner.worker.pid
+    assert ref.runner.pid is not None
+    return ref.runner.pid
 
 
 def test_a_short_file_sent_behind_a_long_one_is_answered_first_by_the_same_worker() -> None:

@@ -104,14 +104,15 @@ def test_the_inventory_honours_a_pinned_gpu_and_lists_the_cpu() -> None:
 def test_a_sized_fake_model_is_gpu_only_and_its_worker_holds_that_much() -> None:
     from types import SimpleNamespace
 
+    from hasrd.config import Settings
     from hasrd.modelspec import resolve
     from hasrd.runner import Runner
+    from hasrd.runnerapi import RunnerHooks
     from hasrd.spawn import make_runner_factory
 
     spec = resolve("fake:40000", SimpleNamespace(engine="fake", fw_model=""))
     assert spec.gpu_only and spec.need_mb > 40000 and spec.engine == "fake"
-    runner = make_runner_factory(SimpleNamespace(gpu="", worker_python="", need_vram_mb=0, vram_wait_sec=1.0),
-                                 lambda: True)(spec, "GPU-a")
+    runner = make_runner_factory(Settings(vram_wait_sec=1.0), lambda: True)(spec, "GPU-a", RunnerHooks())
     assert isinstance(runner, Runner) and runner.state.value == "stopped" and callable(runner.spawn)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from hasrd import policy
+from hasrd.poolstatus import status_text
+from hasrd.status import JobStatus, RunnerStatus, State
 
 
 def test_backoff_doubles_from_the_base_and_stops_at_the_cap() -> None:
@@ -34,33 +36,32 @@ def test_an_idle_daemon_exits_idle_exit_after_the_last_request_not_after_the_wor
 
 def test_ttl_counts_from_last_use_and_never_fires_while_busy_or_kept_alive() -> None:
     assert policy.unload_in(now=110, last_used=100, ttl=15, in_flight=0) == 5
-    assert policy.should_unload(now=115, last_used=100, ttl=15, in_flight=0)
-    assert not policy.should_unload(now=10_000, last_used=100, ttl=15, in_flight=1)
-    assert not policy.should_unload(now=10_000, last_used=100, ttl=None, in_flight=0)
-    assert policy.should_unload(now=100, last_used=100, ttl=0, in_flight=0)
+    assert policy.unload_in(now=115, last_used=100, ttl=15, in_flight=0) == 0  # due now
+    assert policy.unload_in(now=10_000, last_used=100, ttl=15, in_flight=1) is None
+    assert policy.unload_in(now=10_000, last_used=100, ttl=None, in_flight=0) is None
+    assert policy.unload_in(now=100, last_used=100, ttl=0, in_flight=0) == 0
 
 
 def test_health_follows_the_seed_semantics() -> None:
-    assert [policy.health_status(s) for s in ("stopped", "starting", "ready", "stopping", "backoff", "fatal")] == [
+    assert [policy.health_status(s, busy=False) for s in State] == [
         "idle", "loading", "ok", "idle", "idle", "error"]  # backoff: nothing loads until the next request
+    assert [policy.health_status(s, busy=True) for s in (State.READY, State.STOPPING)] == ["busy", "idle"]
 
 
 def test_status_lines_say_the_state_in_words() -> None:
-    assert policy.status_text({"state": "stopped"}) == "idle"
-    assert policy.status_text({"state": "starting", "phase": "loading models", "elapsed_s": 12.4}) == \
-        "loading models 12 s"
-    assert policy.status_text({"state": "ready", "job": {"name": "会议.wav", "progress": 0.4}}) == \
+    assert status_text(RunnerStatus(State.STOPPED)) == "idle"
+    assert status_text(RunnerStatus(State.STARTING, phase="loading models", elapsed_s=12.4)) == "loading models 12 s"
+    assert status_text(RunnerStatus(State.READY, jobs=(JobStatus("会议.wav", progress=0.4),))) == \
         "transcribing 会议.wav 40%"
-    live = {"name": "live session", "live": True, "done_s": 41.0, "total_s": 42.2, "progress": 0.0}
-    assert policy.status_text({"state": "ready", "job": live, "queue": 1}) == \
-        "live session (42 s of audio) (+1 queued)"
-    assert policy.status_text({"state": "starting", "phase": "loading fake models 0.4 s", "elapsed_s": 0.4}) == \
+    live = JobStatus("live session", live=True, done_s=41.0, total_s=42.2)
+    assert status_text(RunnerStatus(State.READY, jobs=(live,)), queue=1) == "live session (42 s of audio) (+1 queued)"
+    assert status_text(RunnerStatus(State.STARTING, phase="loading fake models 0.4 s", elapsed_s=0.4)) == \
         "loading fake models 0.4 s"
-    assert policy.status_text({"state": "ready", "job": {"name": "a.wav", "progress": 0.4}, "running": 3}) == \
+    a, b = JobStatus("a.wav", progress=0.4), JobStatus("b.wav")
+    assert status_text(RunnerStatus(State.READY, jobs=(a, b, b))) == \
         "transcribing a.wav 40% and 2 more"  # the worker holds two more jobs beside it
-    assert policy.status_text({"state": "stopping"}) == "unloading"
-    assert policy.status_text({"state": "fatal", "error": "no GPU"}) == "error: no GPU"
-
+    assert status_text(RunnerStatus(State.STOPPING)) == "unloading"
+    assert status_text(RunnerStatus(State.FATAL, error="no GPU")) == "error: no GPU"
 
 
 def test_a_cancelled_job_is_waited_for_as_long_as_its_worker_takes_to_load_while_someone_waits() -> None:
@@ -71,3 +72,4 @@ def test_a_cancelled_job_is_waited_for_as_long_as_its_worker_takes_to_load_while
     assert policy.cancel_grace(60.0, 75.0, waiting=3) == 60.0  # vLLM compiles: up to the configured grace
     assert policy.cancel_grace(60.0, None, waiting=1) == 60.0  # not measured: no guess
     assert policy.cancel_grace(0.2, 1.0, waiting=1) == 0.2  # a shorter configured grace still holds
+    assert policy.cancel_grace(60.0, 1.2, waiting=1, others=1) == 60.0  # killing it would fail its other jobs

@@ -21,6 +21,7 @@ from hasrd.options import parse as parse_options
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
 from hasrd.runner import Runner
+from hasrd.runnerapi import RunnerHooks
 from hasrd.scheduler import Pool
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess
@@ -34,10 +35,10 @@ SLOW = {"fake": {"rtf": 1.0}}
 
 def make(max_workers: int = 2, knobs: Callable[[ModelSpec], dict[str, str]] = lambda spec: {},
          memory: tuple[int, int] = (16000, 24000), **kw: Any) -> Pool:
-    def make_runner(spec: ModelSpec, device: str) -> Runner:
+    def make_runner(spec: ModelSpec, device: str, hooks: RunnerHooks) -> Runner:
         async def spawn(report: Any) -> WorkerProcess:
             return await WorkerProcess.spawn("fake", env=worker_env(os.environ, knobs(spec)))
-        return Runner(settings(**kw), spawn)
+        return Runner(settings(**kw), spawn, hooks)
 
     return Pool(settings(**kw), make_runner, A, inventory=lambda: [Device(CPU, *memory)], max_workers=max_workers)
 
@@ -101,7 +102,7 @@ def test_with_one_worker_allowed_a_second_request_waits_its_turn_and_hears_its_p
         heard: list[JobEvent] = []
         second = asyncio.create_task(transcribe(pool, 0.2, on_event=heard.append))
         await until(lambda: len(pool.waiting) == 1)
-        assert pool.snapshot()["queue"] == 1
+        assert pool.snapshot().queue == 1
         r1, r2 = await asyncio.gather(first, second)
         assert [e.position for e in heard if isinstance(e, Queued)] == [1]
         assert r1.worker.pid == r2.worker.pid and len(pool.refs) == 1
@@ -115,14 +116,14 @@ def test_another_model_loads_beside_the_first_or_in_its_place_lru_with_one_worke
         ra = await transcribe(pool, 0.2, model=A)
         rb = await transcribe(pool, 0.2, model=B)
         assert ra.worker.pid != rb.worker.pid and len(pool.refs) == 2
-        assert sorted(w["model"] for w in pool.snapshot()["workers"]) == ["a", "b"]
+        assert sorted(w.model for w in pool.snapshot().workers) == ["a", "b"]
         await pool.close()
 
         pool = make(1)
         ra = await transcribe(pool, 0.2, model=A)
         rb = await transcribe(pool, 0.2, model=B)  # the idle worker of a is stopped to make room
         assert not pid_alive(ra.worker.pid)
-        assert [w["model"] for w in pool.snapshot()["workers"]] == ["b"]
+        assert [w.model for w in pool.snapshot().workers] == ["b"]
         rb2 = await transcribe(pool, 0.2, model=B)
         assert rb2.worker.pid == rb.worker.pid
         await pool.close()
@@ -194,7 +195,7 @@ def test_each_worker_keeps_its_own_ttl_and_the_pool_forgets_a_worker_the_ttl_sto
         results = await asyncio.gather(*jobs)
         await until(lambda: not pool.refs, timeout=30)
         assert all(not pid_alive(r.worker.pid) for r in results)
-        assert pool.state == State.STOPPED and pool.unload_in() is None
+        assert pool.state == State.STOPPED and pool.snapshot().expires_in_s is None
         await pool.close()
     run(main())
 
@@ -204,7 +205,7 @@ def test_the_status_line_summarises_every_worker() -> None:
         pool = make(2)
         jobs = [asyncio.create_task(transcribe(pool, 2.0, name=f"{n}.wav", options=SLOW)) for n in "xy"]
         await until(lambda: busy(pool) == 2)
-        text = pool.snapshot()["status_text"]
+        text = pool.snapshot().status_text
         assert text.startswith("2 workers: a transcribing") and "x.wav" in text and "y.wav" in text, text
         await asyncio.gather(*jobs)
         await pool.close()
@@ -225,11 +226,11 @@ def test_a_loaded_gpu_workers_memory_is_counted_once_so_the_lru_one_makes_room()
             used = base + sum(need[e.spec.name] for e in pool.refs.values() if e.runner.worker is not None)
             return [Device("GPU-x", total - used, total), Device(CPU, 16000, 24000)]
 
-        def make_runner(spec: ModelSpec, device: str) -> Runner:
+        def make_runner(spec: ModelSpec, device: str, hooks: RunnerHooks) -> Runner:
             async def spawn(report: Any) -> WorkerProcess:
                 assert device == "GPU-x"
                 return await WorkerProcess.spawn("fake", env=worker_env(os.environ, {}))
-            return Runner(settings(), spawn)
+            return Runner(settings(), spawn, hooks)
 
         specs = {n: ModelSpec(n, "fake", n, mb, gpu_only=True) for n, mb in need.items()}
         pool = Pool(settings(), make_runner, specs["m40a"], inventory=inventory, max_workers=3)
@@ -237,7 +238,7 @@ def test_a_loaded_gpu_workers_memory_is_counted_once_so_the_lru_one_makes_room()
         rb = await transcribe(pool, 0.2, model=specs["m40b"])
         await transcribe(pool, 0.2, model=specs["m40a"])  # m40b is now the least recently used
         rc = await transcribe(pool, 0.2, model=specs["m100"])
-        assert sorted(w["model"] for w in pool.snapshot()["workers"]) == ["m100", "m40a"]
+        assert sorted(w.model for w in pool.snapshot().workers) == ["m100", "m40a"]
         assert not pid_alive(rb.worker.pid) and pid_alive(ra.worker.pid)
         assert rc.worker.pid not in (ra.worker.pid, rb.worker.pid)
         with pytest.raises(errors.ModelUnavailable) as e:
@@ -258,16 +259,16 @@ def test_a_whisper_model_is_placed_on_a_gpu_by_what_it_takes_there_not_by_its_cp
     where: list[str] = []
 
     async def main() -> None:
-        def make_runner(spec: ModelSpec, device: str) -> Runner:
+        def make_runner(spec: ModelSpec, device: str, hooks: RunnerHooks) -> Runner:
             async def spawn(report: Any) -> WorkerProcess:
                 where.append(device)
                 return await WorkerProcess.spawn("fake", env=worker_env(os.environ, {}))
-            return Runner(settings(), spawn)
+            return Runner(settings(), spawn, hooks)
 
         pool = Pool(settings(), make_runner, big, inventory=lambda: [Device("GPU-x", 5000, 143771),
                                                                    Device(CPU, 2000, 24000)], max_workers=1)
         await transcribe(pool, 0.2, model=big)
         assert where == ["GPU-x"]
-        assert pool.snapshot()["workers"][0]["need_mb"] == gpu_need(2947)
+        assert pool.snapshot().workers[0].need_mb == gpu_need(2947)
         await pool.close()
     run(main())

@@ -17,8 +17,10 @@ from hasrd.lifecycle import FOREVER, State
 from hasrd.modelspec import ModelSpec
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
-from hasrd.poolstatus import JobStatus, RunnerStatus
+from hasrd.runner import Runner
+from hasrd.runnerapi import PoolRunner, RunnerHooks
 from hasrd.scheduler import Pool
+from hasrd.status import JobStatus, RunnerStatus
 from tests.conftest import run
 
 A = ModelSpec("a", "fake", "a", 300)
@@ -31,16 +33,16 @@ class FakeProcess:
 
 
 class FakeRunner:
-    """What the pool sees of a runner (hasrd.runner.Runner), without a process: loads take ``load_s``, jobs
-    take ``job_s``, several at once as the pool hands them; ``fail_loads`` loads fail first; ``gate`` (if set)
-    holds every job until it is set, ``gates[name]`` the job of that name."""
+    """A runner as the pool sees it (hasrd.runnerapi.PoolRunner, which hasrd.runner.Runner implements), without a
+    process: loads take ``load_s``, jobs take ``job_s``, several at once as the pool hands them; ``fail_loads``
+    loads fail first; ``gate`` (if set) holds every job until it is set, ``gates[name]`` the job of that name."""
 
     pids = iter(range(1000, 100000))
 
-    def __init__(self, spec: ModelSpec, device: str, *, load_s: float = 0.01, job_s: float = 0.01,
-                 fail_loads: int = 0, gate: asyncio.Event | None = None,
+    def __init__(self, spec: ModelSpec, device: str, hooks: RunnerHooks, *, load_s: float = 0.01,
+                 job_s: float = 0.01, fail_loads: int = 0, gate: asyncio.Event | None = None,
                  gates: dict[str, asyncio.Event] | None = None) -> None:
-        self.spec, self.device = spec, device
+        self.spec, self.device, self.hooks = spec, device, hooks
         self.load_s, self.job_s, self.fail_loads, self.gate = load_s, job_s, fail_loads, gate
         self.gates = gates or {}
         self.state = State.STOPPED
@@ -48,8 +50,6 @@ class FakeRunner:
         self.jobs: dict[int, JobStatus] = {}
         self.most = 0  # the most jobs it held at once
         self._ids = iter(range(1, 1000000))
-        self.on_change: Callable[[], None] | None = None
-        self.waiters: Callable[[], int] = lambda: 0
         self.spawns = self.stops = 0
         self.closing = False
         self.ran: list[str] = []
@@ -57,11 +57,14 @@ class FakeRunner:
 
     def _set(self, state: State) -> None:
         self.state = state
-        if self.on_change:
-            self.on_change()
+        self.hooks.on_change()
+
+    @property
+    def pid(self) -> int | None:
+        return self.worker.pid if self.worker else None
 
     def status(self) -> RunnerStatus:
-        return RunnerStatus(self.state, pid=self.worker.pid if self.worker else None, jobs=tuple(self.jobs.values()),
+        return RunnerStatus(self.state, pid=self.pid, jobs=tuple(self.jobs.values()),
                             error="no weights" if self.state == State.FATAL else None)
 
     async def _do_load(self) -> None:
@@ -116,7 +119,7 @@ class FakeRunner:
         return jid
 
     @contextlib.asynccontextmanager
-    async def live(self, **kw: Any) -> AsyncIterator[str]:
+    async def live(self, *, language: str = "", options: Any = None, on_event: Any = None) -> AsyncIterator[Any]:
         await self.ready()
         jid = self._hold(JobStatus("live session", live=True))
         self.ran.append("live")
@@ -149,19 +152,35 @@ class FakeRunner:
         await self.stop()
 
 
-def make(max_workers: int = 2, parallel: int = 1, **fake: Any) -> tuple[Pool, list[FakeRunner]]:
+def test_the_fake_runner_offers_what_the_pool_asks_of_a_runner_as_the_daemons_runner_does() -> None:
+    """hasrd.runnerapi.PoolRunner: the pool's rules are tested through the interface the daemon's runners have."""
+    async def spawn(report: Any) -> Any:
+        raise AssertionError("never started")
+
+    assert isinstance(FakeRunner(A, CPU, RunnerHooks()), PoolRunner)
+    assert isinstance(Runner(config.Settings(), spawn, RunnerHooks()), PoolRunner)
+
+
+def make(max_workers: int = 2, parallel: int = 1, ttl: float = 60.0, max_queue: int = 16, default_device: str = CPU,
+         **fake: Any) -> tuple[Pool, list[FakeRunner]]:
     """A pool of fake runners on a CPU-only machine; ``parallel``: HASR_WORKER_PARALLEL (1: one job per worker,
-    what the tests before issue 30 pin)."""
+    what the tests before issue 30 pin); ``ttl``: HASR_IDLE_TTL_SEC; ``max_queue``: HASR_MAX_QUEUE;
+    ``default_device``: where the default model's workers run."""
     made: list[FakeRunner] = []
 
-    def make_runner(spec: ModelSpec, device: str) -> Any:
-        r = FakeRunner(spec, device, **fake)
+    def make_runner(spec: ModelSpec, device: str, hooks: RunnerHooks) -> FakeRunner:
+        r = FakeRunner(spec, device, hooks, **fake)
         made.append(r)
         return r
 
-    settings = config.Settings(engine="fake", idle_ttl_sec=60.0, worker_parallel=parallel)
-    return Pool(settings, make_runner, A, inventory=lambda: [Device(CPU, 16000, 24000)],
-                max_workers=max_workers), made
+    settings = config.Settings(engine="fake", idle_ttl_sec=ttl, worker_parallel=parallel, max_queue=max_queue)
+    return Pool(settings, make_runner, A, inventory=lambda: [Device(CPU, 16000, 24000)], max_workers=max_workers,
+                default_device=default_device), made
+
+
+def jobs_running(pool: Pool) -> int:
+    """Jobs and live sessions running on the pool's workers now."""
+    return pool.snapshot().running
 
 
 def pcm() -> PcmBuffer:
@@ -196,20 +215,19 @@ def test_a_second_model_evicts_the_idle_lru_worker_with_one_worker_allowed_and_l
             await pool.transcribe(buf, model=B)
         a, b = made
         assert a.stops == 1 and a.state == State.STOPPED and b.state == State.READY
-        assert [r["model"] for r in pool.workers()] == ["b"]
+        assert [r.model for r in pool.snapshot().workers] == ["b"]
         await pool.close()
     run(main())
 
 
 def test_an_idle_worker_expires_after_its_ttl_but_not_while_a_request_for_its_model_is_admitted() -> None:
     async def main() -> None:
-        pool, made = make()
-        pool.s = config.Settings(engine="fake", idle_ttl_sec=0.1, worker_parallel=1)
+        pool, made = make(ttl=0.1)
         with pcm() as buf:
             await pool.transcribe(buf)
         lease = pool.admit(A)  # decoding its audio, say: the worker of its model is held
         await asyncio.sleep(0.3)
-        assert made[0].state == State.READY and pool.unload_in() is None
+        assert made[0].state == State.READY and pool.snapshot().expires_in_s is None
         lease.release()
         await until(lambda: not pool.refs)
         assert made[0].stops == 1 and pool.state == State.STOPPED
@@ -219,10 +237,9 @@ def test_an_idle_worker_expires_after_its_ttl_but_not_while_a_request_for_its_mo
 
 def test_a_keep_alive_forever_holds_an_idle_worker_past_the_ttl() -> None:
     async def main() -> None:
-        pool, made = make()
-        pool.s = config.Settings(engine="fake", idle_ttl_sec=0.05, worker_parallel=1)
+        pool, made = make(ttl=0.05)
         snap = await pool.load(FOREVER)
-        assert snap["ttl_sec"] is None
+        assert snap.ttl_sec is None
         await asyncio.sleep(0.3)
         assert made[0].state == State.READY and made[0].stops == 0
         await pool.close()
@@ -237,7 +254,7 @@ def test_a_fatal_model_fails_its_own_requests_at_once_and_an_explicit_load_clear
                 with pytest.raises(errors.Fatal):
                     await pool.transcribe(buf)
             assert len(made) == 1 and made[0].spawns == 1
-            assert pool.snapshot()["health"] == "error"
+            assert pool.snapshot().health == "error"
             await pool.load()
             assert (await pool.transcribe(buf, name="again")).final == "again" and made[0].spawns == 2
         await pool.close()
@@ -250,7 +267,7 @@ def test_unload_waits_for_the_running_job_and_the_queue_goes_on_with_a_new_worke
         pool, made = make(max_workers=1, gate=gate)
         with pcm() as buf:
             first = asyncio.create_task(pool.transcribe(buf, name="first"))
-            await until(lambda: pool.running == 1)
+            await until(lambda: jobs_running(pool) == 1)
             queued = asyncio.create_task(pool.transcribe(buf, name="queued"))
             await until(lambda: len(pool.waiting) == 1)
             unload = asyncio.create_task(pool.unload())
@@ -267,8 +284,7 @@ def test_unload_waits_for_the_running_job_and_the_queue_goes_on_with_a_new_worke
 def test_a_full_queue_refuses_at_admission_and_loses_nothing_admitted() -> None:
     async def main() -> None:
         gate = asyncio.Event()
-        pool, _ = make(max_workers=1, gate=gate)
-        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=1)
+        pool, _ = make(max_workers=1, max_queue=1, gate=gate)
         with pcm() as buf:
             tasks = [asyncio.create_task(pool.transcribe(buf, name=str(i))) for i in range(2)]
             await until(lambda: pool.in_flight == 2)
@@ -286,7 +302,7 @@ def test_a_live_session_goes_ahead_of_a_waiting_file_and_times_out_when_nothing_
         pool, made = make(max_workers=1, gate=gate)
         with pcm() as buf:
             running = asyncio.create_task(pool.transcribe(buf, name="long.wav"))
-            await until(lambda: pool.running == 1)
+            await until(lambda: jobs_running(pool) == 1)
             lease = pool.admit()
             with pytest.raises(errors.QueueFull) as e:
                 async with pool.live(lease=lease, max_wait=0.05):
@@ -316,7 +332,7 @@ def test_after_a_forced_exit_a_waiting_request_hears_shutting_down_and_no_worker
         pool, made = make(max_workers=1, gate=gate)
         with pcm() as buf:
             running = asyncio.create_task(pool.transcribe(buf, name="x", model=A))
-            await until(lambda: pool.running == 1)
+            await until(lambda: jobs_running(pool) == 1)
             waiting = asyncio.create_task(pool.transcribe(buf, name="y", model=B))
             await until(lambda: len(pool.waiting) == 1)
             pool.kill_now()
@@ -338,7 +354,7 @@ def test_while_a_model_is_withdrawn_its_requests_get_model_busy_and_its_worker_l
         pool, made = make(max_workers=1, gate=gate)
         with pcm() as buf:
             running = asyncio.create_task(pool.transcribe(buf, name="running", model=A))
-            await until(lambda: pool.running == 1)
+            await until(lambda: jobs_running(pool) == 1)
             early = pool.admit(A)  # decoding its audio when the delete begins
             queued = asyncio.create_task(pool.transcribe(buf, name="queued", model=A))
             await until(lambda: len(pool.waiting) == 1)
@@ -383,13 +399,13 @@ def test_with_one_worker_allowed_two_requests_for_one_model_share_it_while_it_ha
         pool, made = make(max_workers=1, parallel=2, gates=gates)
         with pcm() as buf:
             tasks = [asyncio.create_task(pool.transcribe(buf, name=n)) for n in "xy"]
-            await until(lambda: pool.running == 2)
+            await until(lambda: jobs_running(pool) == 2)
             assert len(made) == 1 and len(made[0].jobs) == 2 and not pool.waiting
-            row = pool.workers()[0]
-            assert row["running"] == 2 and [j["name"] for j in row["jobs"]] == ["x", "y"] and row["job"]["name"] == "x"
             snap = pool.snapshot()
-            assert snap["running"] == 2 and len(snap["jobs"]) == 2
-            assert snap["status_text"] == "transcribing x 0% and 1 more"
+            row = snap.workers[0]
+            assert row.running == 2 and [j.name for j in row.jobs] == ["x", "y"] and row.job and row.job.name == "x"
+            assert snap.running == 2 and len(snap.jobs) == 2
+            assert snap.status_text == "transcribing x 0% and 1 more"
             for g in gates.values():
                 g.set()
             assert [r.final for r in await asyncio.gather(*tasks)] == ["x", "y"]
@@ -404,11 +420,11 @@ def test_with_capacity_2_and_one_worker_a_third_request_waits_and_starts_once_on
         pool, made = make(max_workers=1, parallel=2, gates=gates)
         with pcm() as buf:
             tasks = [asyncio.create_task(pool.transcribe(buf, name=str(i))) for i in range(3)]
-            await until(lambda: pool.running == 2 and len(pool.waiting) == 1)
+            await until(lambda: jobs_running(pool) == 2 and len(pool.waiting) == 1)
             assert sorted(j.name for j in made[0].jobs.values()) == ["0", "1"]
             gates["0"].set()
             assert (await tasks[0]).final == "0"
-            await until(lambda: not pool.waiting and pool.running == 2)  # the third took the room it left
+            await until(lambda: not pool.waiting and jobs_running(pool) == 2)  # the third took the room it left
             assert sorted(j.name for j in made[0].jobs.values()) == ["1", "2"]
             gates["1"].set()
             gates["2"].set()
@@ -426,12 +442,12 @@ def test_a_second_request_gets_a_worker_of_its_own_and_a_third_joins_one_with_ro
         pool, made = make(max_workers=2, parallel=2, gates=gates)
         with pcm() as buf:
             tasks = [asyncio.create_task(pool.transcribe(buf, name="a"))]
-            await until(lambda: pool.running == 1)
+            await until(lambda: jobs_running(pool) == 1)
             tasks.append(asyncio.create_task(pool.transcribe(buf, name="b")))
-            await until(lambda: pool.running == 2)
+            await until(lambda: jobs_running(pool) == 2)
             assert len(made) == 2 and [len(m.jobs) for m in made] == [1, 1]
             tasks.append(asyncio.create_task(pool.transcribe(buf, name="c")))
-            await until(lambda: pool.running == 3)
+            await until(lambda: jobs_running(pool) == 3)
             assert len(made) == 2 and sorted(len(m.jobs) for m in made) == [1, 2] and not pool.waiting
             for g in gates.values():
                 g.set()
@@ -448,11 +464,11 @@ def test_eviction_never_stops_a_worker_that_holds_a_job_even_with_room_left() ->
         pool, made = make(max_workers=1, parallel=4, gates=gates)
         with pcm() as buf:
             a1 = asyncio.create_task(pool.transcribe(buf, name="a1", model=A))
-            await until(lambda: pool.running == 1)
+            await until(lambda: jobs_running(pool) == 1)
             b = asyncio.create_task(pool.transcribe(buf, name="b", model=B))
             await until(lambda: len(pool.waiting) == 1)
             a2 = asyncio.create_task(pool.transcribe(buf, name="a2", model=A))
-            await until(lambda: pool.running == 2)  # a's worker has room: a2 joins it, b still waits
+            await until(lambda: jobs_running(pool) == 2)  # a's worker has room: a2 joins it, b still waits
             await asyncio.sleep(0.05)
             assert made[0].stops == 0 and made[0].state == State.READY and len(made) == 1 and not b.done()
             gates["a1"].set()
@@ -470,7 +486,7 @@ def test_a_worker_being_unloaded_takes_no_new_job_though_it_has_room() -> None:
         pool, made = make(max_workers=1, parallel=4, gates=gates)
         with pcm() as buf:
             first = asyncio.create_task(pool.transcribe(buf, name="first"))
-            await until(lambda: pool.running == 1)
+            await until(lambda: jobs_running(pool) == 1)
             unload = asyncio.create_task(pool.unload())
             await asyncio.sleep(0.02)
             later = asyncio.create_task(pool.transcribe(buf, name="later"))
@@ -486,23 +502,24 @@ def test_a_worker_being_unloaded_takes_no_new_job_though_it_has_room() -> None:
 
 def test_the_admission_bound_is_the_queue_beyond_what_every_worker_may_hold() -> None:
     async def main() -> None:
-        pool, _ = make(max_workers=2, parallel=3)
-        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=3)
-        assert pool.capacity == 6
+        pool, _ = make(max_workers=2, parallel=3, max_queue=1)
+        assert pool.admission.capacity == 6
         leases = [pool.admit() for _ in range(7)]  # 2 workers x 3 jobs, and 1 waiting
         with pytest.raises(errors.QueueFull) as e:
             pool.admit()
         assert "7 transcriptions" in e.value.message and "6 may run at once" in e.value.message
         assert "HASR_MAX_QUEUE=1" in e.value.message
-        pool.s = config.Settings(engine="fake", max_queue=1, worker_parallel=0)  # by device: 4 on the CPU
-        assert pool.capacity == 8
-        leases.append(pool.admit())
+        by_device, _ = make(max_workers=2, parallel=0, max_queue=1)  # by device: 4 on the CPU
+        assert by_device.admission.capacity == 8
+        leases += [by_device.admit() for _ in range(9)]
+        with pytest.raises(errors.QueueFull):
+            by_device.admit()
         for lease in leases:
             lease.release()
-        on_gpu, _ = make(max_workers=1, parallel=0)
-        on_gpu.default_device = "GPU-a"  # the daemon's default model on a GPU (server.py passes it)
-        assert on_gpu.capacity == 32  # by device: 32 on a GPU
+        on_gpu, _ = make(max_workers=1, parallel=0, default_device="GPU-a")  # the daemon's default model on a GPU
+        assert on_gpu.admission.capacity == 32  # by device: 32 on a GPU
         await pool.close()
+        await by_device.close()
     run(main())
 
 
@@ -512,10 +529,11 @@ def test_a_live_session_joins_a_worker_running_a_file_when_it_has_room() -> None
         pool, made = make(max_workers=1, parallel=2, gates=gates)
         with pcm() as buf:
             running = asyncio.create_task(pool.transcribe(buf, name="long.wav"))
-            await until(lambda: pool.running == 1)
+            await until(lambda: jobs_running(pool) == 1)
             lease = pool.admit()
             async with pool.live(lease=lease, max_wait=0.05):
-                assert pool.running == 2 and pool.workers()[0]["job"]["live"] is True  # the session shows first
+                job = pool.snapshot().workers[0].job
+                assert jobs_running(pool) == 2 and job and job.live  # the session shows first
             lease.release()
             gates["long.wav"].set()
             await running

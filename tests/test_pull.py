@@ -473,15 +473,15 @@ def test_pull_and_rm_without_a_daemon_exit_3(short_tmp: str) -> None:
 
 
 def test_the_progress_is_a_bar_per_file_on_a_terminal_and_plain_lines_elsewhere(capsys: Any) -> None:
-    from hasrctl.pool import PullView
+    from hasrctl.pool import PullEvent, PullView
 
-    events = [{"status": "pulling manifest", "repo": REPO_ID, "revision": "a" * 40,
+    events = [PullEvent(**e) for e in [{"status": "pulling manifest", "repo": REPO_ID, "revision": "a" * 40,
                "files": [{"file": "config.json", "size": 10}, {"file": "model.bin", "size": 100 * MiB}],
                "total": 100 * MiB + 10},
               {"status": "downloading", "file": "config.json", "completed": 10, "total": 10},
               {"status": "downloading", "file": "model.bin", "completed": 40 * MiB, "total": 100 * MiB},
               {"status": "downloading", "file": "model.bin", "completed": 100 * MiB, "total": 100 * MiB},
-              {"status": "verifying sha256"}]
+              {"status": "verifying sha256"}]]
     tty = io.StringIO()
     view = PullView(tty, True)
     for ev in events:

@@ -22,7 +22,9 @@ from hasrd.options import parse as parse_options
 from hasrd.pcm import PcmBuffer
 from hasrd.placement import CPU, Device
 from hasrd.runner import Runner
+from hasrd.runnerapi import RunnerHooks
 from hasrd.scheduler import Pool
+from hasrd.status import PoolStatus
 from hasrd.workerenv import worker_env
 from hasrd.workerproc import WorkerProcess
 from tests.conftest import pid_alive, run
@@ -53,15 +55,20 @@ def make(knobs: dict[str, str] | None = None, **kw: Any) -> tuple[Pool, Knobs]:
     live = Knobs(knobs or {})
     live.runners = []
 
-    def make_runner(spec: ModelSpec, device: str) -> Runner:
+    def make_runner(spec: ModelSpec, device: str, hooks: RunnerHooks) -> Runner:
         async def spawn(report: Any) -> WorkerProcess:
             return await WorkerProcess.spawn("fake", env=worker_env(os.environ, live))
-        runner = Runner(settings(**kw), spawn)
+        runner = Runner(settings(**kw), spawn, hooks)
         live.runners.append(runner)
         return runner
 
     return Pool(settings(**kw), make_runner, FAKE, inventory=lambda: [Device(CPU, 16000, 24000)],
                 max_workers=1), live
+
+
+def jobs_running(pool: Pool) -> int:
+    """Jobs and live sessions running on the pool's workers now."""
+    return pool.snapshot().running
 
 
 def spawns(knobs: Knobs) -> int:
@@ -70,7 +77,7 @@ def spawns(knobs: Knobs) -> int:
 
 def process_of(pool: Pool) -> WorkerProcess | None:
     """The pool's (newest) worker process, if any."""
-    ref = pool.runner_of()
+    ref = list(pool.refs.values())[-1] if pool.refs else None
     return ref.runner.worker if ref else None
 
 
@@ -89,7 +96,7 @@ def test_concurrent_first_requests_cause_exactly_one_load() -> None:
         sup, knobs = make({"HASR_FAKE_LOAD_SEC": "0.5"})
         results = await asyncio.gather(*(transcribe(sup) for _ in range(5)))
         assert all(r.final for r in results)
-        assert spawns(knobs) == 1 and sum(r.loads for r in knobs.runners) == 1
+        assert spawns(knobs) == 1  # one worker started, and every request served by its one load
         await sup.close()
     run(main())
 
@@ -103,8 +110,8 @@ def test_a_failed_load_reaches_every_waiter_with_the_reason_and_the_next_request
         assert all("weights missing in /x" in str(o) for o in outcomes)
         assert spawns(knobs) == 1 and sup.state == State.BACKOFF
         snap = sup.snapshot()  # not "loading": nothing is loading until the next request retries
-        assert snap["health"] == "idle" and "weights missing" in snap["error"]
-        assert "the next request retries" in snap["status_text"]
+        assert snap.health == "idle" and snap.error and "weights missing" in snap.error
+        assert "the next request retries" in snap.status_text
         knobs.pop("HASR_FAKE_FAIL_LOAD")
         result = await transcribe(sup)
         assert result.final and spawns(knobs) == 2 and sup.state == State.READY
@@ -123,14 +130,14 @@ def test_consecutive_load_failures_reach_fatal_and_an_explicit_load_clears_it() 
             await transcribe(sup)
         assert sup.state == State.FATAL
         snap = sup.snapshot()
-        assert snap["health"] == "error" and "no kernel image" in snap["error"]
+        assert snap.health == "error" and snap.error and "no kernel image" in snap.error
         before = spawns(knobs)
         with pytest.raises(errors.Fatal) as exc:
             await transcribe(sup)
         assert "no kernel image" in exc.value.message and spawns(knobs) == before  # no new attempt
         knobs.pop("HASR_FAKE_FAIL_LOAD")
         snap = await sup.load()
-        assert snap["state"] == "ready" and knobs.runners[-1].failures == 0
+        assert snap.state == State.READY and knobs.runners[-1].failures == 0
         assert (await transcribe(sup)).final
         await sup.close()
     run(main())
@@ -173,7 +180,7 @@ def test_kill_9_of_the_worker_mid_request_gives_worker_crashed_and_the_next_requ
         pids = set()
         for _ in range(20):
             task = asyncio.create_task(transcribe(sup, 5.0, options={"fake": {"rtf": 1.0}}))
-            while sup.state != State.READY or not sup.running:
+            while sup.state != State.READY or not jobs_running(sup):
                 await asyncio.sleep(0.01)
             assert process_of(sup) is not None
             pid = process_of(sup).pid
@@ -281,14 +288,14 @@ def test_a_cancelled_request_frees_its_slot_and_the_worker_survives() -> None:
     async def main() -> None:
         sup, _ = make()
         task = asyncio.create_task(transcribe(sup, 10.0, options={"fake": {"rtf": 1.0}}))
-        while not sup.running:
+        while not jobs_running(sup):
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
         pid = process_of(sup).pid if process_of(sup) else 0
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert sup.running == 0 and sup.in_flight == 0
+        assert jobs_running(sup) == 0 and sup.in_flight == 0
         assert (await transcribe(sup, 0.2)).final and process_of(sup) and process_of(sup).pid == pid
         await sup.close()
     run(main())
@@ -298,7 +305,7 @@ def test_unload_waits_for_the_running_job() -> None:
     async def main() -> None:
         sup, _ = make()
         task = asyncio.create_task(transcribe(sup, 0.8, options={"fake": {"rtf": 1.0}}))
-        while not sup.running:
+        while not jobs_running(sup):
             await asyncio.sleep(0.01)
         await sup.unload()
         assert task.done() and (await task).final
@@ -308,16 +315,16 @@ def test_unload_waits_for_the_running_job() -> None:
 
 def test_state_changes_are_reported_with_a_status_line() -> None:
     async def main() -> None:
-        seen: list[dict[str, Any]] = []
+        seen: list[PoolStatus] = []
         sup, _ = make({"HASR_FAKE_LOAD_SEC": "0.3"})
         sup.on_change = seen.append
         await transcribe(sup, 0.5, name="会议.wav", options={"fake": {"rtf": 1.0}})
         await sup.unload()
-        states = [s["state"] for s in seen]
+        states = [s.state.value for s in seen]
         changes = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
         # the pool reports the admission (nothing loaded yet), then the worker's every state
         assert changes[:2] == ["stopped", "starting"] and "ready" in changes and changes[-1] == "stopped"
-        texts = [s["status_text"] for s in seen]
+        texts = [s.status_text for s in seen]
         assert any(t.startswith("loading fake models") for t in texts)
         assert any(t.startswith("transcribing 会议.wav") and t.endswith("%") for t in texts)
         assert "unloading" in texts
@@ -345,7 +352,8 @@ def test_the_worker_environment_is_scrubbed_of_systemd_variables() -> None:
         await w.handshake(10, 10)
         with open(f"/proc/{w.pid}/environ", "rb") as f:
             assert b"NOTIFY_SOCKET" not in f.read()
-        assert await w.ping()
+        with pcm(0.2) as buf:
+            assert (await w.transcribe(buf)).final  # it serves
         assert await w.stop() == 0
     run(main())
 
@@ -378,7 +386,7 @@ def test_a_client_leaving_mid_request_does_not_kill_a_healthy_worker_even_if_can
         assert process_of(sup) is not None
         pid = process_of(sup).pid
         task = asyncio.create_task(transcribe(sup, 10.0, options={"fake": {"rtf": 1.0}}))
-        while not sup.running:
+        while not jobs_running(sup):
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
         task.cancel()
@@ -437,17 +445,17 @@ def test_with_worker_parallel_2_one_worker_holds_two_jobs_and_its_death_fails_bo
         pid = process_of(sup).pid if process_of(sup) else 0
         jobs = [asyncio.create_task(transcribe(sup, 5.0, name=f"{n}.wav", options={"fake": {"rtf": 1.0}}))
                 for n in "ab"]
-        while sup.running < 2:
+        while jobs_running(sup) < 2:
             await asyncio.sleep(0.01)
         assert not sup.waiting and len(sup.refs) == 1
         st = knobs.runners[0].status()
         assert [j.name for j in st.jobs] == ["a.wav", "b.wav"] and st.job is not None and st.job.name == "a.wav"
-        row = sup.workers()[0]
-        assert row["running"] == 2 and [j["name"] for j in row["jobs"]] == ["a.wav", "b.wav"]
+        row = sup.snapshot().workers[0]
+        assert row.running == 2 and [j.name for j in row.jobs] == ["a.wav", "b.wav"]
         os.kill(pid, signal.SIGKILL)
         outcomes = await asyncio.gather(*jobs, return_exceptions=True)
         assert all(isinstance(o, errors.WorkerCrashed) and str(pid) in o.message for o in outcomes), outcomes
-        assert sup.running == 0 and not pid_alive(pid)
+        assert jobs_running(sup) == 0 and not pid_alive(pid)
         assert (await transcribe(sup, 0.2)).final and process_of(sup) and process_of(sup).pid != pid
         assert spawns(knobs) == 2
         await sup.close()
@@ -461,7 +469,7 @@ def test_a_job_ignoring_cancel_is_killed_and_the_queued_job_gets_a_new_worker() 
         assert process_of(sup) is not None
         pid = process_of(sup).pid
         hung = asyncio.create_task(transcribe(sup, 1.0, options={"fake": {"hang": True}}))
-        while not sup.running:
+        while not jobs_running(sup):
             await asyncio.sleep(0.01)
         queued = asyncio.create_task(transcribe(sup, 0.2))
         while not sup.waiting:
@@ -479,7 +487,7 @@ def test_unload_waits_for_the_running_job_only_and_the_queue_goes_on_with_a_new_
     async def main() -> None:
         sup, _ = make()
         first = asyncio.create_task(transcribe(sup, 0.8, options={"fake": {"rtf": 1.0}}))
-        while not sup.running:
+        while not jobs_running(sup):
             await asyncio.sleep(0.01)
         assert process_of(sup) is not None
         pid = process_of(sup).pid
@@ -529,7 +537,7 @@ def test_a_live_session_goes_ahead_of_waiting_files_and_they_hear_their_new_plac
             order.append(name)
 
         running = asyncio.create_task(file("a", 0.6))
-        while not sup.running:
+        while not jobs_running(sup):
             await asyncio.sleep(0.01)
         waiting = [asyncio.create_task(file("b", 0.2)), asyncio.create_task(file("c", 0.2))]
         while len(sup.waiting) < 2:
@@ -555,7 +563,7 @@ def test_a_live_session_waiting_past_its_max_wait_gets_queue_full_and_leaves_the
     async def main() -> None:
         sup, _ = make()
         running = asyncio.create_task(transcribe(sup, 3.0, name="long.wav", options={"fake": {"rtf": 1.0}}))
-        while not sup.running:
+        while not jobs_running(sup):
             await asyncio.sleep(0.01)
         lease = sup.admit()
         with pytest.raises(errors.QueueFull) as e:
@@ -563,9 +571,9 @@ def test_a_live_session_waiting_past_its_max_wait_gets_queue_full_and_leaves_the
                 raise AssertionError("the worker is busy: no session may start")
         lease.release()
         assert "long.wav" in e.value.message and "HASR_LIVE_QUEUE_SEC" in e.value.message
-        assert not sup.waiting and sup.running == 1  # it left the queue; the job runs on
+        assert not sup.waiting and jobs_running(sup) == 1  # it left the queue; the job runs on
         assert (await running).final is not None
-        assert sup.running == 0 and sup.in_flight == 0
+        assert jobs_running(sup) == 0 and sup.in_flight == 0
         await sup.close()
     run(main())
 

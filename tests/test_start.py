@@ -33,8 +33,8 @@ HEAVY = ("av", "numpy", "huggingface_hub", "requests", "faster_whisper", "ctrans
          "opencc", "onnxruntime", "tokenizers")
 GPU = ("faster_whisper", "ctranslate2", "torch", "vllm", "r2t2", "onnxruntime", "tokenizers")
 # hasr's own modules that only a transcription, the OpenAI or Realtime routes or a pull import.
-LAZY = ("hasrd.audio", "hasrd.jobs", "hasrd.formats", "hasrd.subtitles", "hasrd.openai_api", "hasrd.realtime",
-        "hasrd.realtime_events", "hasrd.languages", "hasrd.pull", "hasrd.download", "hasrd.worker")
+LAZY = ("hasrd.audio", "hasrd.resample", "hasrd.jobs", "hasrd.formats", "hasrd.subtitles", "hasrd.openai_api",
+        "hasrd.realtime", "hasrd.realtime_events", "hasrd.languages", "hasrd.pull", "hasrd.download", "hasrd.worker")
 
 
 @pytest.fixture

@@ -14,9 +14,11 @@ import pytest
 os.environ.setdefault("PYSTRAY_BACKEND", "dummy")  # importing pystray without DISPLAY raises otherwise
 
 from tray import icons, menu, output, settings  # noqa: E402
-from tray.app import choose_backend  # noqa: E402
+from hasrctl.traydeps import choose_backend  # noqa: E402
 from tray.client import DaemonDown, DaemonError  # noqa: E402
-from tray.jobs import DONE, FAILED, Jobs, event_detail  # noqa: E402
+from tray.jobs import DONE, FAILED, Jobs, JobView  # noqa: E402
+from hasrd.status import Health, PoolStatus, decode  # noqa: E402
+from hasrd.transcript import Transcript, from_json  # noqa: E402
 from tray.state import ASLEEP, BROKEN, DOWN, Link, from_health, is_quiet, listening, view  # noqa: E402
 from tray.watch import Watcher  # noqa: E402
 
@@ -24,10 +26,16 @@ RESULT = {"final": "今天天气很好。", "duration_s": 2.0, "language": "Chin
           "per_sentence": [{"text": "今天天气很好。", "engine": "draft", "start_s": 0.0, "end_s": 2.0}]}
 
 
-def snap(**kw: Any) -> dict[str, Any]:
+def snap(**kw: Any) -> PoolStatus:
+    """A snapshot of /api/events as the tray decodes it, with these fields."""
     base = {"state": "stopped", "health": "idle", "in_flight": 0, "queue": 0, "job": None, "error": None,
             "elapsed_s": 0.0, "status_text": "idle"}
-    return {**base, **kw}
+    return decode({**base, **kw}, PoolStatus)
+
+
+def health(**kw: Any) -> PoolStatus:
+    """What the tray makes of a /health answer with these fields."""
+    return from_health(decode(kw, Health))
 
 
 # --- icons ------------------------------------------------------------------------------------------------------
@@ -88,21 +96,21 @@ FAILED_SNAPSHOT = snap(state="backoff", health="idle", error="no weights in /now
                        failures=1)
 
 
-@pytest.mark.parametrize("info", [from_health(FAILED_HEALTH), FAILED_SNAPSHOT], ids=["health", "events"])
-def test_a_failed_load_is_red_with_its_reason_in_the_title_and_the_menu(info: dict[str, Any]) -> None:
+@pytest.mark.parametrize("info", [health(**FAILED_HEALTH), FAILED_SNAPSHOT], ids=["health", "events"])
+def test_a_failed_load_is_red_with_its_reason_in_the_title_and_the_menu(info: PoolStatus) -> None:
     v = view(info)
     assert v.icon == "error" and v.title == "hasr: loading failed: no weights in /nowhere (the next request retries)"
     items = menu.build(v)
     assert items[0].label == "Loading failed: no weights in /nowhere (the next request retries)"  # type: ignore
     assert menu.actions(items)[menu.UNLOAD].enabled  # an unload clears the failure
     assert is_quiet(info)  # nothing happens until the next request: the tray polls, the daemon may idle-exit
-    cleared = view(from_health({**FAILED_HEALTH, "error": None}))
+    cleared = view(health(**{**FAILED_HEALTH, "error": None}))
     assert (cleared.icon, cleared.title) == ("idle", "hasr: idle (model not loaded)")
 
 
 def test_an_unknown_health_is_shown_as_idle_not_a_crash() -> None:
-    assert view({"health": "weird"}).icon == "idle"
-    assert view({}).title == "hasr: idle (model not loaded)"
+    assert view(snap(health="weird")).icon == "idle"
+    assert view(PoolStatus()).title == "hasr: idle (model not loaded)"
 
 
 def test_quiet_means_no_worker_and_nothing_waiting() -> None:
@@ -111,9 +119,9 @@ def test_quiet_means_no_worker_and_nothing_waiting() -> None:
     assert not is_quiet(snap(state="ready", health="ok"))
     assert not is_quiet(snap(state="starting", health="loading"))
     assert not is_quiet(snap(queue=1))
-    assert is_quiet(from_health({"status": "idle", "busy": False, "queue": 0}))
-    assert not is_quiet(from_health({"status": "loading", "loading": True}))
-    assert from_health({"status": "ok", "busy": True, "model_loaded": True})["health"] == "busy"
+    assert is_quiet(health(status="idle", busy=False, queue=0))
+    assert not is_quiet(health(status="loading", loading=True))
+    assert health(status="ok", busy=True, model_loaded=True).health == "busy"
 
 
 # --- menu -------------------------------------------------------------------------------------------------------
@@ -154,7 +162,7 @@ def test_while_dictating_the_entry_stops_it_and_the_icon_listens() -> None:
                                        ("json", "会议 录音.json"), ("TEXT", "会议 录音.txt")])
 def test_transcript_goes_next_to_the_audio_with_the_format_extension(tmp_path: Path, fmt: str, name: str) -> None:
     src = tmp_path / "会议 录音.wav"
-    out = output.write_next_to(src, output.render(RESULT, fmt), fmt)
+    out = output.write_next_to(src, output.render(from_json(RESULT), fmt), fmt)
     assert out == tmp_path / name
     assert "今天天气很好" in out.read_text(encoding="utf-8")
 
@@ -181,8 +189,8 @@ def test_a_read_only_folder_falls_back_to_the_data_dir(tmp_path: Path, monkeypat
 
 
 def test_subtitle_formats_carry_timestamps() -> None:
-    assert "00:00:00,000 --> 00:00:02,000" in output.render(RESULT, "srt")
-    assert output.render(RESULT, "vtt").startswith("WEBVTT")
+    assert "00:00:00,000 --> 00:00:02,000" in output.render(from_json(RESULT), "srt")
+    assert output.render(from_json(RESULT), "vtt").startswith("WEBVTT")
     with pytest.raises(ValueError, match="txt, srt, vtt, json"):
         output.check_format("docx")
 
@@ -220,15 +228,15 @@ class ScriptedClient:
 
     path = "/nonexistent/hasrd.sock"
 
-    def __init__(self, healths: list[Any], streams: list[list[dict[str, Any]]]) -> None:
+    def __init__(self, healths: list[Any], streams: list[list[PoolStatus]]) -> None:
         self.healths, self.streams, self.connections = healths, streams, 0
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> Health:
         self.connections += 1
         h = self.healths.pop(0)
         if isinstance(h, Exception):
             raise h
-        return dict(h)
+        return decode(h, Health)
 
     def events(self) -> Stream:
         self.connections += 1
@@ -253,7 +261,7 @@ def published(client: ScriptedClient, steps: int, asleep: bool = False) -> list[
 def test_a_quiet_daemon_is_probed_not_streamed() -> None:
     c = ScriptedClient([{"status": "idle"}] * 3, [])
     seen = published(c, 3)
-    assert [s["health"] for s in seen] == ["idle"] * 3 and c.connections == 3  # three short /health probes
+    assert [s.health for s in seen] == ["idle"] * 3 and c.connections == 3  # three short /health probes
 
 
 def test_activity_opens_the_stream_until_the_daemon_is_quiet_again() -> None:
@@ -261,13 +269,13 @@ def test_activity_opens_the_stream_until_the_daemon_is_quiet_again() -> None:
               snap(state="stopped", health="idle"), snap(state="ready", health="ok")]
     c = ScriptedClient([{"status": "loading", "loading": True}], [stream])
     seen = published(c, 1)
-    assert [s["health"] for s in seen] == ["loading", "ok", "idle"]  # stopped reading at the quiet snapshot
+    assert [s.health for s in seen] == ["loading", "ok", "idle"]  # stopped reading at the quiet snapshot
 
 
 def test_no_daemon_is_shown_as_down_and_a_broken_answer_as_broken() -> None:
     c = ScriptedClient([DaemonDown("refused"), DaemonError("bad_answer", "not JSON"), {"status": "idle"}], [])
     seen = published(c, 3)
-    assert seen[0] == Link(DOWN, "refused") and seen[1] == Link(BROKEN, "not JSON") and seen[2]["health"] == "idle"
+    assert seen[0] == Link(DOWN, "refused") and seen[1] == Link(BROKEN, "not JSON") and seen[2].health == "idle"
 
 
 def test_a_stopped_socket_unit_is_down_with_the_command_that_brings_it_back() -> None:
@@ -298,11 +306,11 @@ def test_poke_cuts_the_wait_short() -> None:
 class TranscribingClient:
     path = "/nonexistent/hasrd.sock"
 
-    def transcribe(self, path: str, language: str, on_event: Any) -> dict[str, Any]:
-        on_event({"event": "progress", "done_s": 1.0, "total_s": 2.0})
+    def transcribe(self, path: str, language: str, view: JobView) -> Transcript:
+        view.progress(1.0, 2.0)
         if path.endswith(".txt"):
             raise DaemonError("undecodable", f"{path!r} could not be decoded")
-        return RESULT
+        return from_json(RESULT)
 
 
 def run_jobs(paths: list[str], fmt: str = "txt") -> tuple[Jobs, list[tuple[str, str, bool]]]:
@@ -361,9 +369,14 @@ def test_a_dropped_folder_is_walked_on_the_queues_thread_and_each_of_its_files_i
 
 
 def test_progress_events_become_a_fraction_and_words() -> None:
-    assert event_detail({"event": "progress", "done_s": 1, "total_s": 4}) == ("transcribing 25%", 0.25)
-    assert event_detail({"event": "loading", "elapsed_s": 3.4})[0] == "loading models 3 s"
-    assert event_detail({"event": "queued", "position": 2})[0] == "queued in the daemon (position 2)"
+    shown: list[tuple[str, float | None]] = []
+    view = JobView(lambda detail, frac: shown.append((detail, frac)))
+    view.progress(1, 4)
+    view.loading("", 3.4)
+    view.queued(2)
+    assert shown[0] == ("transcribing 25%", 0.25)
+    assert shown[1][0] == "loading models 3 s"
+    assert shown[2][0] == "queued in the daemon (position 2)"
 
 
 # --- packaging ----------------------------------------------------------------------------------------------------

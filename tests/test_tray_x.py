@@ -288,7 +288,7 @@ def test_one_failed_load_turns_the_icon_and_the_drop_window_red_with_the_reason(
         assert error_pixels(desktop, window) < 20
         with pytest.raises(DaemonError, match="no weights in /nowhere"):
             client.request("POST", "/api/load", {})
-        assert client.health()["status"] == "idle"  # hasrd calls it idle (the next request loads again) ...
+        assert client.health().status == "idle"  # hasrd calls it idle (the next request loads again) ...
         desktop.wait_state(icon, "error", "hasr: loading failed: no weights in /nowhere (the next request retries)",
                            timeout=5)  # ... the tray shows the failure at once
         xh.wait_for(lambda: error_pixels(desktop, window) > 150, 5, 0.1, "the drop window's status icon to turn red")

@@ -12,6 +12,7 @@ from msgspec import to_builtins
 import pytest
 
 from hasrd.worker import v2c
+from hasrd.options import Options
 from hasrd.transcript import to_json
 from hasrd.worker.engine import EngineError
 from hasrd.worker.engines.fake import FakeEngine
@@ -68,7 +69,7 @@ class Rec:
         self.events.append(("draft", text))
         self.segments.append(segment)
 
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
         self.events.append(("sentence", index, text, engine, start_s, end_s))
 
     def sentences(self) -> list[tuple[Any, ...]]:
@@ -275,7 +276,7 @@ def test_the_selection_rule_is_a_pure_symptom_gate() -> None:
     assert v2c.choose("没有句号", "") == ("没有句号", "fw")
     assert v2c.choose("Why?", "FW") == ("Why?", "draft")
     assert v2c.choose("a|b", None) == ("a", "draft")  # draft-only engine
-    assert all(v2c.is_truncated(t) for t in ("", "abc.", "a|b。"))  # "." is not in the seed's SENT_END
+    assert all(v2c.truncation(t) is not None for t in ("", "abc.", "a|b。"))  # "." is not in the seed's SENT_END
 
 
 def test_the_draft_model_gets_the_seed_parameters_and_160_ms_float32_chunks(capfd: pytest.CaptureFixture[str]) -> None:
@@ -326,7 +327,7 @@ def test_thread_inline_and_after_modes_return_the_same_result(seed: int) -> None
         out = v2c.run(SlowDraft(list(snaps), random.Random(seed + 2000), 0.002), pcm, "Chinese", fw, emit=rec,
                       mode=mode)
         r = to_json(v2c.result("hybrid-asr-v2c", "Chinese", "zh", out, len(pcm)))
-        assert len(on_main) == r["fw_calls"] == sum(v2c.is_truncated(w["text"]) for w in r["sent_windows"])
+        assert len(on_main) == r["fw_calls"] == sum(v2c.truncation(w["text"]) is not None for w in r["sent_windows"])
         assert all(m == (mode != "thread") for m in on_main)  # thread mode really ran fw beside the draft
         assert [e[1] for e in rec.sentences()] == list(range(len(r["per_sentence"])))  # emitted in order
         results.append((r["per_sentence"], r["sent_windows"], r["fw_calls"], r["final"], rec.sentences()))
@@ -405,7 +406,7 @@ def test_the_scripted_draft_closes_one_window_per_script_sentence() -> None:
 
 def test_the_fake_engine_runs_through_v2c_with_its_default_script() -> None:
     rec = Rec()
-    r = to_json(FakeEngine(env={}).transcribe(np.zeros(32000, np.float32), "Chinese", {}, rec, lambda: False))
+    r = to_json(FakeEngine(env={}).transcribe(np.zeros(32000, np.float32), "Chinese", Options(), rec, lambda: False))
     assert r["final"] == "今天天气很好。我们去公园散步" and r["fw_calls"] == 1
     assert r["draft"] == "今天天气很好。我们去公园散步|吧。"
     assert [(p["engine"], p["start_s"]) for p in r["per_sentence"]] == [("draft", 0.0),

@@ -15,6 +15,7 @@ import pytest
 from speech import STAND_IN
 
 from hasrd import config
+from hasrd.options import Options
 from hasrd.transcript import to_json
 from hasrd.worker import v2c
 from hasrd.worker.engines.r2t2 import R2T2Engine
@@ -132,5 +133,5 @@ def test_language_detected_is_false_when_r2t2_named_no_language(silent_r2t2: Pat
 
     eng = R2T2Engine(config.load(env={"HASR_R2T2_MODEL": str(silent_r2t2)}), cuda=lambda: (True, "stand-in"))
     eng.load(lambda s: None)
-    r = to_json(eng.transcribe(np.zeros(int(1.0 * 16000), np.float32), "", {}, NullEmitter(), lambda: False))
+    r = to_json(eng.transcribe(np.zeros(int(1.0 * 16000), np.float32), "", Options(), NullEmitter(), lambda: False))
     assert r["language"] == "" and r["language_detected"] is False and r["final"] == ""

@@ -61,7 +61,7 @@ class Rec:
     def draft(self, text: str, segment: int = 0) -> None:
         self.drafts.append(text)
 
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
         self.sentences.append((index, text, engine))
 
 

@@ -22,7 +22,9 @@ from hasrd.transcript import to_json
 from hasrd import protocol as p
 from hasrd.worker import language_id
 from hasrd.worker.engine import NullEmitter
-from hasrd.worker.engines.whisper import WhisperEngine, clean_text, collapse_loops, speech_clips
+from hasrd.worker.engines.whisper import WhisperEngine
+from hasrd.worker.textrules import clean_text, collapse_loops
+from hasrd.worker.vad import merge_clips, speech_spans
 
 _spec = importlib.util.spec_from_file_location("hasr_corpus", Path(__file__).parent.parent / "benchmarks" / "corpus.py")
 assert _spec is not None and _spec.loader is not None
@@ -81,7 +83,7 @@ def test_progress_starts_at_zero_and_moves_while_a_long_file_is_decoded(mandarin
     assert isinstance(res, p.Result)
     done = [e.done_s for e in events if isinstance(e, p.Progress)]
     assert done[0] == 0.0 and done[-1] == pytest.approx(len(mandarin) / SR, abs=0.01)
-    clips = speech_clips(mandarin)
+    clips = merge_clips(speech_spans(mandarin))
     assert len(clips) >= 2 and len(set(done)) >= len(clips) + 1  # 0, then one per 30 s clip as it is decoded
     assert done == sorted(done)
 
@@ -154,7 +156,7 @@ def test_progress_moves_through_silence_and_names_each_phase_before_the_first_wo
 def test_a_clip_just_under_27_s_with_a_long_prompt_stays_inside_the_model_context(mandarin: np.ndarray) -> None:
     """The token cap for short pieces plus whisper's prompt once passed 448 tokens: faster-whisper raised
     ValueError ("exceeds the max_length") for a 26.9 s piece, and the request failed."""
-    from hasrd.worker.engines.whisper import MAX_CAP, token_cap
+    from hasrd.worker.textrules import MAX_CAP, token_cap
 
     assert token_cap(26.9) == MAX_CAP and MAX_CAP + 224 + 8 <= 448
     e = WhisperEngine(config.load(env={"HASR_WHISPER_BATCH": "0"}), model_dir(), "cpu", "int8")

@@ -9,9 +9,11 @@ import subprocess
 import sys
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from hasrd import protocol as p
+from hasrd.options import Options
 
 
 class WorkerClient:
@@ -68,7 +70,7 @@ class WorkerClient:
         os.write(fd, np.ascontiguousarray(pcm, dtype="<f4").tobytes())
         try:
             self.send(p.Transcribe(id=req_id, pcm="fd", frames=len(pcm), language=language,
-                                   options=options or {}), fds=(fd,))
+                                   options=msgspec.convert(options or {}, Options)), fds=(fd,))
         finally:
             os.close(fd)
 

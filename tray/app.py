@@ -5,7 +5,8 @@ Threads: Tk owns the main thread; the pystray icon runs ``icon.run`` in a daemon
 ``tray.jobs.Jobs`` transcribes. Anything that touches Tk is posted through ``App.ui()``.
 
 Backend: PYSTRAY_BACKEND when set; else ``appindicator`` when ``gi`` and an AppIndicator typelib import,
-else ``xorg`` (no menu there: a left click opens the drop window, which carries the menu's actions).
+else ``xorg`` (no menu there: a left click opens the drop window, which carries the menu's actions):
+``hasrctl.traydeps.choose_backend``.
 """
 
 from __future__ import annotations
@@ -20,30 +21,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from hasrctl import traydeps
+
 log = logging.getLogger("hasr.tray")
-
-
-def choose_backend(env: Mapping[str, str] | None = None) -> str:
-    """The pystray backend to use (see the module docstring)."""
-    env = os.environ if env is None else env
-    if env.get("PYSTRAY_BACKEND"):
-        return env["PYSTRAY_BACKEND"]
-    try:
-        import gi
-
-        gi.require_version("Gtk", "3.0")
-        for name in ("AyatanaAppIndicator3", "AppIndicator3"):
-            try:
-                gi.require_version(name, "0.1")
-                return "appindicator"
-            except ValueError:
-                continue
-    except (ImportError, ValueError):
-        pass
-    return "xorg"
 
 
 class App:
@@ -322,11 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="hasr-tray %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pystray").setLevel(logging.CRITICAL)  # "Failed to dock icon" tracebacks while no tray
-    from tray import deps
-
-    lacking = deps.missing()
+    lacking = traydeps.missing()
     if lacking:
-        print(f"hasr-tray: {deps.message(lacking)}", file=sys.stderr)
+        print(f"hasr-tray: {traydeps.message(lacking)}", file=sys.stderr)
         return 2
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         print("hasr-tray: no display (DISPLAY is not set)", file=sys.stderr)
@@ -341,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if instance is None:
             return 0
-    os.environ["PYSTRAY_BACKEND"] = args.backend or choose_backend()
+    os.environ["PYSTRAY_BACKEND"] = args.backend or traydeps.choose_backend()
     from tray import settings as tray_settings
 
     s = tray_settings.load(socket=args.socket, format=args.format, language=args.language)

@@ -1,23 +1,27 @@
-"""A small synchronous HTTP/1.1 client for hasrd's Unix socket (standard library only).
+"""hasrd for the tray, through hasrctl's client (hasrctl.client: HTTP/1.1 over the Unix socket).
 
-``Client.events()`` follows ``GET /api/events`` (NDJSON snapshots) and can be closed from another thread;
-``Client.transcribe()`` runs ``POST /transcribe`` with ``Accept: application/x-ndjson`` so that progress
-arrives as it happens. Failures are ``DaemonDown`` (nothing listens: not running) or ``DaemonError``
-(the daemon answered with ``{"error": {"code", "message"}}`` or something unreadable).
+``Client.events()`` follows ``GET /api/events`` (NDJSON snapshots, decoded as the daemon's PoolStatus) and can be
+closed from another thread; ``Client.health()`` answers ``GET /health`` as its Health;
+``Client.transcribe()`` follows ``POST /transcribe`` as ``hasrctl transcribe`` does (hasrctl.transcribe.by_path),
+its progress shown by a View. Failures are ``DaemonDown`` (nothing listens: not running) or ``DaemonError``
+(the daemon answered with ``{"error": {"code", "message"}}``, something unreadable, or the connection broke).
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-Event = dict[str, Any]
+from hasrctl import client as cli
+from hasrctl.terminal import View
+from hasrd.status import Health, PoolStatus, decode
+from hasrd.transcript import Transcript
+
 log = logging.getLogger("hasr.tray.client")
 
 
@@ -33,53 +37,38 @@ class DaemonError(Exception):
         self.code, self.message = code, message
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float | None) -> None:
-        super().__init__("hasrd", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
-            sock.close()
-            raise DaemonDown(f"nothing listens on {self._path} ({e.strerror})") from None
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def _error_of(status: int, body: bytes) -> DaemonError:
+@contextlib.contextmanager
+def _tray_errors() -> Iterator[None]:
+    """hasrctl.client's errors as the tray's: a refused or missing socket is DaemonDown, the rest DaemonError."""
     try:
-        err = json.loads(body)["error"]
-        return DaemonError(str(err.get("code") or status), str(err.get("message") or err))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        text = body.decode("utf-8", "replace").strip()[:200]
-        return DaemonError(f"http_{status}", text or f"HTTP {status}")
+        yield
+    except cli.Unreachable as e:
+        if isinstance(e.__cause__, (FileNotFoundError, ConnectionRefusedError)):
+            raise DaemonDown(e.message) from None
+        raise DaemonError("unreachable", e.message) from None
+    except cli.DaemonError as e:
+        raise DaemonError(e.code, e.detail) from None
+    except cli.CliError as e:
+        raise DaemonError("connection_lost", e.message) from None
 
 
 class EventStream:
     """An open ``GET /api/events``: iterate for snapshots; ``close()`` from any thread ends it."""
 
-    def __init__(self, conn: _UnixConnection, resp: http.client.HTTPResponse) -> None:
-        self._conn, self._resp = conn, resp
+    def __init__(self, resp: cli.Response) -> None:
+        self._resp = resp
         self._closed = threading.Event()
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Iterator[PoolStatus]:
         try:
-            while not self._closed.is_set():
-                line = self._resp.readline()
-                if not line:
+            for line in self._resp.lines():
+                if self._closed.is_set():
                     return
-                line = line.strip()
-                if line:
-                    yield json.loads(line)
-        except Exception:  # closing from another thread surfaces as assorted errors inside http.client
+                if line.strip():
+                    yield decode(json.loads(line), PoolStatus)
+        except cli.CliError as e:  # the connection broke, or was closed from another thread
             if not self._closed.is_set():
-                raise
+                raise OSError(e.message) from None
         finally:
             self.close()
 
@@ -87,11 +76,9 @@ class EventStream:
         if self._closed.is_set():
             return
         self._closed.set()
-        sock = self._conn.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self._conn.close()
+        with contextlib.suppress(OSError):
+            self._resp.sock.shutdown(socket.SHUT_RDWR)
+        self._resp.close()
 
 
 class Client:
@@ -99,84 +86,34 @@ class Client:
 
     def __init__(self, path: str, timeout: float = 10.0) -> None:
         self.path, self.timeout = path, timeout
-
-    def _open(self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
-              timeout: float | None = None) -> tuple[_UnixConnection, http.client.HTTPResponse]:
-        conn = _UnixConnection(self.path, self.timeout if timeout is None else timeout)
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        hdrs = {"Content-Type": "application/json"} if data is not None else {}
-        hdrs.update(headers or {})
-        try:
-            conn.request(method, url, body=data, headers=hdrs)
-            return conn, conn.getresponse()
-        except BaseException:
-            conn.close()
-            raise
+        self._client = cli.Client(path, connect_timeout=timeout)
 
     def request(self, method: str, url: str, body: Any = None) -> Any:
         """One JSON request; the decoded answer or DaemonError."""
-        conn, resp = self._open(method, url, body)
-        try:
-            raw = resp.read()
-        finally:
-            conn.close()
-        if resp.status >= 400:
-            raise _error_of(resp.status, raw)
-        try:
-            return json.loads(raw) if raw else {}
-        except ValueError:
-            raise DaemonError("bad_answer", f"{url} answered something that is not JSON") from None
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        with _tray_errors():
+            return self._client.request(method, url, data, headers, self.timeout).json()
 
-    def health(self) -> dict[str, Any]:
-        return dict(self.request("GET", "/health"))
+    def health(self) -> Health:
+        return decode(self.request("GET", "/health"), Health)
 
     def unload(self) -> dict[str, Any]:
         return dict(self.request("POST", "/api/unload"))
 
     def events(self) -> EventStream:
         """Open the snapshot stream (no read timeout: snapshots come only on changes)."""
-        conn, resp = self._open("GET", "/api/events", timeout=self.timeout)
-        if resp.status >= 400:
-            raw = resp.read()
-            conn.close()
-            raise _error_of(resp.status, raw)
-        if conn.sock is not None:
-            conn.sock.settimeout(None)
-        return EventStream(conn, resp)
+        with _tray_errors():
+            resp = self._client.request("GET", "/api/events", timeout=self.timeout)
+        resp.sock.settimeout(None)
+        return EventStream(resp)
 
-    def transcribe(self, path: str, language: str = "", on_event: Callable[[Event], None] | None = None,
-                   cancel: threading.Event | None = None) -> dict[str, Any]:
-        """Transcribe the file at absolute ``path``; ``on_event`` sees queued/loading/progress events."""
-        body: dict[str, Any] = {"audio_path": path}
-        if language:
-            body["language"] = language
-        conn, resp = self._open("POST", "/transcribe", body, {"Accept": "application/x-ndjson"})
-        try:
-            if conn.sock is not None:
-                conn.sock.settimeout(None)
-            if resp.status >= 400:
-                raise _error_of(resp.status, resp.read())
-            if "ndjson" not in (resp.getheader("Content-Type") or ""):
-                return dict(json.loads(resp.read()))  # a daemon that does not stream: the result itself
-            for line in resp:
-                if cancel is not None and cancel.is_set():
-                    raise DaemonError("cancelled", "cancelled by the user")
-                if not line.strip():
-                    continue
-                ev = json.loads(line)
-                kind = ev.get("event")
-                if kind == "done":
-                    return dict(ev.get("result") or {})
-                if kind == "error":
-                    err = ev.get("error") or {}
-                    raise DaemonError(str(err.get("code") or "error"), str(err.get("message") or err))
-                if on_event is not None:
-                    on_event(ev)
-            raise DaemonError("incomplete", "the daemon closed the connection before the result")
-        except (OSError, ValueError, http.client.HTTPException) as e:
-            raise DaemonError("connection_lost", f"lost the daemon mid-transcription: {e}") from e
-        finally:
-            conn.close()
+    def transcribe(self, path: str, language: str = "", view: View | None = None) -> Transcript:
+        """Transcribe the file at absolute ``path``; ``view`` sees its queued/loading/progress events."""
+        from hasrctl.transcribe import by_path
+
+        with _tray_errors():
+            return by_path(self._client, path, language or None, view or View())
 
 
 def start_daemon(socket_path: str, timeout: float = 30.0) -> None:
@@ -187,7 +124,6 @@ def start_daemon(socket_path: str, timeout: float = 30.0) -> None:
     DaemonDown with the reason when no daemon could be started.
     """
     from hasrctl import discovery
-    from hasrctl.client import CliError
     from hasrd import config
 
     try:
@@ -197,5 +133,5 @@ def start_daemon(socket_path: str, timeout: float = 30.0) -> None:
     try:
         discovery.find(socket_path, autostart=True, idle_exit=idle_exit, timeout=timeout,
                        say=lambda line: log.info("%s", line))
-    except CliError as e:
+    except cli.CliError as e:
         raise DaemonDown(e.message) from None

@@ -11,7 +11,10 @@ import logging
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hasrctl.transcribe import Event
 
 log = logging.getLogger("hasr.tray.dictation")
 
@@ -75,8 +78,8 @@ class Dictation:
         try:
             type_text = self.typist()
 
-            def on_sentence(ev: dict[str, Any]) -> None:
-                text = str(ev.get("text") or "").strip()
+            def on_sentence(ev: Event) -> None:
+                text = (ev.text or "").strip()
                 if text:
                     type_text(text + " ")
                     self.finals.append(text)

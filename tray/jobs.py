@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hasrctl.terminal import View
+from hasrd.transcript import Transcript
 from tray import output
 from tray.client import Client, DaemonDown, DaemonError, start_daemon
 
@@ -37,23 +39,29 @@ class Job:
     started: float = field(default_factory=time.monotonic)
 
 
-def event_detail(ev: dict[str, Any]) -> tuple[str, float | None]:
-    """A short line and a progress fraction (or None) for one /transcribe event."""
-    kind = ev.get("event")
-    if kind == "queued":
-        return f"queued in the daemon (position {ev.get('position', '?')})", None
-    if kind == "loading":
-        try:
-            return f"loading models {float(ev.get('elapsed_s') or 0):.0f} s", None
-        except (TypeError, ValueError):
-            return "loading models", None
-    if kind == "progress":
-        try:
-            frac = max(0.0, min(1.0, float(ev["done_s"]) / float(ev["total_s"])))
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            return "transcribing", None
-        return f"transcribing {int(frac * 100)}%", frac
-    return "transcribing", None
+class JobView(View):
+    """A job's progress as a short line and a fraction (or None) of its row, from the /transcribe events."""
+
+    def __init__(self, show: Callable[[str, float | None], None]) -> None:
+        self.show = show
+
+    def queued(self, position: int) -> None:
+        self.show(f"queued in the daemon (position {position})", None)
+
+    def loading(self, phase: str, elapsed: float | None) -> None:
+        self.show(f"loading models {elapsed or 0:.0f} s", None)
+
+    def progress(self, done: float, total: float, phase: str = "decoding") -> None:
+        if not total:
+            return self.show("transcribing", None)
+        frac = max(0.0, min(1.0, done / total))
+        self.show(f"transcribing {int(frac * 100)}%", frac)
+
+    def draft(self, text: str, segment: int | None = None) -> None:
+        self.show("transcribing", None)
+
+    def sentence(self, index: int, text: str) -> None:
+        self.show("transcribing", None)
 
 
 class Jobs:
@@ -95,19 +103,19 @@ class Jobs:
             setattr(job, k, v)
         self.on_change(job)
 
-    def _transcribe(self, job: Job, language: str) -> dict[str, Any]:
-        def on_event(ev: dict[str, Any]) -> None:
-            detail, frac = event_detail(ev)
+    def _transcribe(self, job: Job, language: str) -> Transcript:
+        def show(detail: str, frac: float | None) -> None:
             self._update(job, detail=detail, progress=frac if frac is not None else job.progress)
 
+        view = JobView(show)
         try:
-            return self.client.transcribe(str(job.path), language, on_event)
+            return self.client.transcribe(str(job.path), language, view)
         except DaemonDown:
             if not self.autostart:
                 raise
         self._update(job, detail="starting the daemon")
         start_daemon(self.client.path)  # returns once it answers (DaemonDown with the reason otherwise)
-        return self.client.transcribe(str(job.path), language, on_event)
+        return self.client.transcribe(str(job.path), language, view)
 
     def _fail(self, job: Job, message: str) -> None:
         self._update(job, state=FAILED, detail=message)
@@ -142,11 +150,9 @@ class Jobs:
             return self._fail(job, e.message.replace(repr(str(job.path)), "the file"))
         except output.OutputError as e:
             return self._fail(job, str(e))
-        except ValueError as e:  # a result this tray cannot read (transcript.from_json: another hasrd version)
-            return self._fail(job, str(e))
         self.last_output = out
         self._update(job, state=DONE, progress=1.0, output=out, detail=f"→ {out.name}")
-        text = str(result.get("final") or "").strip()
+        text = result.final.strip()
         preview = text if len(text) <= 120 else text[:119] + "…"
         self.notify(f"hasr transcribed {job.path.name}", f"Saved to {out}" + (f"\n{preview}" if preview else ""))
 

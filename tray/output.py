@@ -8,18 +8,14 @@ other. When the audio's folder is not writable, the transcript goes to ``$XDG_DA
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from hasrctl.output import create_new, kept_dir
 from hasrd import formats
+from hasrd.formats import Format
+from hasrd.transcript import Transcript
 
-# tray format -> (hasrd.formats name, file extension). "json" is the full verbose_json document.
-FORMATS: dict[str, tuple[str, str]] = {
-    "txt": ("text", "txt"),
-    "srt": ("srt", "srt"),
-    "vtt": ("vtt", "vtt"),
-    "json": ("verbose_json", "json"),
-}
+# tray format -> hasrd's format (its extension the tray format's name). "json" is the full verbose_json document.
+FORMATS = {"txt": Format.TEXT, "srt": Format.SRT, "vtt": Format.VTT, "json": Format.VERBOSE_JSON}
 MAX_TRIES = 1000
 
 
@@ -37,19 +33,15 @@ def check_format(fmt: str) -> str:
     return name
 
 
-def render(result: dict[str, Any], fmt: str) -> str:
-    """The result object (docs/API.md, as the daemon sent it) rendered as tray format ``fmt``: a .txt holds one
-    sentence a line."""
-    from hasrd.transcript import from_json
-
-    name = FORMATS[check_format(fmt)][0]
-    doc = from_json(result)
-    return formats.lines(doc) if name == "text" else formats.render(doc, name)
+def render(result: Transcript, fmt: str) -> str:
+    """The result rendered as tray format ``fmt``: a .txt holds one sentence a line."""
+    name = FORMATS[check_format(fmt)]
+    return formats.lines(result) if name == Format.TEXT else formats.render(result, name)
 
 
 def candidates(src: Path, fmt: str, folder: Path | None = None) -> list[Path]:
     """Output names in order of preference: ``stem.ext``, ``stem-1.ext``, ``stem-2.ext``, ..."""
-    ext = FORMATS[check_format(fmt)][1]
+    ext = FORMATS[check_format(fmt)].extension
     where = folder if folder is not None else src.parent
     stem = src.stem if src.suffix else src.name
     return [where / f"{stem}.{ext}"] + [where / f"{stem}-{i}.{ext}" for i in range(1, MAX_TRIES)]

@@ -1,14 +1,14 @@
 """Pure mapping from what the tray knows about the daemon to an icon, a title and a status line.
 
-Input is either a snapshot of ``GET /api/events`` (docs/API.md) or a ``Link`` saying why there is none.
-Nothing here touches a socket or a display, so it is unit-tested with plain dicts.
+Input is either a snapshot of ``GET /api/events`` (docs/API.md; the daemon's :class:`~hasrd.status.PoolStatus`) or a
+``Link`` saying why there is none. Nothing here touches a socket or a display, so it is unit-tested with plain values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from hasrd.status import Health, PoolStatus, State
 
 HEALTHS = ("idle", "loading", "ok", "busy", "error")
 
@@ -37,67 +37,26 @@ class View:
     model_loaded: bool = False
 
 
-def _num(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def error_text(err: Any) -> str:
-    """A human sentence from an error given as a string or ``{"code", "message"}``."""
-    if isinstance(err, Mapping):
-        return str(err.get("message") or err.get("code") or "unknown error")
-    return str(err or "")
-
-
-def job_text(job: Mapping[str, Any]) -> str:
-    """``transcribing 会议.wav 40%`` (the percentage only when progress is known)."""
-    name = str(job.get("name") or "audio")
-    if job.get("live"):
-        return f"live session ({_num(job.get('total_s')) or 0.0:.0f} s of audio)"
-    progress = _num(job.get("progress"))
-    if progress is None:
-        done, total = _num(job.get("done_s")), _num(job.get("total_s"))
-        if done is not None and total:
-            progress = done / total
-    if progress is None:
-        return f"transcribing {name}"
-    return f"transcribing {name} {int(max(0.0, min(1.0, progress)) * 100)}%"
-
-
-def describe(snap: Mapping[str, Any]) -> str:
+def describe(snap: PoolStatus, health: str) -> str:
     """The state in words, built from the snapshot's fields (falling back to its ``status_text``)."""
-    health = str(snap.get("health") or "")
-    queue = int(_num(snap.get("queue")) or 0)
-    waiting = f" (+{queue} queued)" if queue > 0 else ""
+    waiting = f" (+{snap.queue} queued)" if snap.queue > 0 else ""
     if health == "busy":
-        job = snap.get("job")
-        if isinstance(job, Mapping):
-            return job_text(job) + waiting
-        return (str(snap.get("status_text") or "transcribing")) + waiting
-    if snap.get("state") == "backoff":
-        msg = error_text(snap.get("error")) or "no reason given"
-        return f"loading failed: {msg} (the next request retries)" + waiting
+        return (snap.job.text() if snap.job else snap.status_text or "transcribing") + waiting
+    if snap.state == State.BACKOFF:
+        return f"loading failed: {snap.error or 'no reason given'} (the next request retries)" + waiting
     if health == "loading":
-        elapsed = _num(snap.get("elapsed_s"))
-        if elapsed is not None:
-            return f"loading models {elapsed:.0f} s" + waiting
-        return str(snap.get("status_text") or "loading models") + waiting
+        return (f"loading models {snap.elapsed_s:.0f} s" if snap.elapsed_s else snap.status_text or "loading models"
+                ) + waiting
     if health == "ok":
         return "ready (model loaded)" + waiting
     if health == "idle":
         return "idle (model not loaded)" + waiting
-    if health == "error" and snap.get("state") == "fatal":
-        msg = error_text(snap.get("error")) or "no reason given"
-        return f"loading failed repeatedly: {msg} (`hasrctl load` retries)"
-    if health == "error":
-        msg = error_text(snap.get("error"))
-        return f"error: {msg}" if msg else "error"
-    return str(snap.get("status_text") or health or "unknown")
+    if snap.state == State.FATAL:
+        return f"loading failed repeatedly: {snap.error or 'no reason given'} (`hasrctl load` retries)"
+    return f"error: {snap.error}" if snap.error else "error"
 
 
-def view(info: Mapping[str, Any] | Link) -> View:
+def view(info: PoolStatus | Link) -> View:
     """The icon, title and status line for a snapshot, or for a Link when there is none."""
     if isinstance(info, Link):
         if info.kind == ASLEEP:
@@ -111,13 +70,11 @@ def view(info: Mapping[str, Any] | Link) -> View:
             return View("offline", f"hasr: daemon not running ({why})", f"Daemon not running ({info.hint})",
                         "offline")
         return View("offline", "hasr: daemon not running", "Daemon not running", "offline")
-    health = str(info.get("health") or "")
-    if health not in HEALTHS:
-        health = "error" if info.get("error") else "idle"
-    if info.get("state") == "backoff":  # the daemon calls it idle (the next request loads); the user sees why
+    health = info.health if info.health in HEALTHS else "error" if info.error else "idle"
+    if info.state == State.BACKOFF:  # the daemon calls it idle (the next request loads); the user sees why
         health = "error"
-    words = describe({**info, "health": health})
-    loaded = health in ("ok", "busy") or str(info.get("state") or "") in ("ready", "starting", "stopping")
+    words = describe(info, health)
+    loaded = health in ("ok", "busy") or info.state in (State.READY, State.STARTING, State.STOPPING)
     return View(health, f"hasr: {words}", words[:1].upper() + words[1:], health, loaded)
 
 
@@ -127,42 +84,29 @@ def listening(v: View) -> View:
                 f"Listening (dictating) — {v.line[:1].lower() + v.line[1:]}", v.health, v.model_loaded)
 
 
-def from_health(h: Mapping[str, Any]) -> dict[str, Any]:
-    """A snapshot-shaped dict from ``GET /health`` (used while the tray polls instead of streaming)."""
-    status = str(h.get("status") or "idle")
-    health = "busy" if h.get("busy") and status == "ok" else status
-    if h.get("model_loaded"):
-        state = "ready"
-    elif h.get("loading"):
-        state = "starting"
-    elif status == "error":
-        state = "fatal"
-    elif h.get("error") or status == "loading":
+def from_health(h: Health) -> PoolStatus:
+    """A snapshot from ``GET /health`` (used while the tray polls instead of streaming)."""
+    health = "busy" if h.busy and h.status == "ok" else h.status
+    if h.model_loaded:
+        state = State.READY
+    elif h.loading:
+        state = State.STARTING
+    elif h.status == "error":
+        state = State.FATAL
+    elif h.error or h.status == "loading":
         # an error while idle is the last load's (hasrd reports one only in backoff and fatal); loading without
         # a load in progress is how older daemons said it: the next request retries
-        state = "backoff"
+        state = State.BACKOFF
     else:
-        state = "stopped"
-    try:
-        queue = int(h.get("queue") or 0)
-    except (TypeError, ValueError):
-        queue = 0
-    return {"state": state, "health": health, "queue": queue, "in_flight": 1 if h.get("busy") else 0,
-            "error": h.get("error"), "job": None, "status_text": status}
+        state = State.STOPPED
+    return PoolStatus(state=state, health=health, queue=h.queue, in_flight=1 if h.busy else 0, error=h.error,
+                      status_text=h.status)
 
 
-QUIET_STATES = ("stopped", "fatal", "backoff")
-
-
-def is_quiet(snap: Mapping[str, Any]) -> bool:
+def is_quiet(snap: PoolStatus) -> bool:
     """True when nothing happens by itself: no worker loading or loaded, nothing queued or running.
 
     The daemon can idle-exit then (its idle clock counts stopped and fatal workers), so the tray stops
     streaming. ``backoff`` waits for the next request, so it is quiet too.
     """
-    if int(_num(snap.get("queue")) or 0) > 0 or int(_num(snap.get("in_flight")) or 0) > 0:
-        return False
-    state = str(snap.get("state") or "")
-    if state:
-        return state in QUIET_STATES
-    return str(snap.get("health") or "") in ("idle", "error")
+    return snap.queue <= 0 and snap.in_flight <= 0 and snap.state in (State.STOPPED, State.FATAL, State.BACKOFF)

@@ -21,19 +21,18 @@ The events-connection policy:
 
 from __future__ import annotations
 
-import http.client
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from hasrd import config
+from hasrd.status import PoolStatus
 from tray.client import Client, DaemonDown, DaemonError, EventStream
 from tray.state import ASLEEP, BROKEN, DOWN, Link, from_health, is_quiet
 
 UNIT_SOCKET, UNIT_SERVICE = "hasrd.socket", "hasrd.service"
-Publish = Callable[["Mapping[str, Any] | Link"], None]
+Publish = Callable[[PoolStatus | Link], None]
 
 
 class SystemdProbe:
@@ -106,7 +105,6 @@ class Watcher:
         self._poke = threading.Event()
         self._stream: EventStream | None = None
         self._thread: threading.Thread | None = None
-        self.streaming = False  # for tests and the debug log: is a stream held right now?
 
     def start(self) -> Watcher:
         self._thread = threading.Thread(target=self.run, name="hasr-watch", daemon=True)
@@ -131,7 +129,7 @@ class Watcher:
     def _follow(self) -> bool:
         """Hold the stream until it ends (False) or says the daemon is quiet (True)."""
         stream = self.client.events()
-        self._stream, self.streaming = stream, True
+        self._stream = stream
         try:
             for snap in stream:
                 if self._stop.is_set():
@@ -140,10 +138,10 @@ class Watcher:
                 if is_quiet(snap):
                     return True
             return False
-        except (OSError, ValueError, http.client.HTTPException):
+        except (OSError, ValueError):
             return False  # the daemon went away mid-stream (idle exit, restart): probe again at once
         finally:
-            self._stream, self.streaming = None, False
+            self._stream = None
             stream.close()
 
     def step(self) -> bool:
@@ -159,7 +157,7 @@ class Watcher:
             return self._follow()
         except DaemonDown as e:
             self.publish(Link(DOWN, str(e), self.hint()))
-        except (DaemonError, OSError, ValueError, http.client.HTTPException) as e:
+        except (DaemonError, OSError, ValueError) as e:
             self.publish(Link(BROKEN, str(e) or type(e).__name__))
         return True
 

@@ -1,11 +1,12 @@
 """The Ray actor of ``hasrctl batch``: the daemon's own engine, loaded once, one file per call.
 
 The worker's code is reused, not imitated: ``hasrd.worker.engines.create`` builds the engine the daemon's worker
-would build for the same model and settings; the file is decoded here, in the actor's process, by the
-daemon's decoder (``hasrd.audio``: PyAV to 16 kHz mono float32, the same limits); the text leaves through the
-worker's own boundary (``SocketEmitter`` and the request's ``Scripter``, with a channel that drops the
-events); the result gets the fields the daemon adds (``hasrd.formats.annotate``) and is rendered by the
-daemon's and the CLI's renderers. So a file gives the same text here as through ``hasrctl transcribe``.
+would build for the same model and settings, and ``hasrd.worker.engines.load`` loads it and gives it its decode
+loop as the worker's main does; the file is decoded here, in the actor's process, by the daemon's decoder
+(``hasrd.audio``: PyAV to 16 kHz mono float32, the same limits); the text leaves through the worker's own
+boundary, the request's ``Scripter`` (``ScriptEmitter``: no channel, nobody watches one file's events); the result
+gets the fields the daemon adds (``hasrd.formats.annotate``) and is rendered by the daemon's and the CLI's
+renderers. So a file gives the same text here as through ``hasrctl transcribe``.
 
 The actor never raises for a file: a file that cannot be read, decoded or transcribed becomes a ``failed``
 row with the code and message the daemon would have answered. A model that cannot load fails every file
@@ -18,27 +19,39 @@ import json
 import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from hasrd import __version__
+from hasrd.formats import Format
+from hasrd.options import Options
+from hasrd.subtitles import CueRules
 from hasrd.transcript import Transcript, to_json
 
-
-class _Dropped:
-    """A worker channel that drops the events: a batch has nobody watching one file's progress."""
-
-    def send(self, msg: Any) -> None:
-        pass
+if TYPE_CHECKING:
+    from hasrd.worker.engine import Engine
 
 
-def render_all(result: Transcript, formats: list[str], rules: Any) -> dict[str, str]:
+def render_all(result: Transcript, formats: list[Format], rules: CueRules) -> dict[str, str]:
     """Each format's text, as ``hasrctl transcribe -f FORMAT`` writes it (txt: one sentence a line)."""
     from hasrd.formats import lines, render
 
-    return {fmt: lines(result) if fmt == "text" else render(result, fmt, rules=rules) for fmt in formats}
+    return {fmt: lines(result) if fmt == Format.TEXT else render(result, fmt, rules=rules) for fmt in formats}
 
 
 JOB_VAR = "HASR_BATCH_JOB"
+
+
+class ActorJob(msgspec.Struct):
+    """What every actor of a run is given in HASR_BATCH_JOB (run.actor_env writes it)."""
+
+    engine: str
+    language: str
+    options: Options
+    formats: list[Format]
+    rules: CueRules
+    model: str
 
 
 class Transcriber:
@@ -50,26 +63,21 @@ class Transcriber:
     """
 
     def __init__(self) -> None:
-        from hasrd.subtitles import CueRules
         from hasrd.worker.engine import EngineError
-        from hasrd.worker.engines import create
+        from hasrd.worker.engines import create, load
         from hasrd.worker.serve import load_settings
 
-        job = json.loads(os.environ[JOB_VAR])
-        self.language, self.options, self.formats = str(job["language"]), dict(job["options"]), list(job["formats"])
-        self.rules = CueRules(**job["rules"])
-        self.model = str(job["model"])
-        engine = str(job["engine"])
+        self.job = msgspec.json.decode(os.environ[JOB_VAR], type=ActorJob)
         self.settings = load_settings()
         self.host = socket.gethostname()
         self.load_error: tuple[str, str] | None = None
-        self.engine: Any = None
-        self.engine_name = engine
+        self.engine: Engine | None = None
+        self.engine_name = self.job.engine
         t0 = time.monotonic()
         try:
-            self.engine = create(engine)
-            identity = self.engine.load(lambda phase: None)
-            self.engine_name = str(identity.get("engine") or getattr(self.engine, "name", engine))
+            loaded = create(self.job.engine)
+            load(loaded, lambda phase: None)
+            self.engine, self.engine_name = loaded, loaded.name  # "auto" made the engine it chose
         except EngineError as e:
             self.load_error = (e.code, f"the model could not load on {self.host}: {e.message}")
         except Exception as e:  # noqa: BLE001 - reported on every row, never a restart loop
@@ -86,7 +94,7 @@ class Transcriber:
         from hasrctl.batch.manifest import file_hash
 
         t0 = time.monotonic()
-        out: dict[str, Any] = {"path": path, "status": "failed", "error": None, "model": self.model,
+        out: dict[str, Any] = {"path": path, "status": "failed", "error": None, "model": self.job.model,
                                "engine": self.engine_name, "host": self.host, "pid": os.getpid(),
                                "hasr_version": __version__}
         try:
@@ -102,11 +110,12 @@ class Transcriber:
         except OSError as e:
             out["error"] = {"code": "read_error", "message": f"cannot read it on {self.host}: {e.strerror or e}"}
             return out
-        if self.load_error is not None:
-            out["error"] = {"code": self.load_error[0], "message": self.load_error[1]}
+        if self.engine is None:  # it did not load (load_error says why)
+            code, message = self.load_error or ("load_failed", "the model did not load")
+            out["error"] = {"code": code, "message": message}
             return out
         try:
-            result, decode_s = self._run(path)
+            result, decode_s = self._run(self.engine, path)
         except Exception as e:  # noqa: BLE001 - one bad file never ends the run
             out["error"] = _error_of(e)
             return out
@@ -115,23 +124,23 @@ class Transcriber:
                    timings={"decode_s": round(decode_s, 4),
                             "transcribe_s": round(float(result.timings.total_s or 0), 4),
                             "total_s": round(total_s, 4), "load_s": self.load_s},
-                   rendered=render_all(result, self.formats, self.rules), result=to_json(result))
+                   rendered=render_all(result, self.job.formats, self.job.rules), result=to_json(result))
         return out
 
-    def _run(self, path: str) -> tuple[Transcript, float]:
+    def _run(self, engine: Engine, path: str) -> tuple[Transcript, float]:
         from hasrd import audio, formats
-        from hasrd.worker.serve import SocketEmitter, scripter
+        from hasrd.worker.serve import ScriptEmitter, scripter
 
         t0 = time.monotonic()
         pcm, info = audio.decode_to_array(path, max_audio_sec=self.settings.max_audio_sec,
                                           name=os.path.basename(path))
         decode_s = time.monotonic() - t0
-        script = scripter(self.language, self.settings)
-        emit = SocketEmitter(_Dropped(), 0, script)
+        script = scripter(self.job.language, self.settings)
         t1 = time.monotonic()
-        result = script.result(self.engine.transcribe(pcm, self.language, dict(self.options), emit, lambda: False))
+        result = script.result(engine.transcribe(pcm, self.job.language, self.job.options, ScriptEmitter(script),
+                                                 lambda: False))
         result.timings.total_s = round(time.monotonic() - t1, 4)
-        formats.annotate(result, audio_path=path, language=self.language, info=info.to_json())
+        formats.annotate(result, audio_path=path, language=self.job.language, duration_s=info.duration_s)
         return result, decode_s
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -13,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+import msgspec
 
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
 from hasrctl.batch.store import detail, rerender, store
-from hasrctl.common import engine_options, model_argument, model_hint, parse_formats, say, settings
+from hasrctl.common import cue_rules, engine_options, model_argument, model_hint, parse_formats, say, settings
+from hasrd.formats import Format
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
 
@@ -45,20 +48,20 @@ def _language(language: str | None) -> str:
     return language
 
 
-def _rules(max_line_width: str | None, max_line_count: str | None, max_cue_sec: str | None) -> Any:
-    from hasrd import subtitles
-    from hasrd.errors import InvalidOption
+def _refused_row(path: str, status: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
+    """The row of an input refused here, never sent to an actor, as an actor would make it; its size and mtime
+    let a rerun skip it while it stays what it is."""
+    from hasrd import __version__
 
+    row: dict[str, Any] = {"path": path, "status": status, "error": {"code": code, "message": message},
+                           "model": model, "engine": engine, "host": socket.gethostname(), "pid": os.getpid(),
+                           "hasr_version": __version__}
     try:
-        return subtitles.rules_from({"max_line_width": max_line_width, "max_line_count": max_line_count,
-                                     "max_cue_sec": max_cue_sec}, subtitles.configured(settings()))
-    except InvalidOption as e:
-        raise UsageError(e.message) from None
-
-
-def _failed_row(path: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
-    return {"path": path, "status": "failed", "error": {"code": code, "message": message}, "model": model,
-            "engine": engine}
+        st = os.stat(path)
+        row.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
+    except OSError:
+        pass
+    return row
 
 
 def _skip(book: Any, paths: list[str], signature: dict[str, Any], model: str, engine: str) -> None:
@@ -66,40 +69,24 @@ def _skip(book: Any, paths: list[str], signature: dict[str, Any], model: str, en
     recorded unless the manifest has it already for the same bytes (a rerun with nothing to do writes nothing)."""
     from hasrctl.batch import manifest as mf
     from hasrctl.batch.inputs import not_media_message
-    from hasrd import __version__
 
     for path in paths:
         old = book.rows.get(path)
         if old is not None and old.get("status") == "skipped" and mf.same_bytes(old, path):
             continue
-        row: dict[str, Any] = {"path": path, "status": "skipped",
-                               "error": {"code": "not_audio", "message": not_media_message(path)},
-                               "model": model, "engine": engine, "options": signature, "outputs": [],
-                               "host": socket.gethostname(), "pid": os.getpid(), "hasr_version": __version__,
-                               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        try:
-            st = os.stat(path)
-            row.update(size=st.st_size, mtime_ns=st.st_mtime_ns, hash=mf.file_hash(path))
-        except OSError:
-            pass
+        row = _refused_row(path, "skipped", "not_audio", not_media_message(path), model, engine)
+        row.update(options=signature, outputs=[], finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        with contextlib.suppress(OSError):
+            row["hash"] = mf.file_hash(path)
         book.record(row)
 
 
 def _not_a_file_row(path: str, kind: str, model: str, engine: str) -> dict[str, Any]:
     """The row of an input that is not a regular file (a FIFO, a device, a socket), as the actor would make it
-    (inputs.refusal): made here, so that nothing opens it and no actor is sent it. Its size and mtime let a
-    rerun skip it while it stays what it is."""
+    (inputs.refusal): made here, so that nothing opens it and no actor is sent it."""
     from hasrctl.batch.inputs import refusal
-    from hasrd import __version__
 
-    row = _failed_row(path, "not_a_file", refusal(path, kind), model, engine)
-    row.update(host=socket.gethostname(), pid=os.getpid(), hasr_version=__version__)
-    try:
-        st = os.stat(path)
-        row.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
-    except OSError:
-        pass
-    return row
+    return _refused_row(path, "failed", "not_a_file", refusal(path, kind), model, engine)
 
 
 def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None,
@@ -180,8 +167,8 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     model = model_argument(model)
     lang = _language(language)
     spec, engine_name, model_env = _model(model, engine)
-    rules = _rules(max_line_width, max_line_count, max_cue_sec)
-    options = engine_options(prompt, word_timestamps, translate, model)
+    rules = cue_rules(max_line_width, max_line_count, max_cue_sec)
+    options = msgspec.to_builtins(engine_options(prompt, word_timestamps, translate, model))  # the manifest's JSON
     signature = json.loads(json.dumps({"model": spec.name, "engine": engine_name, "language": lang,
                                        "formats": formats, "options": options, "rules": dataclasses.asdict(rules)}))
     rn.import_ray()  # the extra is missing: say so before scanning a big tree
@@ -281,7 +268,7 @@ class Batch:
     names: dict[str, str]  # input -> output path under OUTDIR, without extension
     shown: dict[str, str]  # input -> its name in messages (under the mirrored directory)
     estimates: dict[str, float]
-    formats: list[str]
+    formats: list[Format]
     signature: dict[str, Any]  # what a rerun compares (manifest.up_to_date)
     out_root: str
     job: Any  # run.Job, less the sizes that need the cluster
@@ -295,8 +282,8 @@ class Batch:
     t0: float = field(default_factory=time.monotonic)
 
 
-def _shown_formats(formats: list[str]) -> list[str]:
-    return ["txt" if f == "text" else f for f in formats]
+def _shown_formats(formats: list[Format]) -> list[str]:
+    return ["txt" if f == Format.TEXT else f.value for f in formats]
 
 
 def _report(failed: list[tuple[str, str]], total: int) -> int:

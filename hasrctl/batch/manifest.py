@@ -1,21 +1,13 @@
-"""``OUTDIR/manifest.jsonl``: one row per input, never two, and nothing finished ever lost.
+"""``OUTDIR/manifest.jsonl``: one row per input, never two, and nothing finished ever lost (docs/BATCH.md, "The
+manifest": a row's fields, and what a full or unwritable OUTDIR does).
 
 A finished file's row is appended to ``OUTDIR/.hasr-batch.journal`` at once (flushed and fsynced), and the
 manifest itself is rewritten whole (a temporary file, fsync, rename) every few seconds and at the end, rows in
-path order. Loading merges the two, the journal's rows last, so a driver killed at any instant (Ctrl-C,
-kill -9, a power cut) leaves every finished file on record, and the manifest a reader sees is always a
-complete file with one row per input. A lock file keeps two runs from writing one OUTDIR.
-
-A full disk (ENOSPC, or the user's quota: EDQUOT) is :class:`DiskFull`, any other failed write (a read-only
-file system, no permission, an I/O error) :class:`Unwritable`, both :class:`OutdirError`s raised where met: a
-journal line that did not fit is cut off again (the row is not recorded), a rewrite that did not fit leaves no
-temporary file and the manifest as it was, and the journal keeps every row recorded since, for the next run.
-
-A row: path, hash (``sha256:...`` of the file's bytes), size, mtime_ns, status (``ok`` | ``failed`` |
-``skipped``), error (``{code, message}`` or null), language, duration_s, text, model, engine, options (what
-changes the output), outputs (paths under OUTDIR), result (the whole result's file under OUTDIR, from which a
-format asked later is rendered), timings (decode_s, transcribe_s, total_s), host, pid, finished_at,
-hasr_version.
+path order. Loading merges the two, the journal's rows last, so a driver killed at any instant leaves every
+finished file on record, and the manifest a reader sees is always a complete file. A lock file keeps two runs
+from writing one OUTDIR. A failed write is :class:`DiskFull` (ENOSPC, EDQUOT) or :class:`Unwritable`, raised
+where met: a journal line that did not fit is cut off again, a rewrite that did not fit leaves the manifest as
+it was and the journal holding every row since.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hasrctl.client import Unreachable, UsageError
+from hasrd.formats import Format
 
 RETRIES = 3
 CLIENT_TRIES = 4  # ray:// connections tried when the head's per-driver server fails to start
@@ -44,7 +45,7 @@ class Job:
     env: dict[str, str]
     language: str
     options: dict[str, Any]
-    formats: list[str]
+    formats: list[Format]
     rules: Any
     model: str
     workers: int

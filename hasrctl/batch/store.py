@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hasrctl.client import CliError
+from hasrd.formats import Format
 
 
 def detail(row: dict[str, Any]) -> str:
@@ -18,14 +19,13 @@ def detail(row: dict[str, Any]) -> str:
     return f"{err.get('message')} ({err.get('code')})"
 
 
-def store(book: Any, out_root: str, names: dict[str, str], formats: list[str], signature: dict[str, Any],
+def store(book: Any, out_root: str, names: dict[str, str], formats: list[Format], signature: dict[str, Any],
            row: dict[str, Any]) -> None:
     """A row's outputs (``rendered``) and its whole result (``result``, kept under RESULTS for the formats asked
     later) written atomically, then the row recorded; a write that fails fails the row (write_failed).
     manifest.DiskFull when OUTDIR has no room: nothing of this input is recorded."""
     from hasrctl import output
     from hasrctl.batch.manifest import RESULTS, DiskFull, is_full
-    from hasrd.formats import extension
 
     rendered = row.pop("rendered", None) or {}
     result = row.pop("result", None)
@@ -35,7 +35,7 @@ def store(book: Any, out_root: str, names: dict[str, str], formats: list[str], s
     try:
         for fmt in formats:
             if fmt in rendered:
-                rel = f"{names[row['path']]}.{extension(fmt)}"
+                rel = f"{names[row['path']]}.{fmt.extension}"
                 target = Path(out_root) / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 output.write(target, rendered[fmt], True, streams=False)
@@ -56,7 +56,7 @@ def store(book: Any, out_root: str, names: dict[str, str], formats: list[str], s
 
 
 def rerender(book: Any, results: dict[str, dict[str, Any]], out_root: str, names: dict[str, str],
-              shown: dict[str, str], formats: list[str], rules: Any,
+              shown: dict[str, str], formats: list[Format], rules: Any,
               signature: dict[str, Any]) -> list[tuple[str, str]]:
     """The inputs whose stored result serves the formats and subtitle rules asked now: rendered here, in this
     process, as the actors render (actor.render_all), without Ray and without transcribing; their failures."""

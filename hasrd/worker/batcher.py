@@ -1,24 +1,21 @@
-"""One decode loop per worker: every job's model steps in, batched model calls out (vLLM's engine core in small).
+"""One decode loop per worker: every job's model steps in, batched model calls out (vLLM's engine core in small;
+docs/ARCHITECTURE.md "One worker, many jobs" tells how it is built, what calls go through it and the lanes).
 
-Each job runs in its own thread (hasrd.worker.serve) and calls the model as if it were alone; the calls that
-matter (faster-whisper's encode / generate / align through :class:`hasrd.worker.ct2batch.BatchedWhisper`, the
-stand-in draft's chunks) go through :meth:`Batcher.run`, which queues the step and blocks its job's thread until
-the loop has run a batch holding it. Which steps run together is :func:`hasrd.worker.batchpolicy.next_batch`
-(live first, files round robin, only steps with the same key share a call).
+Each job runs in its own thread and calls the model as if it were alone; :meth:`Batcher.run` queues the step and
+blocks the job's thread until the loop has run a batch holding it (:func:`hasrd.worker.batchpolicy.next_batch`
+chooses which steps run together).
 
 - The job a step belongs to is the calling thread's :class:`JobTag` (:func:`bound`); a thread a job starts binds
   the same tag (:func:`current` before the start). A thread with no tag is a job of its own, not live.
 - A cancelled job's waiting steps leave before the next batch is chosen (it frees its share within one batch);
-  its thread gets ``EngineError("cancelled")``.
-- A failed batch of several steps is run again step by step, so one job's bad input fails that job alone.
+  its thread gets ``EngineError("cancelled")``. A failed batch of several steps is run again step by step, so one
+  job's bad input fails that job alone.
 - Bounded by construction: a job thread waits on one step at a time (the hybrid: one per thread it runs).
-- Lanes: on a GPU the loop runs up to ``lanes`` calls at once (CTranslate2 replicas sharing the weights, each its
-  own CUDA stream), one lane kept for live and short jobs: a batch of 16 files' windows may run for a second while
-  one window loops to the token limit, and a dictation must not wait for it (batchpolicy.may_start).
+- A step may run :meth:`Batcher.alone` (whisper's alignment; R2T2's streaming calls, which are also ``serial``:
+  vLLM's ``LLM`` takes one call at a time, so no two run at once in two lanes).
 - Phase: jobs call encode, detect, generate and align in turn, so two jobs one step apart would alternate for
-  ever and never share a call (measured: 0 shared batches of 20 for two files). Before choosing, the loop waits a
-  little (``linger``: a tenth of the last batch's time, at most 20 ms) for the jobs it just served to ask again;
-  once two jobs share a step they stay in step.
+  ever and never share a call (measured: 0 shared batches of 20 for two files). Hence ``linger``: once two jobs
+  share a step they stay in step.
 """
 
 from __future__ import annotations
@@ -31,11 +28,13 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from hasrd.errors import EngineError
-from hasrd.worker.batchpolicy import Wait, may_start, next_batch, urgent
+from hasrd.worker.batchpolicy import Allow, Wait, may_start, next_batch, urgent
 
+P = TypeVar("P")
+R = TypeVar("R")
 Execute = Callable[[list[Any]], list[Any]]
 """Runs one model call for several steps' payloads; returns one result per payload, in order."""
 
@@ -76,14 +75,15 @@ def bound(tag: JobTag | None) -> Iterator[None]:
 @dataclass(eq=False)
 class _Step:
     wait: Wait
-    payload: Any
+    payload: object
     execute: Execute
     tag: JobTag
+    serial: bool = False
     done: threading.Event = field(default_factory=threading.Event)
-    result: Any = None
+    result: object = None
     error: BaseException | None = None
 
-    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+    def finish(self, result: object = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
         self.done.set()
 
@@ -109,14 +109,19 @@ class Stats:
                 f"idle {self.idle_s:.2f} s, linger {self.linger_s:.2f} s; {per}")
 
 
+def _each(calls: list[Callable[[], R]]) -> list[R]:
+    return [call() for call in calls]
+
+
 def _cancelled() -> EngineError:
     return EngineError("cancelled", "the request was cancelled")
 
 
 class Batcher:
-    """The worker's decode loop (a daemon thread, started by the first step). With ``lanes`` > 1 it runs up to that
-    many model calls at once, each in a lane thread (the model must take concurrent calls: CTranslate2 with
-    ``inter_threads`` = lanes), and keeps one lane for live and short jobs (batchpolicy.may_start)."""
+    """The worker's decode loop (a daemon thread, started by the first step): calls of up to ``max_items`` items.
+    With ``lanes`` > 1 it runs up to that many model calls at once, each in a lane thread (the model must take
+    concurrent calls: CTranslate2 with ``inter_threads`` = lanes), and keeps one lane for live and short jobs
+    (batchpolicy.may_start)."""
 
     def __init__(self, max_items: int, *, lanes: int = 1, poll_s: float = 0.1, linger: float = 0.1,
                  linger_max_s: float = 0.02) -> None:
@@ -134,14 +139,15 @@ class Batcher:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def run(self, key: Hashable, items: int, payload: Any, execute: Execute) -> Any:
+    def run(self, key: Hashable, items: int, payload: P, execute: Callable[[list[P]], list[R]], *,
+            serial: bool = False) -> R:
         """One model step for the calling thread's job: wait until a batch ran it, return its result (or raise
         its error; ``EngineError("cancelled")`` once the job is cancelled before its step ran)."""
         tag = current() or JobTag(-threading.get_ident())
         if tag.cancelled():
             raise _cancelled()
         step = _Step(Wait(next(self._seq), tag.id, tag.live, key, max(1, items), self.stats.batches, tag.short),
-                     payload, execute, tag)
+                     payload, execute, tag, serial)
         with self._cv:
             self._waiting.append(step)
             if self._thread is None:
@@ -156,17 +162,28 @@ class Batcher:
                         step.finish(error=_cancelled())
         if step.error is not None:
             raise step.error
-        return step.result
+        return cast(R, step.result)
+
+    def alone(self, kind: str, items: int, call: Callable[[], R], *, serial: bool = False) -> R:
+        """``call()`` as a step that shares no call (a key of its own), ordered with every other step; ``serial``:
+        never while another serial call runs (see the module docstring)."""
+        return self.run((kind, next(self._seq)), items, call, _each, serial=serial)
 
     def waiting(self) -> int:
         with self._cv:
             return len(self._waiting)
 
-    def _allowed(self) -> str:
-        """What a lane may take now (under the lock): batchpolicy.may_start over the loop's counts."""
+    def _eligible(self) -> list[_Step]:
+        """The waiting steps that may run now (under the lock): a serial step waits while a serial call runs."""
+        busy = any(c[0].serial for c in self._in_flight)
+        return [s for s in self._waiting if not (busy and s.serial)]
+
+    def _allowed(self, steps: list[_Step]) -> Allow:
+        """What a lane may take of ``steps`` now (under the lock): batchpolicy.may_start over the loop's counts."""
+        if not steps:
+            return "none"
         return may_start(self.lanes, len(self._in_flight), sum(not urgent(c[0].wait) for c in self._in_flight),
-                         any(urgent(s.wait) for s in self._waiting),
-                         any(not urgent(s.wait) for s in self._waiting))
+                         any(urgent(s.wait) for s in steps), any(not urgent(s.wait) for s in steps))
 
     def _take(self) -> list[_Step]:
         """The next batch, chosen under the lock once a lane may take it; cancelled jobs' steps leave first."""
@@ -175,15 +192,16 @@ class Batcher:
                 for s in [s for s in self._waiting if s.tag.cancelled()]:
                     self._waiting.remove(s)
                     s.finish(error=_cancelled())
-                allowed = self._allowed() if self._waiting else "none"
+                allowed = self._allowed(self._eligible())
                 if allowed != "none":
                     if allowed != "urgent":  # a live or short step goes at once; files may wait for their peers
                         t0 = time.monotonic()
                         self._linger()  # releases the lock: what waits, and so what may go, can change
                         self.stats.linger_s += time.monotonic() - t0
-                        allowed = self._allowed() if self._waiting else "none"
+                    eligible = self._eligible()
+                    allowed = self._allowed(eligible)
                     chosen = [] if allowed == "none" else next_batch(
-                        [s.wait for s in self._waiting], self._served, self.max_items, self.stats.batches,
+                        [s.wait for s in eligible], self._served, self.max_items, self.stats.batches,
                         allow=allowed, mix=self.lanes <= 1)
                     if chosen:
                         break
@@ -217,8 +235,7 @@ class Batcher:
             self._cv.wait(left)
 
     def _loop(self) -> None:
-        pool: ThreadPoolExecutor | None = None
-        size = 0
+        lanes = ThreadPoolExecutor(self.lanes, thread_name_prefix="hasr-lane") if self.lanes > 1 else None
         while True:
             steps = self._take()
             items = sum(s.wait.items for s in steps)
@@ -228,14 +245,10 @@ class Batcher:
             st.largest = max(st.largest, items)
             if len({s.wait.job for s in steps}) > 1:
                 st.shared += 1
-            if self.lanes <= 1:
+            if lanes is None:
                 self._call(steps, items)
-                continue
-            if pool is None or size != self.lanes:  # sized by the lanes the model was loaded with
-                if pool is not None:
-                    pool.shutdown(wait=False)  # its running calls finish; new ones go to the new pool
-                pool, size = ThreadPoolExecutor(self.lanes, thread_name_prefix="hasr-lane"), self.lanes
-            pool.submit(self._call, steps, items)
+            else:
+                lanes.submit(self._call, steps, items)
 
     def _call(self, steps: list[_Step], items: int) -> None:
         """Run one batch (in the loop's thread, or a lane's), then free its lane and count it. No step is left
@@ -277,16 +290,3 @@ class Batcher:
         for s, r in answers:
             s.finish(result=r)
 
-
-_default: Batcher | None = None
-_default_lock = threading.Lock()
-
-
-def default() -> Batcher:
-    """The worker process's one decode loop: every engine's model steps share it (one model, one device, one
-    stream of batches). Its size is set by whoever loads the model (fwload.load_shared)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = Batcher(1)
-        return _default

@@ -1,28 +1,23 @@
-"""What a worker decodes next: the batching policy as one pure function over plain values (issue 30).
+"""What a worker decodes next: the batching policy as one pure function over plain values (issue 30; docs/
+ARCHITECTURE.md "One worker, many jobs" has the rules in short).
 
-A worker holds many jobs (files, requests, live sessions, the hybrid's faster-whisper windows); each job's
-thread asks for one model step at a time (encode these windows, generate from them, align them) and waits. The
-decode loop (:mod:`hasrd.worker.batcher`) asks :func:`next_batch` which of the waiting steps run together:
+A worker holds many jobs; each job's thread asks for one model step at a time and waits. The decode loop
+(:mod:`hasrd.worker.batcher`) asks :func:`next_batch` which of the waiting steps run together. Why the rules are
+so, measured on the H200:
 
-1. The lead: the oldest live step (a live session's latency matters most); else the oldest step of a short job
-   (at most one 30 s window of audio: a dictation, a clip from the OpenAI API; it costs a few steps and someone
-   waits for it: beside 16 long files on the H200 a 5 s file took 4.6-6.1 s without this); else a file step that
-   has waited ``patience`` batches or more (the job served longest ago first: a short file is never long behind a long
-   one); else a step of the key with the most items waiting, so that jobs fall into step and their calls are
-   large (16 files on the H200 shared 45 of 152 batches when the lead went round robin alone).
-2. Steps join the lead only when they can share one model call: the same ``key`` (the step's kind and every
-   decode option that cannot vary per item: beam size, task's temperature, length limits, prompt shape).
-   Language and prompt text vary per item and are not in the key.
-3. The batch fills live steps first (oldest first), then short jobs', then files in round-robin order, while its
-   items (30 s windows) stay within ``max_items``; a step that does not fit waits for the next batch; the lead
-   alone may exceed ``max_items`` (a job's own step is never split, only never joined).
-4. Lanes (:func:`may_start`): a worker may run several model calls at once (on a GPU, CTranslate2 replicas that
-   share the weights, each on its own CUDA stream). Long files' calls take at most all lanes but one, so a live
-   step or a short job's never waits for a long file's call to end (on the H200 a batch of file windows where one
-   window runs to the token limit takes over a second); live and short calls likewise leave files a lane while
-   files wait. With lanes, a batch led by a live or short step takes no long file's step (``mix=False``): the
-   files have lanes of their own, and 31 file windows beside one live window would make the live call as slow as
-   theirs.
+1. The lead: the oldest live step; else the oldest step of a short job (at most one 30 s window of audio: beside
+   16 long files a 5 s file took 4.6-6.1 s without this); else a file step that has waited ``patience`` batches
+   (the job served longest ago first); else a step of the key with the most items waiting, so that jobs fall into
+   step and their calls are large (16 files shared 45 of 152 batches when the lead went round robin alone).
+2. Steps join the lead only when they can share one model call: the same ``key``. Language and prompt text vary
+   per item and are not in the key.
+3. The batch fills live steps first, then short jobs', then files in round-robin order, while its items (30 s
+   windows) stay within ``max_items``; the lead alone may exceed it (a job's own step is never split).
+4. Lanes (:func:`may_start`): long files' calls take at most all lanes but one, so a live step or a short job's
+   never waits for a long file's call to end (a batch of file windows where one window runs to the token limit
+   takes over a second); live and short calls likewise leave files a lane while files wait. With lanes, a batch
+   led by a live or short step takes no long file's step (``mix=False``): 31 file windows beside one live window
+   would make the live call as slow as theirs.
 
 Vocabulary: a *step* is one call one job waits on; its *items* are the windows the call carries.
 """
@@ -31,6 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+Allow = Literal["any", "urgent", "files", "none"]
+"""Which waiting steps a free lane may take (:func:`may_start`)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def urgent(w: Wait) -> bool:
     return w.live or w.short
 
 
-def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool, files_waiting: bool) -> str:
+def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool, files_waiting: bool) -> Allow:
     """Which steps a free lane may take now: "any", "urgent" (live and short jobs' only), "files" (long files'
     only) or "none". ``running``: calls in flight; ``running_files``: those led by a long file's step.
 
@@ -84,7 +83,7 @@ def may_start(lanes: int, running: int, running_files: int, urgent_waiting: bool
 
 
 def next_batch(waits: Sequence[Wait], served: Mapping[int, int], max_items: int, now: int = 0,
-               patience: int = PATIENCE, allow: str = "any", mix: bool = True) -> list[Wait]:
+               patience: int = PATIENCE, allow: Allow = "any", mix: bool = True) -> list[Wait]:
     """The steps the next model call runs, lead first (empty when nothing waits). ``served``: job -> the
     number of the batch that last served it (absent: never); ``now``: the number of batches run so far;
     ``allow``: which steps may go (:func:`may_start`: "any", "urgent" or "files"); ``mix``: whether long

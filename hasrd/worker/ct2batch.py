@@ -23,19 +23,25 @@ as faster-whisper's own batch size does.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 
 from hasrd.worker.batcher import Batcher
 
+if TYPE_CHECKING:
+    import ctranslate2
+    from faster_whisper import WhisperModel
 
-def _frozen(value: Any) -> Hashable:
+    Features: TypeAlias = "np.ndarray | ctranslate2.StorageView"
+
+
+def _frozen(value: object) -> Hashable:
     if isinstance(value, (list, tuple)):
         return tuple(_frozen(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
-    return value  # type: ignore[no-any-return]
+    return value  # type: ignore[return-value]
 
 
 def _split(results: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
@@ -46,11 +52,22 @@ def _split(results: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
     return out
 
 
-class BatchedWhisper:
-    """A ``ctranslate2.models.Whisper`` whose encode, generate, align and detect_language calls are batched
-    across a worker's jobs; anything else is the model's own."""
+class Encode(NamedTuple):
+    features: Features
+    to_cpu: bool
 
-    def __init__(self, model: Any, batcher: Batcher, sot: int) -> None:
+
+class Generate(NamedTuple):
+    features: Features
+    prompts: list[list[int]]
+    kw: dict[str, Any]  # every generate option: the same in every step of a call (they are in its key)
+
+
+class BatchedWhisper:
+    """A ``ctranslate2.models.Whisper`` whose encode, generate, align and detect_language calls are steps of the
+    worker's decode loop, batched across its jobs where they can share a call; anything else is the model's own."""
+
+    def __init__(self, model: ctranslate2.models.Whisper, batcher: Batcher, sot: int) -> None:
         self._model = model
         self._batcher = batcher
         self._sot = sot
@@ -62,81 +79,64 @@ class BatchedWhisper:
 
     # ---- the calls faster-whisper makes -----------------------------------------------------------------
 
-    def encode(self, features: Any, to_cpu: bool = False) -> Any:
-        arr = np.asarray(features)
+    def encode(self, features: Features, to_cpu: bool = False) -> Any:
+        shape = np.asarray(features).shape
         to_cpu = to_cpu or self._host
-        return self._batcher.run(("encode", arr.shape[1:], to_cpu), arr.shape[0], (features, arr, to_cpu),
-                                 self._encode)
+        return self._batcher.run(("encode", shape[1:], to_cpu), shape[0], Encode(features, to_cpu), self._encode)
 
-    def generate(self, features: Any, prompts: list[list[int]], **kw: Any) -> Any:
+    def generate(self, features: Features, prompts: list[list[int]], **kw: Any) -> Any:
         if kw.get("asynchronous") or not prompts:
             return self._model.generate(features, prompts, **kw)
-        arr = np.asarray(features)
         shape = tuple(p.index(self._sot) if self._sot in p else -1 for p in prompts[:1]) + (len(prompts[0]),)
-        key: Hashable = ("generate", arr.shape[1:], shape, _frozen(kw))
+        key: Hashable = ("generate", np.asarray(features).shape[1:], shape, _frozen(kw))
         if any(len(p) != shape[-1] for p in prompts):
             key = ("generate", id(prompts))  # prompts that cannot share with any other call: alone
-        return self._batcher.run(key, len(prompts), (features, arr, prompts, kw), self._generate)
+        return self._batcher.run(key, len(prompts), Generate(features, prompts, kw), self._generate)
 
-    def align(self, features: Any, start_sequence: list[int], text_tokens: list[list[int]],
+    def align(self, features: Features, start_sequence: list[int], text_tokens: list[list[int]],
               num_frames: int | list[int], **kw: Any) -> Any:
-        arr = np.asarray(features)
-        frames = [num_frames] * len(text_tokens) if isinstance(num_frames, int) else list(num_frames)
         # alone: the alignment's attention is normalised over a batch's text tokens, padding included, so batched
         # with another job's text a word's end moved by 20 ms (measured); aligning is cheap beside encode/generate
-        key = ("align", id(text_tokens))
-        return self._batcher.run(key, max(1, len(text_tokens)),
-                                 (features, arr, start_sequence, text_tokens, frames, num_frames, kw), self._align)
+        return self._batcher.alone("align", max(1, len(text_tokens)),
+                                   lambda: self._model.align(features, start_sequence, text_tokens, num_frames, **kw))
 
-    def detect_language(self, features: Any) -> Any:
-        arr = np.asarray(features)
-        return self._batcher.run(("detect", arr.shape[1:]), arr.shape[0], (features, arr), self._detect)
+    def detect_language(self, features: Features) -> Any:
+        shape = np.asarray(features).shape
+        return self._batcher.run(("detect", shape[1:]), shape[0], features, self._detect)
 
     # ---- the batched calls (the decode loop's thread) ---------------------------------------------------
 
     @staticmethod
-    def _stacked(arrays: list[np.ndarray]) -> Any:
+    def _stacked(features: list[Features]) -> ctranslate2.StorageView:
         import ctranslate2
 
-        return ctranslate2.StorageView.from_array(np.ascontiguousarray(np.concatenate(arrays)))
+        stacked = np.concatenate([np.asarray(f) for f in features])
+        return ctranslate2.StorageView.from_array(np.ascontiguousarray(stacked))
 
-    def _encode(self, payloads: list[Any]) -> list[Any]:
-        to_cpu = payloads[0][2]
-        if len(payloads) == 1:
-            return [self._model.encode(payloads[0][0], to_cpu=to_cpu)]
+    def _encode(self, steps: list[Encode]) -> list[Any]:
+        if len(steps) == 1:
+            return [self._model.encode(steps[0].features, to_cpu=steps[0].to_cpu)]
         import ctranslate2
 
-        out = np.asarray(self._model.encode(self._stacked([p[1] for p in payloads]), to_cpu=True))
-        counts = [p[1].shape[0] for p in payloads]
+        out = np.asarray(self._model.encode(self._stacked([s.features for s in steps]), to_cpu=True))
         return [ctranslate2.StorageView.from_array(np.ascontiguousarray(np.stack(part)))
-                for part in _split(list(out), counts)]
+                for part in _split(list(out), [len(np.asarray(s.features)) for s in steps])]
 
-    def _generate(self, payloads: list[Any]) -> list[Any]:
-        if len(payloads) == 1:
-            features, _arr, prompts, kw = payloads[0]
-            return [self._model.generate(features, prompts, **kw)]
-        kw = payloads[0][3]
-        results = self._model.generate(self._stacked([p[1] for p in payloads]),
-                                       [q for p in payloads for q in p[2]], **kw)
-        return _split(results, [len(p[2]) for p in payloads])
+    def _generate(self, steps: list[Generate]) -> list[Any]:
+        if len(steps) == 1:
+            return [self._model.generate(steps[0].features, steps[0].prompts, **steps[0].kw)]
+        results = self._model.generate(self._stacked([s.features for s in steps]),
+                                       [q for s in steps for q in s.prompts], **steps[0].kw)
+        return _split(results, [len(s.prompts) for s in steps])
 
-    def _align(self, payloads: list[Any]) -> list[Any]:
-        if len(payloads) == 1:
-            features, _arr, start, tokens, _frames, num_frames, kw = payloads[0]
-            return [self._model.align(features, start, tokens, num_frames, **kw)]
-        start, kw = payloads[0][2], payloads[0][6]
-        results = self._model.align(self._stacked([p[1] for p in payloads]), start,
-                                    [t for p in payloads for t in p[3]], [f for p in payloads for f in p[4]], **kw)
-        return _split(results, [len(p[3]) for p in payloads])
-
-    def _detect(self, payloads: list[Any]) -> list[Any]:
-        if len(payloads) == 1:
-            return [self._model.detect_language(payloads[0][0])]
-        results = self._model.detect_language(self._stacked([p[1] for p in payloads]))
-        return _split(results, [p[1].shape[0] for p in payloads])
+    def _detect(self, features: list[Features]) -> list[Any]:
+        if len(features) == 1:
+            return [self._model.detect_language(features[0])]
+        results = self._model.detect_language(self._stacked(features))
+        return _split(results, [len(np.asarray(f)) for f in features])
 
 
-def install(whisper_model: Any, batcher: Batcher) -> BatchedWhisper:
+def install(whisper_model: WhisperModel, batcher: Batcher) -> BatchedWhisper:
     """Route a loaded ``faster_whisper.WhisperModel``'s model calls through ``batcher`` (idempotent)."""
     inner = whisper_model.model
     if isinstance(inner, BatchedWhisper):

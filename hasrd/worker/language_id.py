@@ -21,10 +21,16 @@ keep their answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+
+    from hasrd.protocol import Phase
+    from hasrd.worker.vad import Part
 
 SR = 16000
 SCAN_SEC = 600.0  # look for speech in the first ten minutes only (VAD costs time on a 4-hour file)
@@ -118,7 +124,7 @@ def settled(window_probs: list[list[tuple[str, float]]], allowed: set[str] | Non
     return len({lang for lang, _p in tops}) == 1 and min(p for _lang, p in tops) >= SURE
 
 
-def detect(model: Any, pcm: np.ndarray, allowed: set[str] | None = None,
+def detect(model: WhisperModel, pcm: np.ndarray, allowed: set[str] | None = None,
            cancelled: Callable[[], bool] = lambda: False,
            known: tuple[Sequence[tuple[int, int]], int] | None = None,
            beat: Callable[[], None] = lambda: None) -> tuple[str, float]:
@@ -142,3 +148,24 @@ def detect(model: Any, pcm: np.ndarray, allowed: set[str] | None = None,
             break
     favoured = tuple(dict.fromkeys([*FAVOURED, locale_language()]))
     return vote(probs, allowed, tuple(f for f in favoured if f))
+
+
+def of_pieces(model: WhisperModel, pcm: np.ndarray, parts: Iterator[Part], allowed: set[str],
+              cancelled: Callable[[], bool], beat: Callable[[Phase], None]) -> tuple[str, float, list[Part]]:
+    """The vote over a file's first pieces, VAD'd ahead of the decoder (vad.piece_spans): pieces are read from
+    ``parts`` until they hold the speech the vote wants or pass SCAN -> (code, probability, the pieces read, which
+    the caller decodes first). ``beat`` tells the job's phase while it runs."""
+    ahead: list[Part] = []
+    known: list[tuple[int, int]] = []
+    covered = len(pcm)  # all of it, unless the vote has enough speech first
+    for part in parts:
+        ahead.append(part)
+        beat("finding_speech")
+        known += [(part[0] + int(round(a * SR)), part[0] + int(round(b * SR))) for a, b in part[2]]
+        if sum(b - a for a, b in known) >= NEED or part[1] >= SCAN:
+            covered = part[1]
+            break
+    beat("detecting_language")
+    code, probability = detect(model, pcm, allowed, cancelled, known=(known, covered),
+                               beat=lambda: beat("detecting_language"))
+    return code, probability, ahead

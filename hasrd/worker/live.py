@@ -2,7 +2,7 @@
 
 A session cuts the stream into *utterances* with a streaming voice-activity detector (:class:`StreamingVad`):
 speech opens one (``Turn started``), a pause of ``silence_ms`` closes it (``Turn stopped``), its final sentences
-follow, and ``Turn completed`` says that all of them are out. An utterance longer than ``max_utterance_s`` is
+follow, and ``Turn completed`` says that all of them are out. An utterance longer than ``MAX_UTTERANCE_S`` is
 closed where it stands and a new one opened at once (a hard reset: R2T2 re-feeds an utterance's whole audio on
 every chunk, and faster-whisper's window is 30 s). ``commit()`` (the client's ``input_audio_buffer.commit``)
 closes the open utterance now, ``finish()`` closes it and waits for every final.
@@ -10,7 +10,7 @@ closes the open utterance now, ``finish()`` closes it and waits for every final.
 Between utterances nothing is decoded: silence costs only the VAD. :class:`LiveBase` owns that bookkeeping;
 an engine's session (live_whisper.py: faster-whisper with local agreement; live_draft.py: R2T2 with v2c)
 implements what happens inside an utterance. Audio that arrives while a decode runs waits in the worker's
-inbox and is fed as one piece (main.py coalesces it), so a slow step never builds a queue of steps: the lag
+inbox and is fed as one piece (serve.py coalesces it), so a slow step never builds a queue of steps: the lag
 stays bounded by one step.
 """
 
@@ -20,18 +20,43 @@ import abc
 import bisect
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import msgspec
 import numpy as np
-
-from hasrd.transcript import UNSET, TimedSentence, Timings, Transcript, TurnRecord
 from msgspec import UnsetType
+
+from hasrd.options import Options
+from hasrd.transcript import UNSET, TimedSentence, Timings, Transcript, TurnRecord
 from hasrd.worker.engine import EngineError, LiveEmitter
+
+if TYPE_CHECKING:
+    from faster_whisper.vad import SileroVADModel
 
 SR = 16000
 FRAME = 512  # Silero's window at 16 kHz (32 ms)
 CONTEXT = 64  # the samples of the previous window Silero sees with each one
+MAX_UTTERANCE_S = 60  # then a hard reset (see the module docstring)
+VadKind = Literal["silero", "energy"]  # energy: a window is speech above -40 dBFS (no faster-whisper, or tests)
+
+
+class Knobs(msgspec.Struct, kw_only=True):
+    """A live session's settings: ``silence_ms`` (a pause that ends an utterance; the only one a request's Options
+    carry), and the VAD and live_whisper's final beam, which tests set."""
+
+    silence_ms: Annotated[int, msgspec.Meta(ge=100, le=10000)] = 500
+    vad: VadKind = "silero"
+    final_beam: Annotated[int, msgspec.Meta(ge=0, le=10)] = 0  # 0: the beam decode made at the pause
+
+    @classmethod
+    def of(cls, options: Options | Mapping[str, Any]) -> Knobs:
+        """A request's Options (its ``silence_ms``), or a mapping of these fields (tests drive sessions directly)."""
+        raw = msgspec.to_builtins(options) if isinstance(options, Options) else options
+        try:
+            return msgspec.convert(raw, cls, strict=False)
+        except msgspec.ValidationError as e:
+            raise EngineError("invalid_audio", f"live session settings: {e}") from None
 
 
 class Audio:
@@ -91,8 +116,8 @@ class StreamingVad:
     the first of them.
     """
 
-    def __init__(self, kind: str = "silero", silence_ms: int = 500, threshold: float = 0.5) -> None:
-        self.model: Any = None
+    def __init__(self, kind: VadKind = "silero", silence_ms: int = 500, threshold: float = 0.5) -> None:
+        self.model: SileroVADModel | None = None
         if kind == "silero":
             try:
                 from faster_whisper.vad import get_vad_model
@@ -100,9 +125,6 @@ class StreamingVad:
                 kind = "energy"
             else:
                 self.model = get_vad_model()
-        elif kind != "energy":
-            raise EngineError("invalid_audio", f"unknown VAD {kind!r}: silero or energy")
-        self.kind = kind
         self.threshold = threshold
         self.low = max(threshold - 0.15, 0.01)
         self.silence = max(1, int(silence_ms * SR / 1000 / FRAME))
@@ -161,18 +183,11 @@ class LiveBase(abc.ABC):
 
     PRE_ROLL = int(0.4 * SR)  # audio kept before the VAD's start: the onset (as the file path's VAD pads 400 ms)
 
-    def __init__(self, emit: LiveEmitter, cancelled: Callable[[], bool], options: dict[str, Any]) -> None:
+    def __init__(self, emit: LiveEmitter, cancelled: Callable[[], bool], options: Options | Mapping[str, Any]) -> None:
         self.emit = emit
         self.cancelled = cancelled
-        self.options = options
-        try:
-            silence_ms = int(options.get("silence_ms") or 500)
-            self.max_utterance = int(float(options.get("max_utterance_s") or 60) * SR)
-        except (TypeError, ValueError):
-            raise EngineError("invalid_audio", "silence_ms and max_utterance_s must be numbers") from None
-        if not 100 <= silence_ms <= 10000:
-            raise EngineError("invalid_audio", f"silence_ms must be 100-10000, not {silence_ms}")
-        self.vad = StreamingVad(str(options.get("vad") or "silero"), silence_ms)
+        self.knobs = Knobs.of(options)
+        self.vad = StreamingVad(self.knobs.vad, self.knobs.silence_ms)
         self.audio = Audio()
         self.open: int | None = None  # the open utterance's number
         self.open_start = 0
@@ -188,7 +203,7 @@ class LiveBase(abc.ABC):
         self.hurry = False  # the audio being fed is followed by a commit or the end (see feed)
         self.t0 = time.monotonic()
 
-    # ---- the session's API (main.py) --------------------------------------------------------------------
+    # ---- the session's API (serve.py) -------------------------------------------------------------------
 
     def feed(self, pcm: np.ndarray, *, hurry: bool = False) -> None:
         """Take ``pcm``; ``hurry``: the end of the utterance follows at once (a commit or the session's end is
@@ -203,7 +218,7 @@ class LiveBase(abc.ABC):
             elif kind == "end" and self.open is not None:
                 self._close(at)
         if self.open is not None:
-            if self.audio.end - self.open_start >= self.max_utterance:
+            if self.audio.end - self.open_start >= MAX_UTTERANCE_S * SR:
                 self._close(self.audio.end)  # the hard reset: speech goes on in a new utterance
                 self._open(self.audio.end)
             else:

@@ -4,7 +4,7 @@ Per utterance (live.py cuts them) a fresh draft state, as R2T2's own streaming s
 ``init_streaming_state`` with v2c's parameters, 160 ms chunks to ``streaming_transcribe`` as they arrive, and
 ``finish_streaming_transcribe`` when the utterance ends (its last chunk kept buffered so that the finish really
 decodes it). Windows are decided exactly as for files (v2c.py, sentences.Windows: on committed text only) and
-shifted onto the session's chunk grid; the one :class:`~hasrd.worker.v2c.FinalStage` of the session settles
+shifted onto the session's chunk grid; the one :class:`~hasrd.worker.finalstage.FinalStage` of the session settles
 them, faster-whisper on a thread (``mode="thread"``) so the draft never waits for it. Sentences go out in order
 across utterances, and ``Turn completed`` once every window of an utterance is out.
 """
@@ -14,51 +14,45 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from hasrd import transcript
+from hasrd.options import Options
 from hasrd.transcript import Transcript
 from hasrd.worker import v2c
-from hasrd.worker.engine import EngineError, LiveEmitter, heard
+from hasrd.worker.engine import EngineError, LiveEmitter, NullEmitter, heard
+from hasrd.worker.finalstage import FinalStage, WindowFn
 from hasrd.worker.live import LiveBase
 from hasrd.worker.sentences import CHUNK, CHUNK_SEC, PAD, Window, Windows
+from hasrd.worker.v2c import DraftModel, DraftState
 
-WindowFn = Callable[[np.ndarray], str]
-
-
-class _Sentences:
+class _Sentences(NullEmitter):
     """FinalStage's emitter: each sentence is recorded by the session under the utterance its window opened in."""
 
     def __init__(self, live: DraftLive) -> None:
         self.live = live
 
-    def progress(self, done_s: float, total_s: float) -> None:
-        pass
-
-    def draft(self, text: str, segment: int = 0) -> None:
-        pass
-
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float) -> None:
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
         entry = self.live.stage.current
         self.live.say(self.live.segment_at(start_s), text, engine, start_s, end_s,
                       truncated_by=entry.truncated_by if entry is not None else None)
 
 
 class DraftLive(LiveBase):
-    def __init__(self, model: Any, language: str | None, window_fn: WindowFn | None, mode: str,
-                 emit: LiveEmitter, cancelled: Callable[[], bool], options: dict[str, Any],
+    def __init__(self, model: DraftModel, language: str | None, window_fn: WindowFn | None, mode: str,
+                 emit: LiveEmitter, cancelled: Callable[[], bool], options: Options | Mapping[str, Any],
                  engine: str = "hybrid-asr-v2c", code: str = "") -> None:
         super().__init__(emit, cancelled, options)
         self.model = model
         self.language = language or None
         self.code = code
         self.engine = engine
-        self.stage = v2c.FinalStage(self.audio, window_fn, mode, _Sentences(self), cancelled)  # type: ignore[arg-type]
+        self.stage = FinalStage(self.audio, window_fn, mode, _Sentences(self), cancelled)  # type: ignore[arg-type]
         self.take: Callable[[], list[str]] | None = getattr(model, "take_generations", None)
-        self.state: Any = None
+        self.state: DraftState | None = None
         self.ws = Windows()
         self.chunk0 = 0
         self.fed = 0  # absolute position of the next sample the draft gets
@@ -91,11 +85,11 @@ class DraftLive(LiveBase):
     def _bar(self) -> bool:
         return any("|" in g for g in self.take()) if self.take is not None else False
 
-    def _step(self, chunk: np.ndarray) -> None:
+    def _step(self, state: DraftState, chunk: np.ndarray) -> None:
         i = (self.fed - self.chunk0 * CHUNK) // CHUNK
-        _, fixed = self.model.streaming_transcribe(chunk, self.state, max_new_tokens=v2c.MAX_NEW_TOKENS)
+        _, fixed = self.model.streaming_transcribe(chunk, state, max_new_tokens=v2c.MAX_NEW_TOKENS)
         self.fed += len(chunk)
-        text = v2c.draft_text(self.state.text)
+        text = v2c.draft_text(state.text)
         committed = text if text == self.shown and text else v2c.draft_text(fixed)
         self._show(text)
         self.ws.observe(text, self._bar())
@@ -125,23 +119,26 @@ class DraftLive(LiveBase):
                                               open_chunk=w.open_chunk + c0))
 
     def _advance(self, upto: int) -> None:
-        if self.state is None:
+        state = self.state
+        if state is None:
             return
         while self.fed + CHUNK <= upto:
             self.check()
-            self._step(self.audio[self.fed:self.fed + CHUNK])
+            self._step(state, self.audio[self.fed:self.fed + CHUNK])
 
     def _closed(self, seg: int, end: int) -> None:
+        state = self.state
+        assert state is not None, "an utterance closes after it opened"
         rest = self.audio[self.fed:min(self.audio.end, max(end, self.fed + 1))]
         if len(rest) >= CHUNK:
             rest = rest[:CHUNK - 1]  # stays buffered: the finish decodes it
         last = (self.fed - self.chunk0 * CHUNK + len(rest) - 1) // CHUNK
         if len(rest):
-            self.model.streaming_transcribe(rest, self.state, max_new_tokens=v2c.MAX_NEW_TOKENS)
+            self.model.streaming_transcribe(rest, state, max_new_tokens=v2c.MAX_NEW_TOKENS)
             self.fed += len(rest)
         with contextlib.redirect_stdout(sys.stderr):  # R2T2 prints the final text; stdout is not ours
-            self.model.finish_streaming_transcribe(self.state, max_new_tokens=v2c.FINISH_MAX_NEW_TOKENS)
-        full = v2c.draft_text(self.state.text)
+            self.model.finish_streaming_transcribe(state, max_new_tokens=v2c.FINISH_MAX_NEW_TOKENS)
+        full = v2c.draft_text(state.text)
         bar = self._bar()  # the finish's own "|": its utterance's tail goes to faster-whisper (issue 31 #9)
         self.ws.observe(full, bar)
         self._language()

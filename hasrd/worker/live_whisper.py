@@ -1,6 +1,6 @@
 """Live transcription with faster-whisper alone (the CPU path): a growing buffer and local agreement.
 
-Inside an utterance (live.py cuts them), every ``step_s`` of new audio the unfinalised part of it is decoded
+Inside an utterance (live.py cuts them), every ``STEP_S`` of new audio the unfinalised part of it is decoded
 again (greedy, word timestamps). Words on which two successive decodes agree are *stable*; once a stable word
 ends a sentence (``. ? ! 。 ？ ！ …``), everything up to it is final: emitted as a sentence and cut from the
 buffer, so the buffer stays short. The rest is the draft (``hasr.draft``), replaced by each decode.
@@ -28,13 +28,8 @@ greedy). Whisper's no-speech rule drops a segment that is probably silence ("you
 decode is at temperature 0, without earlier text as a prompt (as files): the same audio gives the same text.
 A buffer that grows past ``BUFFER_S`` without a sentence end (a run-on) is finalised at its stable words, or,
 when no two decodes agree, at what lies more than ``TAIL_S`` before its end. So the same ``Draft`` /
-``Sentence`` / ``Turn`` events flow as with R2T2.
-
-Loops: the file path's rules apply to live text. A phrase said four or more times in a row in a sentence or a
-draft is said once (:func:`~hasrd.worker.engines.whisper.collapse_loops`: whisper base looped "殿下" 15 times
-on Mandarin), and the same sentence four or more times back to back in an utterance is said once
-(:class:`~hasrd.worker.resegment.LoopFilter`; a repeat is held until a different sentence or the utterance's end
-shows whether it loops).
+``Sentence`` / ``Turn`` events flow as with R2T2. The file path's loop rules apply to live text
+(:meth:`WhisperLive._say_sentences`; whisper base looped "殿下" 15 times on Mandarin).
 """
 
 from __future__ import annotations
@@ -42,23 +37,29 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hasrd.options import Options
 from hasrd.transcript import Transcript
 from hasrd.worker import resegment
-from hasrd.worker.engine import EngineError, LiveEmitter
+from hasrd.worker.engine import LiveEmitter
+from hasrd.worker.engines.fwterms import is_no_speech
 from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 from hasrd.worker.live import FRAME, SR, LiveBase
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
 
 SENTENCE_END = re.compile(r"[.?!。？！…]+[\"'”’)\]]*$")
 BUFFER_S = 20.0
 TAIL_S = 3.0
 FINAL_PAD = int(0.2 * SR)
 FINAL_LEAD = int(1.0 * SR)  # a final's decode starts this much before the utterance (see _final_from)
+STEP_S = 0.5  # a draft decode once this much new audio came
 DRAFT_DUTY = 2.0  # a greedy draft is due again after this many times the last one took, at the least
 PAUSE_WINDOWS = 5  # 160 ms of quiet: a pause (see _advance)
 PAUSE_BEAM = 5
@@ -116,7 +117,7 @@ class OneEncoding:
         self.calls = 0
         self.reused = 0
 
-    def __call__(self, features: Any) -> Any:
+    def __call__(self, features: object) -> Any:
         self.calls += 1
         kept, self.kept = self.kept, None
         if kept is not None and isinstance(features, np.ndarray) and _one_frame_apart(kept[0], features):
@@ -129,7 +130,7 @@ class OneEncoding:
 
     @classmethod
     @contextlib.contextmanager
-    def on(cls, model: Any) -> Iterator[OneEncoding | None]:
+    def on(cls, model: WhisperModel) -> Iterator[OneEncoding | None]:
         """Serve ``model.encode`` from this for the duration (None where the model has no ``encode``)."""
         encode = getattr(model, "encode", None)
         if not callable(encode) or "encode" in getattr(model, "__dict__", {"encode": None}):
@@ -152,22 +153,18 @@ def _one_frame_apart(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 class WhisperLive(LiveBase):
-    def __init__(self, model: Any, code: str | None, task: str, prompt: str | None, emit: LiveEmitter,
-                 cancelled: Callable[[], bool], options: dict[str, Any]) -> None:
+    def __init__(self, model: WhisperModel, code: str | None, task: str, prompt: str | None, emit: LiveEmitter,
+                 cancelled: Callable[[], bool], options: Options | Mapping[str, Any]) -> None:
         super().__init__(emit, cancelled, options)
         self.model = model
         self.code = code  # None: detected by the first decode, then kept for the session
         self.asked = code is not None
         self.detected_on = 0  # samples of audio the language was last detected on
         self.task = task
-        self.prompt = prompt
-        try:
-            self.step = int(float(options.get("step_s") or 0.5) * SR)
-            self.final_beam = int(options.get("final_beam") or 0)
-        except (TypeError, ValueError):
-            raise EngineError("invalid_audio", "step_s and final_beam must be numbers") from None
-        if not 0.1 * SR <= self.step <= 10 * SR or not 0 <= self.final_beam <= 10:
-            raise EngineError("invalid_audio", "step_s must be 0.1-10 and final_beam 0-10")
+        # the user's prompt only: like files (condition_on_previous_text=False), earlier text is not fed back, where
+        # whisper would continue it ("But ..." before the next sentence) or repeat its errors
+        self.prompt = prompt or None
+        self.final_beam = self.knobs.final_beam
         self.buf_start = 0
         self.decoded_to = 0
         self.due = 0  # the next step's decode: once the audio reaches this (absolute samples)
@@ -175,18 +172,12 @@ class WhisperLive(LiveBase):
         self.prev: list[Word] = []
         self.loops = resegment.LoopFilter()
         self.decodes = 0
-        self.language = ""
         self.lead_from = 0  # where the open utterance's final decode starts (_final_from)
         self.pause_to = 0  # where the last beam decode (at a pause, or a final's own) ended
         self.final_to = 0  # where the last utterance's final decode ended: the next one's lead stops there
 
     def language_code(self) -> str:
         return self.code or ""
-
-    def _context(self) -> str | None:
-        """The user's prompt only: like files (condition_on_previous_text=False), earlier text is not fed back,
-        where whisper would continue it ("But ..." before the next sentence) or repeat its errors."""
-        return self.prompt or None
 
     def _decode(self, a: int, b: int, beam: int = 1) -> list[Word]:
         a = max(a, self.audio.start)  # the words' times count from the audio really decoded
@@ -200,16 +191,16 @@ class WhisperLive(LiveBase):
         detect = not self.asked and (self.code is None or (
             self.detected_on < LANGUAGE_RECHECK_S * SR and len(audio) >= 2 * self.detected_on))
 
-        def decode(language: str | None, **extra: Any) -> tuple[list[Word], Any]:
+        def decode(language: str | None, **extra: int) -> tuple[list[Word], Any]:
             segments, info = self.model.transcribe(
                 audio, language=language, task=self.task, beam_size=max(1, beam), temperature=0.0,
                 vad_filter=False, max_new_tokens=token_cap(len(audio) / SR),
-                word_timestamps=True, condition_on_previous_text=False, initial_prompt=self._context(),
+                word_timestamps=True, condition_on_previous_text=False, initial_prompt=self.prompt,
                 without_timestamps=False, **extra)
             words: list[Word] = []
             for s in segments:  # lazy: the decode runs here
-                if float(s.no_speech_prob) > 0.6 and float(s.avg_logprob) < -1.0:
-                    continue  # whisper's no-speech rule: "you" from the silence after the speech
+                if is_no_speech(s):
+                    continue
                 for w in s.words or []:
                     text = clean_text(str(w.word), strip=False)
                     if text.strip():
@@ -265,7 +256,7 @@ class WhisperLive(LiveBase):
         # a machine slower than the step: drafts take at most half of the worker's time (the next one is due
         # after twice what this one took), so drafts do not queue up behind each other, stale when they show,
         # and a commit finds the worker idle half the time instead of waiting for a draft in flight (issue 31 #4)
-        self.due = self.decoded_to + max(self.step, 0 if pause else int(DRAFT_DUTY * took * SR))
+        self.due = self.decoded_to + max(int(STEP_S * SR), 0 if pause else int(DRAFT_DUTY * took * SR))
         if pause:
             self.paused_at = self.vad.quiet_from
             self.pause_to = min(upto, self.audio.end)
@@ -298,7 +289,7 @@ class WhisperLive(LiveBase):
     def _say_sentences(self, seg: int, words: list[Word]) -> None:
         """One sentence per end mark; what follows the last mark is a sentence too. The file path's loop rules
         apply: a phrase four times in a row is said once, and so is a sentence four times back to back (held
-        until a different one, or the utterance's end, shows it: :meth:`_say_held`)."""
+        until a different one, or the utterance's end, shows it)."""
         start = 0
         for i, w in enumerate(words):
             if SENTENCE_END.search(w.text.strip()) or i == len(words) - 1:
@@ -310,10 +301,6 @@ class WhisperLive(LiveBase):
                 piece = resegment.Piece([resegment.Word(text, done[0].start / SR, done[-1].end / SR)])
                 for kept, p in self.loops.add(text, piece):
                     self.say(seg, kept, "fw", p.start, p.end)
-
-    def _say_held(self, seg: int) -> None:
-        for kept, p in self.loops.flush():
-            self.say(seg, kept, "fw", p.start, p.end)
 
     def _closed(self, seg: int, end: int) -> None:
         words = self.prev
@@ -331,7 +318,8 @@ class WhisperLive(LiveBase):
             words = self._decode(self._final_from(), self.pause_to, self.final_beam or PAUSE_BEAM)
         self.final_to = max(self.final_to, self.pause_to)  # the audio this final heard
         self._say_sentences(seg, words)
-        self._say_held(seg)
+        for kept, p in self.loops.flush():  # the sentences held back as possible repeats
+            self.say(seg, kept, "fw", p.start, p.end)
         self.prev = []
         self._draft("", seg)
         self._completed(seg)

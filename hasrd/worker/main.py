@@ -1,28 +1,24 @@
-"""``python -m hasrd.worker --engine E --fd N``: the worker program.
+"""``python -m hasrd.worker --engine E --fd N``: the worker program (docs/ARCHITECTURE.md "Worker").
 
 Order matters: die with the daemon (PR_SET_PDEATHSIG), point fd 1 at stderr (vLLM prints to stdout), say
-``Hello`` before any heavy import, then load the engine and serve the jobs the daemon sends, many at once, each
-in its own thread (hasrd.worker.serve), their model calls batched by one decode loop (hasrd.worker.batcher). A
-reader thread keeps the channel live: it answers ``Ping``, flags ``Cancel``, routes a live session's frames to
-that session, and ends the process when the daemon's end closes (the daemon died or gave up on us).
+``Hello`` before any heavy import, then load the engine with its decode loop (hasrd.worker.engines.load) and serve
+the jobs the daemon sends, each in its own thread (hasrd.worker.serve).
 """
 
 from __future__ import annotations
 
 import argparse
-import array
 import ctypes
 import os
-import queue
 import signal
 import socket
 import sys
 import threading
 import time
-from typing import Any
 
 from hasrd import __version__
 from hasrd import protocol as p
+from hasrd.worker.channel import Channel
 from hasrd.worker.serve import Jobs, load_settings
 
 PR_SET_PDEATHSIG = 1
@@ -37,78 +33,6 @@ def die_with_parent(parent_pid: int) -> None:
         pass
     if parent_pid and os.getppid() != parent_pid:
         os._exit(70)  # the daemon died before prctl took effect
-
-
-class Channel:
-    """The worker's end of the socketpair: framed writes under a lock, a reader thread with fd passing."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.wlock = threading.Lock()
-        self.inbox: queue.Queue[Any] = queue.Queue()
-        self.fds: list[int] = []
-        self.fds_lock = threading.Lock()
-        self.cancelled: set[int] = set()
-        self.sessions: dict[int, queue.Queue[Any]] = {}  # live sessions' frames, by request id
-        self.shutdown = threading.Event()
-        self.ignore_shutdown = False
-
-    def send(self, msg: p.Msg) -> None:
-        data = p.encode(msg)
-        with self.wlock:
-            self.sock.sendall(data)
-
-    def reader(self) -> None:
-        buf = bytearray()
-        fd_size = array.array("i").itemsize
-        while True:
-            try:
-                data, anc, _flags, _addr = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(16 * fd_size))
-            except InterruptedError:  # pragma: no cover
-                continue
-            except OSError:
-                data, anc = b"", []
-            for level, kind, payload in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds = array.array("i")
-                    fds.frombytes(payload[: len(payload) - (len(payload) % fd_size)])
-                    with self.fds_lock:
-                        self.fds.extend(fds)
-            if not data:
-                # The daemon's end is closed: it died or abandoned us. Nobody will read a result.
-                os._exit(0)
-            buf += data
-            try:
-                frames = p.split_frames(buf)
-                for body in frames:
-                    self.dispatch(p.decode_daemon(body))
-            except p.FrameError as e:
-                print(f"hasr worker: {e}; exiting", file=sys.stderr, flush=True)
-                os._exit(65)
-
-    def dispatch(self, msg: p.DaemonMsg) -> None:
-        if isinstance(msg, p.Ping):
-            self.send(p.Pong(nonce=msg.nonce))
-        elif isinstance(msg, p.Cancel):
-            self.cancelled.add(msg.id)
-        elif isinstance(msg, p.Shutdown):
-            if not self.ignore_shutdown:
-                self.shutdown.set()
-                self.inbox.put(msg)
-        elif isinstance(msg, (p.LiveAudio, p.LiveCommit, p.LiveEnd)):
-            session = self.sessions.get(msg.id)
-            if session is not None:  # else a session that already failed or was cancelled: nothing to do
-                session.put(msg)
-        else:
-            if isinstance(msg, p.LiveStart):  # its frames may arrive before its thread starts
-                self.sessions.setdefault(msg.id, queue.Queue())
-            self.inbox.put(msg)
-
-    def take_fd(self) -> int:
-        with self.fds_lock:
-            if not self.fds:
-                raise OSError("Transcribe said pcm=fd but no file descriptor arrived with it")
-            return self.fds.pop(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings()
 
     from hasrd.worker.engine import EngineError
-    from hasrd.worker.engines import create
+    from hasrd.worker.engines import create, load
 
     t0 = time.monotonic()
     try:
         engine = create(args.engine)
         ch.ignore_shutdown = bool(getattr(engine, "ignores_shutdown", False))
-        identity = engine.load(lambda phase: ch.send(p.Loading(phase=phase)))
+        identity = load(engine, lambda phase: ch.send(p.Loading(phase=phase)))
     except EngineError as e:
         ch.send(p.LoadFailed(code=e.code, message=e.message))
         return 1
@@ -160,11 +84,11 @@ def main(argv: list[str] | None = None) -> int:
 
     jobs = Jobs(ch, engine, settings)
     while True:
-        msg = ch.inbox.get()
-        if isinstance(msg, p.Shutdown):
-            break
-        if isinstance(msg, (p.Transcribe, p.LiveStart)):
-            jobs.start(msg)
+        match ch.inbox.get():
+            case p.Shutdown():
+                break
+            case p.Transcribe() | p.LiveStart() as msg:
+                jobs.start(msg)
     jobs.join(3.0)  # the daemon stops a worker once its jobs are done; any left see the shutdown as a cancel
     try:
         engine.close()

@@ -7,7 +7,7 @@ of the pipeline around the draft; the library-like stand-in for R2T2 itself is t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,15 +43,14 @@ class ScriptedDraft:
 
     Reveals stop at most once per chunk at a sentence end and never inside the ``|...`` tail of a sentence;
     once ``|`` is in a state's text only whole sentences appear. So v2c closes exactly one window per script
-    sentence (given at least one chunk per sentence), the way R2T2 closes one per spoken sentence.
-    ``on_chunk(i, total)`` runs before each chunk (the fake engine's slowness and crash knobs).
+    sentence (given at least one chunk per sentence), the way R2T2 closes one per spoken sentence. Each chunk
+    takes ``chunk_s`` seconds, the model's time (the fake engine's HASR_FAKE_RTF).
     """
 
-    def __init__(self, script: str, total_samples: int,
-                 on_chunk: Callable[[int, int], None] | None = None) -> None:
+    def __init__(self, script: str, total_samples: int, chunk_s: float = 0.0) -> None:
         self.script = script
         self.total = max(1, v2c.n_chunks(total_samples))
-        self.on_chunk = on_chunk
+        self.chunk_s = chunk_s
         self.consumed = 0
         self.revealed = 0
         self.bounds: list[int] = []
@@ -78,8 +77,8 @@ class ScriptedDraft:
 
     def streaming_transcribe(self, pcm16k: np.ndarray, state: ScriptedState,
                              max_new_tokens: int | None = None) -> tuple[str, str]:
-        if self.on_chunk is not None:
-            self.on_chunk(self.consumed, self.total)
+        if self.chunk_s > 0:
+            time.sleep(self.chunk_s)
         self.consumed += 1
         target = len(self.script) * min(self.consumed, self.total) // self.total
         nxt = next((b for b in self.bounds if b > self.revealed), len(self.script))

@@ -10,8 +10,7 @@ longest pause in the block's second half, or, in unbroken sound, at its quietest
 the 160 ms chunk grid so that v2c's chunk indices stay global. Audio no longer than ``max_sec`` is one
 segment and VAD is not run at all (short requests behave exactly as the seed).
 
-The whisper engine cuts by :func:`quiet_pieces` instead: each cut at the quietest chunk of a block's second half,
-known before any VAD runs, so that its pieces can be VAD'd side by side (worker/vad.py), each from a quiet start.
+The whisper engine cuts by :func:`quiet_pieces` instead, before any VAD runs (worker/vad.py says why).
 """
 
 from __future__ import annotations
@@ -34,10 +33,6 @@ class Segment:
     start: int  # samples, a multiple of CHUNK
     end: int
     speech: bool  # False: VAD heard nothing in it (callers may skip it)
-
-    @property
-    def duration_s(self) -> float:
-        return (self.end - self.start) / SR
 
 
 def silero_spans(block: np.ndarray) -> list[tuple[int, int]]:

@@ -57,11 +57,6 @@ def truncation(text: str, bar: bool = False) -> str | None:
     return None
 
 
-def is_truncated(text: str) -> bool:
-    """The seed's gate on a sentence's text alone: ``|`` in it, or no sentence-end mark at its end."""
-    return truncation(text) is not None
-
-
 def choose(sent_text: str, fw_text: str | None, truncated_by: str | None = "") -> tuple[str, str]:
     """The v2c selection rule -> (text, engine). ``fw_text=None``: no final model (draft-only engine).
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import unicodedata
 import zlib
-from typing import Any
 
 TOKENS_PER_S = 16
 MAX_CAP = 448 - 224 - 8
@@ -47,7 +46,7 @@ def collapse_loops(text: str) -> str:
 
 
 COMPRESSION_RATIO = 2.4  # whisper's rule: text that compresses more than this is a decoding loop
-RETRY_KW: dict[str, Any] = {"no_repeat_ngram_size": 4}  # a loop's second decode: no four tokens said twice
+RETRY_KW: dict[str, int] = {"no_repeat_ngram_size": 4}  # a loop's second decode: no four tokens said twice
 CJK_RUN = 24  # Chinese this long ...
 CJK_DISTINCT = 1 / 3  # ... of fewer distinct characters than this is a loop of a few characters reshuffled
 

@@ -1,75 +1,43 @@
-"""The v2c pipeline (seed 000 §2.4): a streaming draft, sentence windows, faster-whisper only where truncated.
+"""The v2c pipeline (seed 000 §2.4; docs/ARCHITECTURE.md "The v2c pipeline"): a streaming draft, sentence windows,
+faster-whisper only where truncated.
 
 Engine-agnostic: the draft is anything with R2T2ASRModel's streaming API (:class:`DraftModel`: R2T2 itself or
 a scripted stand-in), and the final stage is any ``window_fn(audio) -> text`` (faster-whisper, or a fake).
 
-Stage 1 (draft): ``init_streaming_state(context="", language=<name or None = detect>, unfixed_chunk_num=0,
-unfixed_token_num=1, chunk_size_sec=0.160)``, then 160 ms chunks to ``streaming_transcribe(chunk, state,
-max_new_tokens=4)`` (the seed's parameters), which returns ``(state.text, fixed_text)``. The real R2T2's text is
-not append-only (notes/r2t2.md): the last token is regenerated on every chunk, and the text shrinks (rollback,
-the ``|`` cut, qwen_asr's repetition fix). So windows are decided on *committed* text only: ``fixed_text`` (the
-text minus its last token, which every later prompt is forced to continue), or the whole text once a chunk
-regenerated it unchanged (otherwise a final mark would wait for the next sentence). A window closes right
-after the last sentence-end mark (SENT_END = ``。！？；?!;``, with closing quotes) in the committed text past the
-closed windows (:class:`Windows`): a ``，`` rewritten to ``。`` closes it, several marks in one update close one
-window. A draft that rewrote text a closed window holds is re-aligned by length (closed sentences may already
-be out to the client; never taken back), so every window's text is a piece of one version of the draft and no
-text is counted twice. The last chunk is fed one sample short so that it stays buffered and
-``finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)`` really decodes the segment's
-end; what follows the last close is the last window (also when the draft withdrew it: that audio still goes to
-faster-whisper rather than being dropped). SENT_END is the seed's set, without the ASCII full stop (decimals,
-abbreviations): English text closes windows only at ``?!;``, so a run of English sentences ending in ``.`` is one
-window, and the last one is re-transcribed whole when it does not end with a mark.
+Stage 1 (draft): the seed's parameters, 160 ms chunks to ``streaming_transcribe``, which returns ``(state.text,
+fixed_text)``. The real R2T2's text is not append-only (notes/r2t2.md): the last token is regenerated on every
+chunk, and the text shrinks (rollback, the ``|`` cut, qwen_asr's repetition fix). So windows are decided on
+*committed* text only (sentences.Windows): ``fixed_text`` (the text minus its last token, which every later prompt
+is forced to continue), or the whole text once a chunk regenerated it unchanged (otherwise a final mark would wait
+for the next sentence). The last chunk is fed one sample short so that it stays buffered and
+``finish_streaming_transcribe(state, max_new_tokens=FINISH_MAX_NEW_TOKENS)`` really decodes the segment's end.
+SENT_END is the seed's set without the ASCII full stop (decimals, abbreviations): English text closes windows only
+at ``?!;``, so a run of English sentences ending in ``.`` is one window.
 
-The ``|`` symptom: this R2T2 cuts its raw generation at ``|`` before storing ``state.text``, so ``|`` is seen in
-what the model generated (``take_generations()``, which engines/r2t2.py adds by observing R2T2's generate step),
-or in ``state.text`` for an older R2T2 that leaves it there. A ``|`` marks the open sentence as truncated
-("bar"); the sentence still ends at its mark. (The seed closed a window whenever ``|`` was anywhere in
-``state.text``: with a ``|`` that stays, that is a fragment per chunk, and fragments are what makes
-faster-whisper hallucinate, seed §2.5.)
+The ``|`` symptom ("bar") is read from what the model generated (engines/r2t2.py), or from ``state.text`` for an
+older R2T2 that leaves it there; it marks the open sentence as truncated, which still ends at its mark. (The seed
+closed a window whenever ``|`` was anywhere in ``state.text``: with a ``|`` that stays, that is a fragment per
+chunk, and fragments are what makes faster-whisper hallucinate, seed §2.5.)
 
-Stage 2 (final): a window is *truncated* when its sentence saw a ``|`` ("bar") or does not end with a
-sentence-end mark ("no_end_mark"; only the last window or a bar window can lack one, as windows end at marks);
-only those go to ``window_fn`` with 0.32 s of padding on both sides (clamped to the audio). Truncated -> the fw
-text, or the draft cut at ``|`` when fw returns nothing (engine "fw"); complete -> the draft text (engine
-"draft"). ``truncated_by`` is in every window and sentence of the result. A sentence left empty (a withdrawn tail
-that faster-whisper found silent) is not emitted.
+Stage 2 (final, finalstage.py): only truncated windows ("bar", "no_end_mark") go to ``window_fn``, their audio
+from LAG_CHUNKS (0.8 s, the seed's measured median first-text delay) before the chunk after the previous close,
+with 0.32 s of padding: the seed's character offset used as a chunk index covered the draft's lag only by accident
+(docs/API.md). ``per_sentence`` times are on the draft's clock, from the chunk after the previous close to the end
+of its own: contiguous, so subtitle cues follow each other. A sentence left empty (a withdrawn tail that
+faster-whisper found silent) is not emitted.
 
-Changes from the seed (window start): the seed records a window's start as a *character* offset into the
-draft and then uses it as a chunk index for the audio span (mixed units). For Chinese (fewer characters than
-160 ms chunks) that lands earlier than the chunk where the previous window closed, and so, by accident, covers
-the draft's lag behind the audio. Starting at the chunk after the previous close instead would cut off the
-first syllables of a truncated sentence that began while the draft lagged, exactly where faster-whisper is
-asked to repair it. Here a window's audio starts at ``max(0, previous_close + 1 - LAG_CHUNKS)`` (chunk 0 for the
-first window; never before its segment's start), with LAG_CHUNKS = 5 (0.8 s: the seed's measured median
-first-text delay), then 0.32 s of padding on both sides, clamped to the audio, as in the seed. The price: where
-the draft keeps up with the audio, a window also hears up to 0.8 s of the previous sentence's end (the seed's
-windows reached back further still). Units are chunks throughout; the character offset
-is kept as ``Window.start_char``. ``sent_windows[k]`` = ``{start_chunk, end_chunk}`` is that audio window
-before padding (so consecutive windows overlap by up to LAG_CHUNKS chunks); ``per_sentence[k]`` ``start_s`` /
-``end_s`` are the sentence's times on the draft's clock, from the chunk after the previous close
-(``Window.open_chunk``) to the end of its own close chunk: contiguous and never overlapping, so subtitle cues
-follow each other, trailing the speech by the draft's lag.
-
-Long audio arrives as segments (segment.py), each with a fresh draft state and its offset; windows, chunk
-indices and times are global. Events: ``draft`` carries the current segment's draft whenever it changes
-(shrinks included; bounded in size for a 4-hour file), ``sentence`` each settled sentence in order, both
-labelled with their segment's index; ``progress`` per chunk, once per settled window, every HEARTBEAT_SEC
-while one faster-whisper call runs (:class:`Heartbeat`: the daemon's stall watchdog is about a worker gone
-silent, not about one long window on a slow device), and once more when everything is settled.
-
-Stage 2 may run while stage 1 continues (``mode="thread"``), at once in the draft loop (``"inline"``), or
-after the draft (``"after"``, the seed's order). Each window's result depends only on its own audio and text,
-so the three modes return the same result; sentences are emitted in order as soon as they and every earlier
-one are settled.
+Long audio arrives as segments (segment.py), each with a fresh draft state and its offset; windows, chunk indices
+and times are global. ``progress`` goes out per chunk, per settled window, and every HEARTBEAT_SEC while one
+faster-whisper call runs (the daemon's stall watchdog is about a worker gone silent, not about one long window on a
+slow device). Stage 2 may run beside the draft (``mode="thread"``), inline, or after it (the seed's order): each
+window depends only on its own audio and text, so the three modes return the same result.
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
+import functools
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -79,20 +47,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from hasrd import transcript
-from hasrd.transcript import TimedSentence, Timings, Transcript
-from hasrd.worker import batcher
-from hasrd.worker.engine import Emitter, EngineError
 from hasrd.languages import join_sentences
-from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, PAD, SENT_END, SR, Window, Windows,
-                                    choose, ends_with_mark, is_truncated, last_mark, n_chunks, truncation,
-                                    window_span, window_start)
+from hasrd.transcript import TimedSentence, Timings, Transcript
+from hasrd.worker.engine import Emitter, EngineError
+from hasrd.worker.finalstage import HEARTBEAT_SEC, FinalStage, Heartbeat, WindowFn
+from hasrd.worker.sentences import (CHUNK, CHUNK_SEC, CLOSERS, LAG_CHUNKS, SENT_END, SR, Window, Windows, choose,
+                                    ends_with_mark, n_chunks, truncation, window_span)
 from hasrd.worker.textrules import clean_text
 
-__all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "Heartbeat", "LAG_CHUNKS",
-           "MAX_NEW_TOKENS", "MODES", "PAD",
-           "SENT_END", "SR", "DraftModel", "FinalStage", "Outcome", "Window", "Windows", "choose",
-           "draft_windows", "ends_with_mark", "is_truncated", "last_mark", "n_chunks", "result",
-           "run", "truncation", "window_span", "window_start"]
+__all__ = ["CHUNK", "CHUNK_SEC", "CLOSERS", "FINISH_MAX_NEW_TOKENS", "HEARTBEAT_SEC", "LAG_CHUNKS", "MAX_NEW_TOKENS",
+           "MODES", "SENT_END", "SR", "choose", "draft_windows", "DraftModel", "DraftState", "ends_with_mark",
+           "FinalStage", "Heartbeat", "n_chunks", "Outcome", "result", "run", "truncation", "Window", "window_span",
+           "WindowFn", "Windows"]
 
 MAX_NEW_TOKENS = 4
 # The budget of ``finish_streaming_transcribe``. Without one R2T2 falls back to the default it was loaded with,
@@ -103,18 +69,22 @@ MAX_NEW_TOKENS = 4
 FINISH_MAX_NEW_TOKENS = 64
 MODES = ("thread", "inline", "after")
 
-WindowFn = Callable[[np.ndarray], str]
+
+class DraftState(Protocol):
+    """A draft's streaming state as v2c reads it: the text so far (R2T2 rewrites it: notes/r2t2.md)."""
+
+    text: str
 
 
 class DraftModel(Protocol):
-    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses.
+    """The streaming part of ``r2t2.R2T2ASRModel`` that v2c uses (each model takes its own state).
 
     A model may also have ``take_generations() -> list[str]``: the raw generations of the model calls since the
     last take (engines/r2t2.py observes R2T2's generate step), where a ``|`` is still visible.
     """
 
     def init_streaming_state(self, context: str = "", language: str | None = None, unfixed_chunk_num: int = 2,
-                             unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> Any: ...
+                             unfixed_token_num: int = 5, chunk_size_sec: float = 2.0) -> DraftState: ...
 
     def streaming_transcribe(self, pcm16k: np.ndarray, state: Any,
                              max_new_tokens: int | None = None) -> tuple[str, str]: ...
@@ -159,9 +129,6 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
         _, fixed = model.streaming_transcribe(chunk, state, max_new_tokens=MAX_NEW_TOKENS)
         text = draft_text(state.text)
         bar = any("|" in g for g in take()) if take is not None else False
-        # Committed: fixed_text (the text minus its last token, which every later prompt must continue), or the
-        # whole text once a chunk regenerated its last token unchanged (a final mark is otherwise never fixed
-        # until the next sentence starts).
         committed = text if text == shown and text and i < total - 1 else draft_text(fixed)  # the last stays buffered
         if text != shown:
             if first_text_s is None and text.strip():  # the audio fed so far (the last chunk may be short)
@@ -191,193 +158,11 @@ def draft_windows(model: DraftModel, pcm: np.ndarray, language: str | None, *,
     return ws.windows, full, first_text_s
 
 
-def draft_text(raw: Any) -> str:
+def draft_text(raw: str | None) -> str:
     """R2T2's text as everyone reads it: without U+FFFD or invisible characters. Its streaming step loops until
     a token completes a character; its finish decodes the rolled-back prefix without that loop (issue 31 #11).
     A filter per character, so a prefix of the raw text stays a prefix of the read one."""
     return clean_text(str(raw or ""), strip=False)
-
-
-HEARTBEAT_SEC = 1.0
-
-
-class Heartbeat:
-    """The job's progress, re-sent while one faster-whisper call runs, so that the daemon's stall watchdog
-    (HASR_STALL_SEC) measures silence, not the length of a single call on a slow device.
-
-    ``report`` is the one way this job's progress reaches the emitter (a lock keeps the draft loop's reports and
-    the beats from interleaving); ``during()`` beats every ``every`` seconds from a small daemon thread while the
-    block runs, and ``again()`` re-sends the current position (once per settled window).
-    """
-
-    def __init__(self, emit: Emitter, every: float = HEARTBEAT_SEC) -> None:
-        self.emit, self.every = emit, max(0.05, every)
-        self.lock = threading.Lock()
-        self.last: tuple[float, float] | None = None
-        self.beats = 0
-
-    def report(self, done_s: float, total_s: float) -> None:
-        with self.lock:
-            self.last = (done_s, total_s)
-            self.emit.progress(done_s, total_s)
-
-    def again(self) -> None:
-        with self.lock:
-            if self.last is not None:
-                self.beats += 1
-                self.emit.progress(*self.last)
-
-    @contextlib.contextmanager
-    def during(self) -> Any:
-        stop = threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(self.every):
-                self.again()
-
-        t = threading.Thread(target=beat, name="hasr-v2c-heartbeat", daemon=True)
-        t.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            t.join()
-
-
-def _takes_segment(fn: Callable[..., Any]) -> bool:
-    """Whether an emitter's ``sentence`` takes ``segment`` (the worker's does; simple test emitters need not)."""
-    import inspect
-
-    try:
-        ps = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "segment" in ps or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values())
-
-
-class FinalStage:
-    """Stage 2 for one segment: settles windows in order and emits each sentence once it and all earlier are.
-
-    ``segment``: the long-audio segment these windows belong to, carried by each ``sentence`` event (as the
-    segment's ``draft`` events carry it). ``heartbeat``: the job's progress, kept alive while a window runs.
-    """
-
-    def __init__(self, pcm: np.ndarray, window_fn: WindowFn | None, mode: str, emit: Emitter,
-                 cancelled: Callable[[], bool], *, index0: int = 0, offset: int = 0, segment: int = 0,
-                 heartbeat: Heartbeat | None = None) -> None:
-        self.pcm, self.window_fn, self.mode, self.emit, self.cancelled = pcm, window_fn, mode, emit, cancelled
-        self.index0, self.offset, self.segment, self.heartbeat = index0, offset, segment, heartbeat
-        self.with_segment = _takes_segment(emit.sentence)
-        self.current: TimedSentence | None = None
-        self.windows: list[Window] = []
-        self.settled: list[TimedSentence | None] = []
-        self.next_emit = 0
-        self.emitted = 0
-        self.fw_calls = 0
-        self.fw_s = 0.0
-        self.error: BaseException | None = None
-        self.lock = threading.Lock()
-        self.deferred: list[int] = []
-        self.queue: queue.Queue[int | None] = queue.Queue()
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
-        if mode == "thread" and window_fn is not None:
-            # its windows are the job's: they batch with it and leave when it is cancelled (batcher.JobTag)
-            self.thread = threading.Thread(target=self._worker, args=(batcher.current(),), name="hasr-v2c-final",
-                                           daemon=True)
-            self.thread.start()
-
-    def submit(self, w: Window) -> None:
-        """A window closed: settle it now when that is free, else per the mode."""
-        self.check()
-        with self.lock:
-            k = len(self.windows)
-            self.windows.append(w)
-            self.settled.append(None)
-        if self.window_fn is None or w.truncated_by is None or self.mode == "inline":
-            self._settle(k)
-        elif self.mode == "after":
-            self.deferred.append(k)
-        else:
-            self.queue.put(k)
-
-    def check(self) -> None:
-        """Re-raise a failure of the final-stage thread in the caller."""
-        if self.error is not None:
-            raise self.error
-
-    def close(self) -> list[TimedSentence]:
-        """Wait until every window is settled; return the per-sentence entries in order."""
-        for k in self.deferred:
-            if self.cancelled():
-                raise EngineError("cancelled", "the request was cancelled")
-            self._settle(k)
-        self.deferred = []
-        if self.thread is not None:
-            self.queue.put(None)
-            while self.thread.is_alive():
-                self.thread.join(0.1)
-                if self.cancelled():
-                    raise EngineError("cancelled", "the request was cancelled")
-        self.check()
-        if any(s is None for s in self.settled):
-            if self.cancelled():
-                raise EngineError("cancelled", "the request was cancelled")
-            raise RuntimeError("the v2c final stage ended with unsettled windows")
-        return [s for s in self.settled if s is not None and s.text]
-
-    def abort(self) -> None:
-        """Stop the thread after its current window (cancel, error, or normal end)."""
-        self.stop.set()
-        if self.thread is not None and self.thread.is_alive():
-            self.queue.put(None)
-
-    def _worker(self, tag: batcher.JobTag | None = None) -> None:
-        try:
-            with batcher.bound(tag):
-                self._settle_queued()
-        except BaseException as e:  # handed to the draft loop via check()
-            self.error = e
-
-    def _settle_queued(self) -> None:
-        while not self.stop.is_set():
-            k = self.queue.get()
-            if k is None or self.cancelled():
-                return
-            self._settle(k)
-
-    def _settle(self, k: int) -> None:
-        w = self.windows[k]
-        fw_text: str | None = None
-        if self.window_fn is not None and w.truncated_by is not None:
-            a0, a1 = window_span(w.start_chunk, w.end_chunk, len(self.pcm))
-            t0 = time.monotonic()
-            with self.heartbeat.during() if self.heartbeat is not None else contextlib.nullcontext():
-                fw_text = self.window_fn(self.pcm[a0:a1])
-            with self.lock:
-                self.fw_s += time.monotonic() - t0
-                self.fw_calls += 1
-            if self.heartbeat is not None:
-                self.heartbeat.again()  # progress per window
-        text, engine = choose(w.text, fw_text, w.truncated_by)
-        start_s = round((self.offset + w.open_chunk * CHUNK) / SR, 3)  # the draft's clock: contiguous cues
-        end_s = round((self.offset + min(len(self.pcm), (w.end_chunk + 1) * CHUNK)) / SR, 3)
-        with self.lock:
-            self.settled[k] = TimedSentence(text=text, engine=engine, start_s=start_s, end_s=end_s,
-                                            truncated_by=w.truncated_by)
-            while (not self.stop.is_set() and self.next_emit < len(self.settled)
-                   and self.settled[self.next_emit] is not None):
-                s = self.settled[self.next_emit]
-                assert s is not None
-                if s.text:  # a withdrawn tail that faster-whisper found silent is no sentence
-                    self.current = s  # the entry being emitted (an emitter may read its truncated_by)
-                    args = (self.index0 + self.emitted, s.text, s.engine, s.start_s, s.end_s)
-                    if self.with_segment:
-                        self.emit.sentence(*args, segment=self.segment)  # type: ignore[call-arg]
-                    else:
-                        self.emit.sentence(*args)
-                    self.emitted += 1
-                self.next_emit += 1
 
 
 @dataclass
@@ -425,7 +210,7 @@ def run(model: DraftModel, pcm: np.ndarray, language: str | None, window_fn: Win
         t0 = time.monotonic()
         try:
             windows, draft, first = draft_windows(model, seg, language, cancelled=cancelled,
-                                                  on_text=_segment_drafts(emit, seg_no),
+                                                  on_text=functools.partial(emit.draft, segment=seg_no),
                                                   on_window=stage.submit, on_chunk=on_chunk,
                                                   on_language=on_language, during_finish=beat.during)
             t1 = time.monotonic()
@@ -458,9 +243,3 @@ def result(engine: str, language: str, code: str, out: Outcome, n_samples: int) 
         per_sentence=out.per_sentence, duration_s=round(n_samples / SR, 3), segments=out.segments,
         timings=Timings(draft_s=round(out.draft_s, 4), final_s=round(out.final_s, 4), fw_s=round(out.fw_s, 4)))
 
-
-def _segment_drafts(emit: Emitter, segment: int) -> Callable[[str], None]:
-    """Draft events of one segment, labelled with it (a client resets its draft display per segment)."""
-    def on_text(text: str) -> None:
-        emit.draft(text, segment=segment)
-    return on_text

@@ -4,11 +4,10 @@ Why: on a GPU the decoder is fast and the CPU's VAD is hasr's bottleneck. Measur
 (notes/gpu.md, benchmarks/gpu_real.py): Silero took 0.8 s of a 5-minute file's 1.7 s in the engine, and the file
 had gone through it three times (the language vote's scan, the long-audio cut, then each piece's clips).
 
-How: the file is cut into pieces before any VAD runs, each at the quietest 160 ms of a block's second half
-(segment.quiet_pieces: an energy per chunk); every piece is VAD'd on its own, from a quiet start, by a few threads
-side by side and ahead of the decoder (:func:`piece_spans`); the spans give the piece's clips, the silences the
-sentences are cut at, and the language vote's speech. ONNX Runtime lets go of the GIL while it runs, and each
-piece's spans are the same whichever thread ran it when: the pieces, hence the text, do not depend on timing.
+How: the file is cut into pieces before any VAD runs (segment.quiet_pieces), each VAD'd on its own, from a quiet
+start, by a few threads side by side and ahead of the decoder (:func:`piece_spans`); the spans give the clips, the
+silences the sentences are cut at, and the language vote's speech. ONNX Runtime lets go of the GIL while it runs,
+and each piece's spans are the same whichever thread ran it when: the text does not depend on timing.
 (More intra-op threads for one Silero run gained nothing past the machine's cores and lost beyond them: 60 s took
 0.089 s with 1 thread, 0.085 s with 2, 0.192 s with 4 on a 2-core machine.)
 """
@@ -102,7 +101,3 @@ def merge_clips(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
             clips.append([s0, s1])
     return [(c0, c1) for c0, c1 in clips]
 
-
-def speech_clips(audio: np.ndarray) -> list[tuple[float, float]]:
-    """Speech as contiguous clips of at most 30 s (seconds)."""
-    return merge_clips(speech_spans(audio))

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hasrd import cudalibs
+from hasrd import cudalibs, placement
+from hasrd.config import Settings
 from hasrd.models import FwModel
 from hasrd.worker.engine import EngineError
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
 
 SR = 16000
 
@@ -38,25 +42,18 @@ def batch_for(device: str, setting: int) -> int:
     return BATCH_BY_DEVICE.get(device, BATCH_BY_DEVICE["cpu"])
 
 
-def load_shared(model: FwModel, device: str, compute_type: str, settings: Any) -> tuple[Any, int]:
-    """The worker's WhisperModel and its lanes: loaded with one CTranslate2 replica per lane of the decode loop
-    (HASR_WORKER_STREAMS; on a GPU the replicas share the weights, each on its own CUDA stream), its model calls
-    going through that loop, which takes up to HASR_WORKER_BATCH windows a step from all the jobs the worker holds
+def load_shared(model: FwModel, device: str, compute_type: str, settings: Settings) -> tuple[WhisperModel, int, int]:
+    """The worker's WhisperModel, its lanes and its batch: loaded with one CTranslate2 replica per lane of the decode
+    loop the worker builds for it (HASR_WORKER_STREAMS; on a GPU the replicas share the weights, each on its own
+    CUDA stream), which takes up to HASR_WORKER_BATCH windows a step from all the jobs the worker holds
     (hasrd.worker.ct2batch; placement has the defaults by device and docs/CONFIG.md the figures behind them)."""
-    from hasrd import placement
-    from hasrd.worker import batcher, ct2batch
-
     where = placement.CPU if device == "cpu" else device
-    lanes = placement.streams_for(where, max(0, int(getattr(settings, "worker_streams", 0))))
-    whisper = load_model(model, device, compute_type, replicas=lanes)
-    loop = batcher.default()
-    loop.max_items = placement.batch_for(where, max(0, int(getattr(settings, "worker_batch", 0))))
-    loop.lanes = lanes
-    ct2batch.install(whisper, loop)
-    return whisper, lanes
+    lanes = placement.streams_for(where, max(0, settings.worker_streams))
+    return (load_model(model, device, compute_type, replicas=lanes), lanes,
+            placement.batch_for(where, max(0, settings.worker_batch)))
 
 
-def warm_up(model: Any, name: str) -> float:
+def warm_up(model: WhisperModel, name: str) -> float:
     """Seconds spent running what a request runs (language detection, beam search, word alignment) once on a second
     of quiet noise.
 
@@ -78,7 +75,8 @@ def warm_up(model: Any, name: str) -> float:
     return round(time.monotonic() - t0, 3)
 
 
-def load_model(model: FwModel, device: str, compute_type: str, device_index: int = 0, replicas: int = 1) -> Any:
+def load_model(model: FwModel, device: str, compute_type: str, device_index: int = 0,
+               replicas: int = 1) -> WhisperModel:
     """WhisperModel(...) with failures mapped to protocol codes and sentences; ``replicas`` calls may run at once
     (CTranslate2's inter_threads: on a GPU the replicas share the weights, each on its own CUDA stream)."""
     from faster_whisper import WhisperModel

@@ -1,6 +1,6 @@
 """faster-whisper's terms and hasr's, both ways, for every engine that decodes with it (whisper, hybrid, the R2T2
-draft's language): a request's language (the code the model accepts), task, temperature and prompt; v2c's
-one-window decode; and a decoded segment back as hasr's timed words and ``per_sentence`` entries.
+draft's language): a request's language (the code the model accepts) and prompt; v2c's one-window decode; and a
+decoded segment back as hasr's timed words and ``per_sentence`` entries.
 
 v2c's windows (hybrid) are the seed's call exactly, ``transcribe(window, language=<code>, beam_size=5,
 vad_filter=False)``, on a numpy view of the request's PCM (no temporary files), and never get the prompt: a
@@ -10,12 +10,13 @@ prompt on a short fragment of a truncated sentence invites whisper to echo or co
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hasrd import transcript
 from hasrd.languages import NAMES, UnknownLanguage, resolve
+from hasrd.options import Options
 from hasrd.transcript import TimedSentence
 from hasrd.worker import resegment
 from hasrd.worker.engine import EngineError
@@ -23,9 +24,15 @@ from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped,
 
 SR = 16000
 WINDOW_KW: dict[str, Any] = {"beam_size": 5, "vad_filter": False}
+NO_SPEECH_PROB = 0.6  # whisper's rule: a segment this likely silent and this unsure is dropped
+LOG_PROB_FLOOR = -1.0
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+    from faster_whisper.transcribe import Segment
 
 
-def whisper_code(model: Any, code: str) -> str | None:
+def whisper_code(model: WhisperModel, code: str) -> str | None:
     """The language code this model accepts ('' -> None = detect); Cantonese falls back to Chinese."""
     if not code:
         return None
@@ -38,7 +45,7 @@ def whisper_code(model: Any, code: str) -> str | None:
     return code
 
 
-def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
+def window_fn(model: WhisperModel, code: str | None) -> Callable[[np.ndarray], str]:
     """v2c's final stage: one window -> its text (the seed's parameters), under whisper's text rules as every
     other decode: a token cap for its length (a 7 s window looped for 45.8 s of fallback decoding on the CPU),
     a window whose text loops decoded once more (:func:`unlooped`) and a loop that stays said once (issue 31 #12,
@@ -48,7 +55,7 @@ def window_fn(model: Any, code: str | None) -> Callable[[np.ndarray], str]:
         if len(audio) == 0:
             return ""
 
-        def decode(**extra: Any) -> str:
+        def decode(**extra: int) -> str:
             segments, _info = model.transcribe(audio, language=code, max_new_tokens=token_cap(len(audio) / SR),
                                                **WINDOW_KW, **extra)
             return clean_text("".join(str(s.text) for s in segments))
@@ -69,30 +76,15 @@ def unlooped(decode: Callable[..., str]) -> str:
     return again if not looped(again) else text
 
 
-def task_of(options: dict[str, Any]) -> str:
-    """whisper's task: "transcribe", or "translate" (into English: /v1/audio/translations)."""
-    task = str(options.get("task") or "transcribe")
-    if task not in ("transcribe", "translate"):
-        raise EngineError("invalid_audio", f"unknown task {task!r}: transcribe or translate")
-    return task
+def is_no_speech(segment: Segment) -> bool:
+    """Whisper's no-speech rule, which the batched pipeline and a live decode without VAD must apply themselves
+    ("you" from the silence after the speech)."""
+    return float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR
 
 
-def temperature_of(options: dict[str, Any]) -> float:
-    """The sampling temperature a request asks for (the OpenAI field); 0 = beam search, the same text each time."""
-    try:
-        t = float(options.get("temperature") or 0.0)
-    except (TypeError, ValueError):
-        raise EngineError("invalid_audio",
-                          f"temperature must be a number, not {options.get('temperature')!r}") from None
-    return min(max(t, 0.0), 1.0)
-
-
-def prompt_of(options: dict[str, Any]) -> str | None:
-    """The initial prompt a request asks for: ``options["prompt"]`` (the OpenAI field), else "initial_prompt"."""
-    for key in ("prompt", "initial_prompt"):
-        if options.get(key):
-            return str(options[key])
-    return None
+def prompt_of(options: Options) -> str | None:
+    """The initial prompt a request asks for: ``prompt`` (the OpenAI field), else ``initial_prompt``."""
+    return options.prompt or options.initial_prompt or None
 
 
 def language_of(language: str) -> tuple[str, str]:
@@ -102,7 +94,7 @@ def language_of(language: str) -> tuple[str, str]:
         raise EngineError("invalid_audio", str(e)) from None
 
 
-def model_codes(model: Any) -> list[str]:
+def model_codes(model: WhisperModel) -> list[str]:
     """The language codes this model can write (base lacks 'yue', large-v3 has it)."""
     codes = list(getattr(model, "supported_languages", []) or [])
     n = getattr(getattr(model, "model", None), "num_languages", None)
@@ -111,7 +103,7 @@ def model_codes(model: Any) -> list[str]:
     return codes
 
 
-def timed_words(seg: Any, offset: float, source: int) -> list[resegment.Word]:
+def timed_words(seg: Segment, offset: float, source: int) -> list[resegment.Word]:
     """A decoded segment's words on the file's clock; a segment without words becomes one word of its text."""
     if seg.words:
         return [resegment.Word(clean_text(str(w.word), strip=False), round(offset + float(w.start), 3),

@@ -6,42 +6,44 @@ installed the import fails with "cannot import name" (an ImportError, not Module
 apart here. Each way of not having R2T2 (package missing or wrong, weights missing, no usable CUDA) is a
 ``model_unavailable`` error whose sentence says what to install or download and how.
 
-The load parameters are the seed's, verbatim: ``R2T2ASRModel.LLM(model=..., gpu_memory_utilization=0.35,
-max_model_len=4096, max_new_tokens=4)`` (8192 blows the KV cache). R2T2 wants full language names
-("Chinese"); codes are mapped, no language means R2T2's own detection (``language=None``), and a language
-outside R2T2's 30 is the caller's to route elsewhere (:func:`draft_language`). ``finish_streaming_transcribe``
-prints to stdout; v2c sends that to stderr.
+The load parameters are the seed's, verbatim (:data:`LOAD_KW`; max_model_len 8192 blows the KV cache). R2T2
+wants full language names ("Chinese"); codes are mapped, no language means R2T2's own detection
+(``language=None``), and a language outside R2T2's 30 is the caller's to route elsewhere (:func:`draft_language`).
 
 The ``|`` symptom: this R2T2 cuts its raw generation at the first ``|`` before it stores ``state.text``, so the
 seed's ``"|" in state.text`` never fires. The class is loaded through :func:`observing`, a subclass whose
 ``_streaming_generate`` (the one model call per chunk; vLLM or transformers backend) records each raw
 generation, so v2c sees whether the model wrote ``|`` before the library cut it. An R2T2 without that method
 still works, with only ``|`` in ``state.text`` to go by (what older versions left there).
-
-Warm-up (:func:`warm_up`), as the official streaming server does after its load: three silent chunks and a
-finish per language, so that CUDA kernels, graphs and the vLLM scheduler are ready before the first request;
-it runs inside ``load``, so ``load_s`` includes it, and the loading phase says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from hasrd.config import Settings
-from hasrd.models import resolve_weights
-from hasrd.worker import segment, v2c
-from hasrd.transcript import Transcript
-from hasrd.worker.engine import Emitter, EngineError, heard
-from hasrd.worker.engines.fwterms import language_of
 from hasrd.languages import R2T2_LANGUAGES, UnknownLanguage, resolve
+from hasrd.models import resolve_weights
+from hasrd.options import Options
+from hasrd.transcript import Transcript
+from hasrd.worker import segment, v2c
+from hasrd.worker.batcher import Batcher
+from hasrd.worker.draftsteps import SteppedDraft
+from hasrd.worker.engine import Emitter, EngineError, LiveEmitter, Loaded, heard
+from hasrd.worker.engines.fwterms import language_of
+from hasrd.worker.v2c import DraftModel, WindowFn
+
+if TYPE_CHECKING:
+    from hasrd.worker.live import LiveBase
+
+M = TypeVar("M")
 
 REPO = "https://github.com/netease-youdao/Confucius4-R2T2"
 LOAD_KW: dict[str, Any] = {"gpu_memory_utilization": 0.35, "max_model_len": 4096, "max_new_tokens": 4}
@@ -103,62 +105,50 @@ def cuda_usable() -> tuple[bool, str]:
     return False, f"torch {torch.__version__} sees no CUDA device"
 
 
-def observing(cls: Any) -> Any:
-    """``cls`` with its generate step observed (see the module docstring) and its streaming calls taken one at a
-    time: a worker holds several jobs at once, each in its own thread, and vLLM's ``LLM`` is not made to be
-    called from several threads (it batches the requests of one call). Each thread reads its own
-    generations."""
-    observed = callable(getattr(cls, "_streaming_generate", None))
-    lock = threading.RLock()
+def observing(cls: type[M]) -> type[M]:
+    """``cls`` with its generate step observed (see the module docstring), when it has one: each raw generation is
+    kept until ``take_generations()``. The decode loop runs R2T2's streaming calls one at a time and takes each
+    call's generations in the same step (hasrd.worker.draftsteps), so every job reads its own."""
+    if not callable(getattr(cls, "_streaming_generate", None)):
+        return cls
 
-    class Observed(cls):  # type: ignore[misc,valid-type]
-        def streaming_transcribe(self, *args: Any, **kw: Any) -> Any:
-            with lock:
-                return super().streaming_transcribe(*args, **kw)
+    class Observed(cls):  # type: ignore[valid-type,misc]
+        def _streaming_generate(self, prompt: str, audio: np.ndarray, max_new_tokens: int | None = None) -> str:
+            out = super()._streaming_generate(prompt, audio, max_new_tokens)
+            log = self._hasr_log()
+            log.append(str(out))
+            del log[:-GENERATIONS_KEPT]  # bounded when nobody takes them
+            return out
 
-        def finish_streaming_transcribe(self, *args: Any, **kw: Any) -> Any:
-            with lock:
-                return super().finish_streaming_transcribe(*args, **kw)
+        def take_generations(self) -> list[str]:
+            """The raw generations since the last take, oldest first."""
+            log = self._hasr_log()
+            out = list(log)
+            log.clear()
+            return out
 
-        if observed:
-            def _streaming_generate(self, prompt: Any, audio: Any, max_new_tokens: Any = None) -> Any:
-                out = super()._streaming_generate(prompt, audio, max_new_tokens)
-                log = self._hasr_log()
-                log.append(str(out))
-                del log[:-GENERATIONS_KEPT]  # bounded when nobody takes them
-                return out
-
-            def take_generations(self) -> list[str]:
-                """The raw generations of this thread's calls since its last take, oldest first."""
-                log = self._hasr_log()
-                out = list(log)
-                log.clear()
-                return out
-
-            def _hasr_log(self) -> list[str]:
-                logs: dict[int, list[str]] = self.__dict__.setdefault("_hasr_generations", {})
-                if len(logs) > 64:  # threads that ended
-                    alive = {t.ident for t in threading.enumerate()}
-                    for ident in [i for i in logs if i not in alive]:
-                        del logs[ident]
-                return logs.setdefault(threading.get_ident(), [])
+        def _hasr_log(self) -> list[str]:
+            log: list[str] = self.__dict__.setdefault("_hasr_generations", [])
+            return log
 
     Observed.__name__ = Observed.__qualname__ = f"Observed{cls.__name__}"
     return Observed
 
 
-def refuse_translation(options: dict[str, Any], who: str) -> None:
-    if options.get("task") == "translate":
+def refuse_translation(options: Options, who: str) -> None:
+    if options.task == "translate":
         raise EngineError("unsupported", f"{who} cannot translate: run hasrd with --engine whisper or hybrid")
 
 
-def bar_signal(model: Any) -> str:
+def bar_signal(model: object) -> str:
     """Where this model's ``|`` symptom is read: "generation" (observed) or "state_text" (only what it keeps)."""
     return "generation" if callable(getattr(model, "take_generations", None)) else "state_text"
 
 
-def warm_up(draft: Any, phase: Callable[[str], None]) -> float:
-    """Three silent 160 ms chunks and a finish for Chinese and for English (the official server's warm-up)."""
+def warm_up(draft: DraftModel, phase: Callable[[str], None]) -> float:
+    """Three silent 160 ms chunks and a finish for Chinese and for English, as the official streaming server does
+    after its load: CUDA kernels, graphs and the vLLM scheduler are ready before the first request. It runs inside
+    ``load``, so ``load_s`` includes it."""
     t0 = time.monotonic()
     phase("warming up R2T2 (3 silent chunks and a finish, Chinese and English)")
     silence = np.zeros(v2c.CHUNK, dtype=np.float32)
@@ -176,7 +166,7 @@ def warm_up(draft: Any, phase: Callable[[str], None]) -> float:
     return time.monotonic() - t0
 
 
-def load_draft(weights: Path, cuda: Callable[[], tuple[bool, str]] = cuda_usable) -> Any:
+def load_draft(weights: Path, cuda: Callable[[], tuple[bool, str]] = cuda_usable) -> DraftModel:
     """The seed's R2T2ASRModel.LLM(...) with every way of failing mapped to a sentence."""
     cls = observing(import_r2t2())
     ok, why = cuda()
@@ -193,7 +183,7 @@ def load_draft(weights: Path, cuda: Callable[[], tuple[bool, str]] = cuda_usable
         raise EngineError("model_unavailable", f"R2T2 failed to load from {weights}: {msg}") from None
 
 
-def shutdown_draft(draft: Any) -> list[str]:
+def shutdown_draft(draft: object) -> list[str]:
     """End what the loaded R2T2 runs besides this thread, so that the worker can exit by itself -> what was shut.
 
     vLLM's ``LLM`` (qwen_asr keeps it as the model's ``model``) runs its engine core in the background (a
@@ -260,7 +250,8 @@ class Detected:
                 self.name, self.code = resolve(name)
 
 
-def run_v2c(engine_name: str, draft: Any, window: Callable[[Callable[[], str]], Any] | None, settings: Settings,
+def run_v2c(engine_name: str, draft: DraftModel, window: Callable[[Callable[[], str]], WindowFn] | None,
+            settings: Settings,
             pcm: np.ndarray, language: str, emit: Emitter, cancelled: Callable[[], bool]) -> Transcript:
     """v2c over segments of at most HASR_MAX_SEGMENT_SEC; ``window(code)`` builds the final stage (or None).
 
@@ -308,30 +299,44 @@ class R2T2Engine:
     def __init__(self, settings: Settings, cuda: Callable[[], tuple[bool, str]] = cuda_usable) -> None:
         self.settings = settings
         self.cuda = cuda
-        self.draft: Any = None
+        self.draft: DraftModel | None = None
+        self.loop: Batcher | None = None
 
-    def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
+    def _load_draft(self, phase: Callable[[str], None]) -> tuple[Path, DraftModel]:
+        """Load R2T2 (the hybrid's draft too) -> where its weights are, and the model."""
         weights = resolve_weights(self.settings.r2t2_model)
         phase(f"loading R2T2 from {weights} (vLLM)")
         self.draft = load_draft(weights, self.cuda)
-        warm_s = warm_up(self.draft, phase)
-        return {"engine": "r2t2", "models": {"draft": {"path": str(weights), "name": weights.name}},
-                "device": "cuda", "load": LOAD_KW, "warm_up_s": round(warm_s, 3), "bar_signal": bar_signal(self.draft),
-                "versions": versions("confucius4-r2t2", "vllm", "torch")}
+        return weights, self.draft
 
-    def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
+    def load(self, phase: Callable[[str], None]) -> Loaded:
+        weights, draft = self._load_draft(phase)
+        warm_s = warm_up(draft, phase)
+        return Loaded({"engine": "r2t2", "models": {"draft": {"path": str(weights), "name": weights.name}},
+                       "device": "cuda", "load": LOAD_KW, "warm_up_s": round(warm_s, 3),
+                       "bar_signal": bar_signal(draft), "versions": versions("confucius4-r2t2", "vllm", "torch")})
+
+    def attach(self, loop: Batcher) -> None:
+        self.loop = loop
+
+    def transcribe(self, pcm: np.ndarray, language: str, options: Options, emit: Emitter,
                    cancelled: Callable[[], bool]) -> Transcript:
         refuse_translation(options, "the r2t2 engine (R2T2 only transcribes)")
-        return run_v2c("r2t2", self.draft, None, self.settings, pcm, language, emit, cancelled)
+        return run_v2c("r2t2", self._stepped(), None, self.settings, pcm, language, emit, cancelled)
 
-    def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
+    def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> LiveBase:
         """The draft alone per utterance: truncated sentences are cut at ``|`` (live_draft.py)."""
         from hasrd.worker.live_draft import DraftLive
 
         refuse_translation(options, "the r2t2 engine (R2T2 only transcribes)")
         name, code = draft_language(language, self.settings)
-        return DraftLive(self.draft, name or None, None, "inline", emit, cancelled, options, engine="r2t2",
+        return DraftLive(self._stepped(), name or None, None, "inline", emit, cancelled, options, engine="r2t2",
                          code=code)
+
+    def _stepped(self) -> SteppedDraft:
+        """One job's handle on the loaded R2T2: its calls are steps of the worker's decode loop."""
+        assert self.draft is not None, "load() first"
+        return SteppedDraft(self.draft, self.loop)
 
     def close(self) -> None:
         draft, self.draft = self.draft, None

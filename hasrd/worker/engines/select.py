@@ -1,14 +1,10 @@
-"""Which real engine to build: what is available here, and the ``auto`` rule (models: hasrd/models.py).
+"""Which real engine to build: what is available here, and the ``auto`` rule (docs/ARCHITECTURE.md "Engines";
+models: hasrd/models.py).
 
-``auto`` (docs/ARCHITECTURE.md "Engines") is :func:`choose`, a pure function of :class:`Available`: hybrid when R2T2
-imports, CUDA is usable and both models resolve; otherwise whisper on the GPU; otherwise whisper on the CPU
-with the embedded model; otherwise an error naming everything that is missing and how to get it. A model that
-is *configured* (HASR_FW_MODEL, HASR_R2T2_MODEL) but missing is always an error, never silently replaced.
-
-Model names: HASR_FW_MODEL is a directory, a faster-whisper size ("large-v3", "small", ...) or a repo id,
-looked up in the local Hugging Face cache only (no downloads in the worker); unset means "large-v3" from the
-cache for the GPU engines and the embedded whisper base otherwise. HASR_R2T2_MODEL is a directory or a repo id;
-unset means netease-youdao/Confucius4-R2T2 from the cache.
+``auto`` is :func:`choose`, a pure function of :class:`Available`. A model that is *configured* (HASR_FW_MODEL,
+HASR_R2T2_MODEL) but missing is always an error, never silently replaced. Unconfigured, models come from the local
+Hugging Face cache only (no downloads in the worker): R2T2's weights, and faster-whisper large-v3 on a GPU (the
+whisper engine where the cache has it), else the embedded whisper base.
 """
 
 from __future__ import annotations

@@ -1,40 +1,24 @@
-"""The whisper-only engine: faster-whisper alone on whole files (fwterms.py has a request in faster-whisper's terms
-and its segments in hasr's; fwload.py the model's load).
+"""The whisper-only engine: faster-whisper alone on whole files (docs/ARCHITECTURE.md "Engines", the whisper
+bullet; fwterms.py has a request in faster-whisper's terms and its segments in hasr's, fwload.py the model's load).
 
-Whole files (whisper engine): Silero VAD on, timestamps per segment, optional word timestamps
-(``options={"word_timestamps": true}``), ``options["prompt"]`` (the OpenAI ``prompt``; ``"initial_prompt"`` is
-read too) as faster-whisper's ``initial_prompt`` for every piece. Two ways to decode, chosen by
-HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's defaults):
+Two ways to decode, chosen by HASR_WHISPER_BATCH (benchmarks/accuracy.py measures both against faster-whisper's
+defaults): batched (N > 0, the default) over VAD clips N at a time, a batch taking clips across pieces, with
+whisper's no-speech rule applied to its segments, which the pipeline does not do itself; or sequential (0), clip
+by clip with a token cap for short clips, so one hallucination cannot feed the next window. Either way beam 5 at
+temperature 0, without conditioning on previous text, and ``Options.prompt`` as every piece's ``initial_prompt``.
+Clips are packed only in languages written with spaces (clips.packs): packing pauses and a short first clip cost
+Mandarin a sixth more errors (issue 38).
 
-- batched (N > 0, the default; 2 on the CPU, 16 on CUDA): faster-whisper's BatchedInferencePipeline over VAD
-  clips of up to 30 s of audio, N at a time (a batch takes clips across pieces), beam 5 at temperature 0;
-  whisper's no-speech rule (no_speech_prob > 0.6 with avg_logprob < -1) is applied to its segments, which it does
-  not do itself. In languages written with spaces (clips.packs) pauses of 0.3-2 s are shortened to 0.3 s (as the
-  pipeline packs its own VAD's speech; longer ones stay whole) and a long file's first clip is at most 10 s on the
-  CPU (its first words); in Chinese, Japanese, Thai ... every pause stays whole and the first clip too: both cost
-  Mandarin a sixth more errors (issue 38).
-- sequential (0): beam 5 at temperature 0 clip by clip, without conditioning on previous text, and a token
-  cap for short clips, so one hallucination cannot feed the next window.
-
-Either way a clip whose decode loops or leaves a stretch of its speech without words (mending.symptom) is mended
-(:meth:`WhisperEngine._mended`): cut in two and each half decoded again, down to parts that cannot be cut; a part
-that still loops gets one decode that may not repeat four tokens. On six 2-minute Mandarin files this took the
-pooled CER from 0.58 to 0.53 (most of whisper base's Mandarin errors there were skipped speech); English files,
-whose clips rarely show either symptom, decode as before.
+A clip whose decode loops or leaves a stretch of its speech without words (mending.symptom) is mended
+(:meth:`WhisperEngine._mended`). On six 2-minute Mandarin files this took the pooled CER from 0.58 to 0.53 (most
+of whisper base's Mandarin errors there were skipped speech); English files, whose clips rarely show either
+symptom, decode as before.
 
 Never a sampling temperature: faster-whisper's fallback samples, and CTranslate2's sampling generator lives in
 its worker threads, where ``set_random_seed`` does not reach after the first call (measured: the second
 transcription of a file in one worker differed from the first, a fresh worker repeated the first). So the same
 PCM, settings and model give the same text, every time: mending cuts the window instead of sampling. A loop that
-survives is said once (:func:`collapse_loops`).
-
-Either way text is cleaned of U+FFFD and zero-width characters (whisper byte-level tokens cut mid-character),
-silence gives no segments, hence an empty transcript, and long input is cut at its quietest chunks into pieces of
-at most HASR_WHISPER_SEGMENT_SEC (segment.quiet_pieces) before any VAD runs: Silero (vad.py) runs once per
-sample, the pieces side by side in a few threads and ahead of the decoder, and its spans give both the clips and
-the silences the sentences are cut at.
-Without a language the language is voted over several windows of speech (language_id.py, from the first
-pieces' spans), once per file, and reported with its probability.
+survives is said once (textrules.collapse_loops).
 
 faster-whisper returns numpy.float64 times and probabilities once word timestamps are on (segment times
 included); the worker channel (msgspec) cannot encode those, so every number is made a float where it is read
@@ -48,26 +32,36 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from hasrd.config import Settings
 from hasrd.worker import resegment, segment, vad
-from hasrd.worker.vad import CLIP_SEC, merge_clips, silences, speech_clips, speech_spans  # noqa: F401
+from hasrd.worker.vad import silences
 from hasrd.models import resolve_fw
 from hasrd.worker.engines import mending
 from hasrd.worker.engines.clips import Clip, Moved, Passed, packs, stream
 from hasrd.worker.engines.fwload import batch_for, load_shared, warm_up
 from hasrd import transcript
+from hasrd.options import Options
+from hasrd.protocol import Phase
 from hasrd.transcript import TimedSentence, Timings, Transcript
-from hasrd.worker.engine import Emitter, EngineError, heard
-from hasrd.worker.textrules import (MAX_CAP, RETRY_KW, TOKENS_PER_S, clean_text, collapse_loops,  # noqa: F401
-                                     looped, token_cap)
+from hasrd.worker import ct2batch
+from hasrd.worker.batcher import Batcher
+from hasrd.worker.engine import Emitter, EngineError, LiveEmitter, Loaded, heard
+from hasrd.worker.textrules import RETRY_KW, clean_text, collapse_loops, looped, token_cap
 from hasrd.languages import NAMES, join_sentences
-from hasrd.worker.engines.fwterms import (language_of, model_codes, prompt_of, sentence_entry, task_of,
-                                         temperature_of, timed_words, whisper_code)
+from hasrd.worker.engines.fwterms import (is_no_speech, language_of, model_codes, prompt_of, sentence_entry,
+                                          timed_words, whisper_code)
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+    from faster_whisper.transcribe import Segment
+
+    from hasrd.worker.live_whisper import WhisperLive
 
 SR = 16000
 FIRST_CLIP_SEC = 10.0  # issue 32 #2: ~25 tokens, not ~90, before the first words (1-1.5 s on a 2-core CPU)
@@ -81,13 +75,11 @@ WHOLE_KW: dict[str, Any] = {
 
 
 BATCHED_KW: dict[str, Any] = {"beam_size": 5, "temperature": 0.0}
-NO_SPEECH_PROB = 0.6  # whisper's rule: a segment this likely silent and this unsure is dropped
-LOG_PROB_FLOOR = -1.0
 
 
 class Track:
     """A file job's progress, told through the engine's emitter: never backwards, and re-sent while a long step
-    runs (the language vote, a batch, the VAD of a silent stretch), with what runs (protocol.PHASES). A worker
+    runs (the language vote, a batch, the VAD of a silent stretch), with what runs (protocol.Phase). A worker
     that sends nothing for HASR_STALL_SEC is killed as stuck: a long silence or a slow vote must not look so."""
 
     def __init__(self, emit: Emitter, total_s: float) -> None:
@@ -97,12 +89,8 @@ class Track:
         self.done_s = max(self.done_s, min(float(done_s), self.total_s))
         self.emit.progress(round(self.done_s, 3), self.total_s)
 
-    def beat(self, phase: str = "decoding") -> None:
+    def beat(self, phase: Phase = "decoding") -> None:
         self.emit.progress(round(self.done_s, 3), self.total_s, phase)
-
-
-def is_no_speech(segment: Any) -> bool:
-    return (float(segment.no_speech_prob) > NO_SPEECH_PROB and float(segment.avg_logprob) < LOG_PROB_FLOOR)
 
 
 def _shifted(clip: Clip, base: float) -> Callable[[float, bool], float]:
@@ -121,9 +109,11 @@ def quietest(pcm: np.ndarray, a: float, b: float, frame: int = SR // 10) -> floa
 
 
 class WhisperEngine:
-    """faster-whisper alone: whole files with VAD, segments with timestamps."""
+    """faster-whisper alone: whole files with VAD, segments with timestamps. ``model`` is there from ``load`` (or
+    given: the hybrid lends its own) until ``close``."""
 
     name = "whisper"
+    model: WhisperModel
 
     def __init__(self, settings: Settings, fw_spec: str, device: str, compute_type: str,
                  identity: dict[str, Any] | None = None) -> None:
@@ -132,17 +122,16 @@ class WhisperEngine:
         self.device = device
         self.compute_type = compute_type
         self.extra = dict(identity or {})
-        self.model: Any = None
         self.warm_up_s: float | None = None
         self.vad_workers = vad.default_workers()
 
-    def load(self, phase: Callable[[str], None]) -> dict[str, Any]:
+    def load(self, phase: Callable[[str], None]) -> Loaded:
         self.model_ref = resolve_fw(self.fw_spec, phase)
         phase(f"loading faster-whisper {self.model_ref.name} on {self.device} ({self.compute_type})")
         # Silero's session is built beside the model's load (its first request would wait for it otherwise)
         primed = threading.Thread(target=vad.prime, name="hasr-vad-prime", daemon=True)
         primed.start()
-        self.model, lanes = load_shared(self.model_ref, self.device, self.compute_type, self.settings)
+        self.model, lanes, batch = load_shared(self.model_ref, self.device, self.compute_type, self.settings)
         if self.device == "cuda":
             phase("preparing the GPU's kernels (the first load on a machine compiles them: seconds, once)")
             self.warm_up_s = warm_up(self.model, self.model_ref.name)
@@ -153,10 +142,15 @@ class WhisperEngine:
         if self.warm_up_s is not None:
             ident["warm_up_s"] = self.warm_up_s
         ident.update(self.extra)
-        return ident
+        return Loaded(ident, lanes, batch)
 
-    def transcribe(self, pcm: np.ndarray, language: str, options: dict[str, Any], emit: Emitter,
+    def attach(self, loop: Batcher) -> None:
+        ct2batch.install(self.model, loop)
+
+    def transcribe(self, pcm: np.ndarray, language: str, options: Options | Mapping[str, Any], emit: Emitter,
                    cancelled: Callable[[], bool]) -> Transcript:
+        """``options`` may be a mapping of Options' fields too (benchmarks and tests drive this engine directly)."""
+        options = options if isinstance(options, Options) else msgspec.convert(options, Options)
         name, code = language_of(language or self.settings.language)
         fw_code = whisper_code(self.model, code)
         probability: float | None = None
@@ -171,7 +165,6 @@ class WhisperEngine:
         calls = 0
         cuts = resegment.Resegmenter()
         sources: list[Any] = []  # the decoder's segments, by index: scores and tokens for the pieces
-        want_words = bool(options.get("word_timestamps"))
 
         loops = resegment.LoopFilter()
 
@@ -185,7 +178,7 @@ class WhisperEngine:
             if end:
                 kept.extend(loops.flush())
             for text, piece in kept:
-                entry = sentence_entry(piece, text, sources, self._tokens, want_words)
+                entry = sentence_entry(piece, text, sources, self._tokens, options.word_timestamps)
                 if first_text_s is None:
                     first_text_s = entry.end_s
                 emit.sentence(len(per_sentence), text, "fw", entry.start_s, entry.end_s)
@@ -199,24 +192,13 @@ class WhisperEngine:
         # then decoded from that list.
         parts = self._parts(pcm)
         try:
-            ahead: list[tuple[int, int, list[tuple[float, float]]]] = []
+            ahead: list[vad.Part] = []
             if fw_code is None and n:
                 from hasrd.worker import language_id
 
-                known: list[tuple[int, int]] = []
-                covered = n  # all of it, unless the vote has enough speech first
-                for part in parts:
-                    ahead.append(part)
-                    track.beat("finding_speech")
-                    known += [(part[0] + int(round(a * SR)), part[0] + int(round(b * SR))) for a, b in part[2]]
-                    if sum(b - a for a, b in known) >= language_id.NEED or part[1] >= language_id.SCAN:
-                        covered = part[1]
-                        break
-                track.beat("detecting_language")
-                fw_code, probability = language_id.detect(self.model, pcm, set(model_codes(self.model)),
-                                                          cancelled, known=(known, covered),
-                                                          beat=lambda: track.beat("detecting_language"))
-                fw_code = fw_code or None
+                voted, probability, ahead = language_id.of_pieces(self.model, pcm, parts, set(model_codes(self.model)),
+                                                                  cancelled, track.beat)
+                fw_code = voted or None
                 if fw_code:
                     name, code = NAMES.get(fw_code, fw_code), fw_code
                     heard(emit, code)
@@ -261,15 +243,15 @@ class WhisperEngine:
             language_detected=probability is not None, draft="",
             final=join_sentences([p.text for p in per_sentence], code), sent_windows=windows, fw_calls=calls,
             first_text_s=first_text_s, per_sentence=per_sentence, duration_s=total_s,
-            decoding="batched" if self.batch > 0 else "sequential", task=task_of(options),
+            decoding="batched" if self.batch > 0 else "sequential", task=options.task,
             timings=Timings(draft_s=0.0, final_s=round(elapsed, 4), fw_s=round(elapsed, 4)))
 
-    def live(self, language: str, options: dict[str, Any], emit: Any, cancelled: Callable[[], bool]) -> Any:
+    def live(self, language: str, options: Options, emit: LiveEmitter, cancelled: Callable[[], bool]) -> WhisperLive:
         """faster-whisper with local agreement over a growing buffer (live_whisper.py)."""
         from hasrd.worker.live_whisper import WhisperLive
 
         _name, code = language_of(language or self.settings.language)
-        return WhisperLive(self.model, whisper_code(self.model, code), task_of(options), prompt_of(options), emit,
+        return WhisperLive(self.model, whisper_code(self.model, code), options.task, prompt_of(options), emit,
                            cancelled, options)
 
     def _parts(self, pcm: np.ndarray) -> Generator[vad.Part, None, None]:
@@ -288,16 +270,15 @@ class WhisperEngine:
     def batch(self) -> int:
         return batch_for(self.device, int(self.settings.whisper_batch))
 
-    def _decode(self, pcm: np.ndarray, fw_code: str | None, options: dict[str, Any],
+    def _decode(self, pcm: np.ndarray, fw_code: str | None, options: Options,
                 clips: Iterator[Clip | Passed], track: Track) -> Iterable[Any]:
         """The file's segments with timed words on its clock, lazily, in time order (see the module docstring for
         the two ways); ``clips`` are its speech clips (seconds), pieces after pieces, each piece's end told as it
         passes (``track`` moves there once every clip before it is decoded, else hears a heartbeat)."""
         common: dict[str, Any] = dict(word_timestamps=True, initial_prompt=prompt_of(options), language=fw_code,
-                                      task=task_of(options))
-        temperature = temperature_of(options)
-        if temperature:  # asked for: sampling, so no longer the same text every time
-            common["temperature"] = temperature
+                                      task=options.task)
+        if options.temperature:  # asked for: sampling, so no longer the same text every time
+            common["temperature"] = options.temperature
         if self.batch <= 0:
             return self._by_clip(pcm, common, clips, track)
         return self._batched(pcm, common, clips, track)
@@ -306,7 +287,7 @@ class WhisperEngine:
                  track: Track) -> Iterable[Any]:
         """Sequential: each clip alone, beam 5 at temperature 0 (the token cap is per clip), mended as batches are."""
 
-        def decode(parts: list[Clip], **extra: Any) -> list[list[Any]]:
+        def decode(parts: list[Clip], **extra: int) -> list[list[Any]]:
             return [[Moved(seg, c.to_file) for seg in self._sequential(c.audio(pcm), common, vad=False, **extra)]
                     for c in parts]
 
@@ -336,7 +317,7 @@ class WhisperEngine:
         return [m for part, got in zip(parts, decode(parts), strict=True) for m in self._mended(pcm, part, got, decode)]
 
     def _sequential(self, audio: np.ndarray, common: dict[str, Any], vad: bool = True,
-                    **extra: Any) -> Iterable[Any]:
+                    **extra: int) -> Iterable[Segment]:
         kw = {**WHOLE_KW, "vad_filter": vad, **extra, **common}  # a request's temperature replaces the default
         segments, _info = self.model.transcribe(audio, max_new_tokens=token_cap(len(audio) / SR), **kw)
         return segments
@@ -351,7 +332,7 @@ class WhisperEngine:
         # the worker runs several jobs at once (their model calls meet in the decode loop, hasrd.worker.batcher)
         pipeline = BatchedInferencePipeline(self.model)
 
-        def decode(batch: list[Clip], **extra: Any) -> list[list[Any]]:
+        def decode(batch: list[Clip], **extra: int) -> list[list[Any]]:
             """Each clip's segments that are speech (whisper's no-speech rule, which the pipeline does not apply),
             on the file's clock: the clips side by side in one array, each its own audio; a segment's seek is its
             clip's start there in 10 ms frames, computed by the pipeline from whole samples."""
@@ -395,4 +376,4 @@ class WhisperEngine:
                 yield from self._mended(pcm, clip, moved, decode)
 
     def close(self) -> None:
-        self.model = None
+        vars(self).pop("model", None)  # its memory goes with the last reference

@@ -1,7 +1,8 @@
-"""What ``hasr-tray`` needs that ``pip install '.[tray]'`` cannot bring, and what the extra brings: checked
-without a display and without importing pystray (which raises without DISPLAY), so that ``hasr-tray`` can
-refuse with one line instead of a traceback, ``hasrctl doctor`` can report it and ``hasrctl setup`` can leave
-out an autostart entry that would fail at every login.
+"""What ``hasr-tray`` needs that ``pip install '.[tray]'`` cannot bring, what the extra brings, and which icon
+backend it picks: checked without a display and without importing pystray (which raises without DISPLAY), so
+that ``hasr-tray`` can refuse with one line instead of a traceback, ``hasrctl doctor`` can report it and
+``hasrctl setup`` can leave out an autostart entry that would fail at every login. Here, under hasrctl, because
+both use it and the tray imports hasrctl, never the other way round (docs/ARCHITECTURE.md "Layout").
 
 Tk for Python is not on PyPI: Debian and Ubuntu ship it as python3-tk (Fedora python3-tkinter, Arch tk); a
 virtual environment sees it only when its base interpreter has it.
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 TK_FIX = "sudo apt install python3-tk (Fedora: sudo dnf install python3-tkinter; Arch: sudo pacman -S tk)"
@@ -88,3 +91,25 @@ def fix(lacking: list[Part]) -> str:
 def message(lacking: list[Part]) -> str:
     """One line saying why the tray cannot run and how to fix it (``lacking`` from :func:`missing`)."""
     return f"the tray cannot run: {reason(lacking)}; fix: {fix(lacking)}"
+
+
+def choose_backend(env: Mapping[str, str] | None = None) -> str:
+    """The pystray backend: PYSTRAY_BACKEND when set; else ``appindicator`` when ``gi`` and an AppIndicator
+    typelib import, else ``xorg`` (no menu there: a left click opens the drop window, which carries the menu's
+    actions)."""
+    env = os.environ if env is None else env
+    if env.get("PYSTRAY_BACKEND"):
+        return env["PYSTRAY_BACKEND"]
+    try:
+        import gi
+
+        gi.require_version("Gtk", "3.0")
+        for name in ("AyatanaAppIndicator3", "AppIndicator3"):
+            try:
+                gi.require_version(name, "0.1")
+                return "appindicator"
+            except ValueError:
+                continue
+    except (ImportError, ValueError):
+        pass
+    return "xorg"
