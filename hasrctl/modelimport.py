@@ -32,7 +32,7 @@ from typing import Any
 
 from hasrctl import output
 from hasrctl.client import CliError, UsageError
-from hasrctl.pool import PullEvent
+from hasrctl.pullview import PullEvent
 from hasrd import models, modelspec
 
 CHUNK = 4 << 20

@@ -473,7 +473,7 @@ def test_pull_and_rm_without_a_daemon_exit_3(short_tmp: str) -> None:
 
 
 def test_the_progress_is_a_bar_per_file_on_a_terminal_and_plain_lines_elsewhere(capsys: Any) -> None:
-    from hasrctl.pool import PullEvent, PullView
+    from hasrctl.pullview import PullEvent, PullView
 
     events = [PullEvent(**e) for e in [{"status": "pulling manifest", "repo": REPO_ID, "revision": "a" * 40,
                "files": [{"file": "config.json", "size": 10}, {"file": "model.bin", "size": 100 * MiB}],

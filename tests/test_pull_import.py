@@ -24,7 +24,7 @@ from tests.conftest import wait_until
 
 from hasrctl import modelimport
 from hasrctl.client import CliError, UsageError
-from hasrctl.pool import PullView
+from hasrctl.pullview import PullView
 from hasrd import models
 
 FILES = {"config.json", "model.bin", "tokenizer.json", "vocabulary.txt"}
