@@ -36,6 +36,9 @@ its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
         ├── WorkerCrashed           worker_crashed  500
         ├── OutOfMemory             out_of_memory   500
         └── ProtocolMismatch        protocol_mismatch 500
+
+    EngineError                     (any code)      the worker's failures, sent as Failed / LoadFailed and mapped
+                                                    back by from_worker / from_worker_load: never a client's
 """
 
 from __future__ import annotations
