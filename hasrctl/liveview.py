@@ -1,7 +1,8 @@
-"""The live draft (``--stream``, ``hasrctl live``): final sentences printed for good, the not-yet-final draft after
-them, dimmed, and the status line of hasrctl/terminal.py (queued, loading, progress) on the row below, redrawing
-only what changed. Cursor arithmetic counts columns, not characters (CJK characters are two wide), and the view
-carries its own status row, so that no second writer (a progress line on stderr) moves the cursor under it.
+"""The live draft (``transcribe --stream``, ``listen``, ``dictate``): final sentences printed for good, the not-yet-
+final draft after them, dimmed, and the status line of hasrctl/terminal.py (queued, loading, progress) on the row
+below, redrawing only what changed. Cursor arithmetic counts columns, not characters (CJK characters are two wide),
+and the view carries its own status row, so that no second writer (a progress line on stderr) moves the cursor under
+it.
 """
 
 from __future__ import annotations

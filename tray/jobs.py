@@ -1,6 +1,6 @@
 """The tray's transcription queue: files in, transcripts next to them, a notification for each.
 
-One worker thread takes the files in order (the daemon runs one transcription at a time anyway), so a file
+One worker thread takes the files in order (one at a time: a dropped folder's files come back in order), so a file
 shows ``queued`` until its turn, then ``running`` with progress, then ``done`` (naming the transcript) or
 ``failed`` (with the daemon's sentence). ``on_change`` is called from that thread after every change.
 """
