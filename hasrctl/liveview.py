@@ -1,5 +1,5 @@
-"""The live draft (``transcribe --stream``, ``listen``, ``dictate``): final sentences printed for good, the not-yet-
-final draft after them, dimmed, and the status line of hasrctl/terminal.py (queued, loading, progress) on the row
+"""The live draft (``transcribe --stream``, ``listen``, ``dictate``): final sentences printed for good, the draft not
+yet final after them, dimmed, and the status line of hasrctl/terminal.py (queued, loading, progress) on the row
 below, redrawing only what changed. Cursor arithmetic counts columns, not characters (CJK characters are two wide),
 and the view carries its own status row, so that no second writer (a progress line on stderr) moves the cursor under
 it.
