@@ -238,6 +238,8 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
         finally:
             book.close()
     except mf.OutdirError as e:
+        if e.said:
+            return EXIT_FAILED
         raise CliError(_outdir_message(e, todo, os.path.join(out_root, mf.JOURNAL)), EXIT_FAILED) from None
 
 
@@ -298,6 +300,8 @@ def _report(failed: list[tuple[str, str]], total: int) -> int:
 
 def _run(rn: Any, b: Batch) -> int:
     """Ray up (its own lines to OUTDIR/.hasr-batch.ray.log), the files through it, Ray down."""
+    from hasrctl.batch import manifest as mf
+
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # SIGTERM, SIGHUP: as Ctrl-C, so Ray's local processes are shut down too
 
@@ -309,6 +313,12 @@ def _run(rn: Any, b: Batch) -> int:
                 signal.signal(sig, stop)
             try:
                 return _on_ray(rn, ray, b)
+            except mf.OutdirError as e:
+                # said while Ray is up: a Ray Data thread that touches Ray after its shutdown ends this process
+                # (Ray's core worker: "The process will exit"), and the line said after the shutdown was lost
+                say(_outdir_message(e, b.todo, os.path.join(b.out_root, mf.JOURNAL)))
+                e.said = True
+                raise
             finally:
                 rn.shutdown(ray)
     finally:

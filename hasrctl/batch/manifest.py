@@ -36,6 +36,7 @@ class OutdirError(Exception):
 
     def __init__(self, outdir: str, error: OSError, recorded: int) -> None:
         self.outdir, self.reason, self.recorded = outdir, error.strerror or str(error), recorded
+        self.said = False  # its line is on stderr already (hasrctl.batch.command._run)
         super().__init__(f"{outdir}: {self.reason}")
 
 
