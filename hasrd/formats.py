@@ -29,6 +29,7 @@ class Format(str, enum.Enum):
     SRT = "srt"
     VTT = "vtt"
     VERBOSE_JSON = "verbose_json"
+    DIARIZED_JSON = "diarized_json"  # OpenAI's: segments with speakers (asks for speakers by itself)
 
     def __str__(self) -> str:  # as a person writes it, "srt", in messages and file names
         return self.value
@@ -51,9 +52,11 @@ _CONTENT_TYPES = {
     "srt": "application/x-subrip; charset=utf-8",
     "vtt": "text/vtt; charset=utf-8",
     "verbose_json": "application/json",
+    "diarized_json": "application/json",
 }
 
-_EXTENSIONS = {"json": "json", "text": "txt", "srt": "srt", "vtt": "vtt", "verbose_json": "json"}
+_EXTENSIONS = {"json": "json", "text": "txt", "srt": "srt", "vtt": "vtt", "verbose_json": "json",
+               "diarized_json": "json"}
 
 
 def check(fmt: str, param: str | None = None) -> Format:
@@ -91,11 +94,13 @@ def segments(result: Transcript) -> list[dict[str, Any]]:
         start = _seconds(item.start_s)
         end = max(start, _seconds(item.end_s))
         seek = item.seek if isinstance(item.seek, int) and item.seek else round(start * 100)
-        out.append({"id": len(out), "seek": seek, "start": start, "end": end, "text": text,
-                    "tokens": list(item.tokens) if isinstance(item.tokens, list) else [],
-                    "temperature": _score(item.temperature), "avg_logprob": _score(item.avg_logprob),
-                    "compression_ratio": _score(item.compression_ratio),
-                    "no_speech_prob": _score(item.no_speech_prob)})
+        seg = {"id": len(out), "seek": seek, "start": start, "end": end, "text": text,
+               "tokens": list(item.tokens) if isinstance(item.tokens, list) else [],
+               "temperature": _score(item.temperature), "avg_logprob": _score(item.avg_logprob),
+               "compression_ratio": _score(item.compression_ratio), "no_speech_prob": _score(item.no_speech_prob)}
+        if isinstance(item.speaker, str):
+            seg["speaker"] = item.speaker
+        out.append(seg)
     if not out:
         text = result.final.strip()
         if text:
@@ -182,7 +187,8 @@ def _vtt_escape(text: str) -> str:
 
 def _subtitles(result: Transcript, rules: subtitles.CueRules | None, vtt: bool) -> str:
     """SRT (numbered cues, ``00:00:01,000``) or WebVTT (a header, ``00:00:01.000``, escaped text); no cue ends
-    after the audio, when the result says where it ends."""
+    after the audio, when the result says where it ends. A speaker is named before a cue's text: ``A: `` in SRT,
+    a voice tag ``<v A>`` in WebVTT."""
     from hasrd import subtitles
 
     cues = subtitles.cues(segments(result), rules, _seconds(result.duration_s) or None, result.language)
@@ -190,7 +196,11 @@ def _subtitles(result: Transcript, rules: subtitles.CueRules | None, vtt: bool) 
     for k, cue in enumerate(cues, 1):
         span = f"{timestamp(cue.start, sep)} --> {timestamp(cue.end, sep)}"
         text = _cue_text(cue.text)
-        blocks.append(f"{span}\n{_vtt_escape(text)}\n" if vtt else f"{k}\n{span}\n{text}\n")
+        if vtt:
+            voice = f"<v {_vtt_escape(cue.speaker)}>" if cue.speaker else ""
+            blocks.append(f"{span}\n{voice}{_vtt_escape(text)}\n")
+        else:
+            blocks.append(f"{k}\n{span}\n{cue.speaker + ': ' if cue.speaker else ''}{text}\n")
     return "\n".join(blocks)
 
 
@@ -250,11 +260,46 @@ def annotate(result: Transcript, *, audio_path: str | None, language: str, durat
     return result
 
 
+def turns(result: Transcript) -> list[tuple[str, str]]:
+    """(speaker, text) per turn: a speaker's consecutive sentences joined as the transcript joins them; [] when
+    the result has no speakers."""
+    out: list[tuple[str, str]] = []
+    for seg in segments(result):
+        who = seg.get("speaker")
+        if who is None:
+            return []
+        if out and out[-1][0] == who:
+            joiner = DeltaJoiner()
+            joiner.text = out[-1][1]
+            out[-1] = (who, joiner.text + joiner.add(seg["text"]))
+        else:
+            out.append((who, seg["text"]))
+    return out
+
+
+def speaker_text(result: Transcript) -> str | None:
+    """The transcript in speaker turns, ``A: …`` a line; None when the result has no speakers."""
+    ts = turns(result)
+    return "".join(f"{who}: {text}\n" for who, text in ts) if ts else None
+
+
 def lines(result: Transcript) -> str:
-    """The transcript as people read it in a terminal or a .txt file: one sentence a line (the OpenAI ``text``
-    format stays one string: :func:`render`)."""
+    """The transcript as people read it in a terminal or a .txt file: one sentence a line, or one speaker turn a
+    line (``A: …``) where speakers were asked for (the OpenAI ``text`` format stays one string: :func:`render`)."""
+    said = speaker_text(result)
+    if said is not None:
+        return said
     texts = [seg["text"] for seg in segments(result)]
     return "\n".join(texts) + "\n"
+
+
+def diarized(result: Transcript) -> dict[str, Any]:
+    """OpenAI's diarized_json: ``{task, duration, text, segments: [{type, id, start, end, text, speaker}], usage}``
+    (a sentence without a speaker, from a result that has none, is speaker "A")."""
+    segs = [{"type": "transcript.text.segment", "id": f"seg_{seg['id']}", "start": seg["start"], "end": seg["end"],
+             "text": seg["text"], "speaker": seg.get("speaker", "A")} for seg in segments(result)]
+    return {"task": "transcribe", "duration": _seconds(result.duration_s), "text": result.final, "segments": segs,
+            "usage": usage(result)}
 
 
 def render(result: Transcript, fmt: Format, include_logprobs: bool = False,
@@ -264,7 +309,9 @@ def render(result: Transcript, fmt: Format, include_logprobs: bool = False,
     42 Latin / 16 CJK characters, 0.83-7 s)."""
     match fmt:
         case Format.TEXT:
-            return result.final + "\n"
+            return speaker_text(result) or result.final + "\n"
+        case Format.DIARIZED_JSON:
+            return _dumps(diarized(result))
         case Format.JSON:
             doc: dict[str, Any] = {"text": result.final, "usage": usage(result)}
             if include_logprobs:

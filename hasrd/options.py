@@ -38,12 +38,19 @@ class Options(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_f
     max_line_count: float | str | None = None
     max_cue_sec: float | str | None = None
     silence_ms: Annotated[int, msgspec.Meta(ge=100, le=10000)] | None = None  # live: a pause that ends an utterance
+    # who said what (docs/SPEAKERS.md): "channels" (one speaker per channel), "auto" (diarization, the number
+    # estimated) or how many speakers a diarization finds; the names given to them in order of first words
+    speakers: Annotated[int, msgspec.Meta(ge=1, le=16)] | Literal["auto", "channels"] | None = None
+    speaker_names: list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]] = []
+    speaker_model: str = ""  # the speaker-embedding model's file (the daemon resolves it; speakermodels.py)
     fake: Fake | None = None  # the fake engine's per-request knobs (tests, benchmarks)
 
 
 WHAT = {"model": "a model's name (hasrctl models)", "task": "\"transcribe\" or \"translate\"",
         "prompt": "a string", "initial_prompt": "a string", "temperature": "a number from 0 to 1",
         "word_timestamps": "true or false", "silence_ms": "a whole number of milliseconds from 100 to 10000",
+        "speakers": "\"auto\", \"channels\" or a number of speakers from 1 to 16",
+        "speaker_names": "a list of names (1-64 characters each)", "speaker_model": "a model's name or .onnx file",
         "fake": "an object (the fake engine's knobs)"}
 
 

@@ -87,6 +87,7 @@ class Sentence(Msg):
     start_s: float
     end_s: float
     segment: int = 0  # the segment (file: long-audio segment, as in Draft; live: the utterance) it belongs to
+    speaker: str = ""  # who said it, where speakers were asked for
 
 
 class Turn(Msg):
@@ -123,6 +124,7 @@ class Transcribe(Msg):
     id: int
     pcm: str  # "fd" (memfd attached to this frame) or an absolute path to raw float32 16 kHz mono
     frames: int
+    channels: int = 1  # speakers="channels": the PCM is this many channels, interleaved (frames counts samples of one)
     language: str = ""
     options: Options = msgspec.field(default_factory=Options)
 

@@ -77,6 +77,7 @@ class Cue:
     start: float
     end: float
     lines: list[str]
+    speaker: str = ""  # who says it (a sentence's speaker: a cue never holds two speakers' words)
 
     @property
     def text(self) -> str:
@@ -342,7 +343,7 @@ def cues(segments: list[dict[str, Any]], rules: CueRules | None = None, until: f
             text = _join(part)
             lines = wrap(part, rules.width(text), rules.max_line_count) or [text]
             start, end = part[0].start, max(part[-1].end, part[0].start)
-            out.append(Cue(start, min(end, start + rules.max_cue_sec), lines))
+            out.append(Cue(start, min(end, start + rules.max_cue_sec), lines, str(seg.get("speaker") or "")))
     out.sort(key=lambda c: c.start)
     return settle_times(out, rules, until)
 

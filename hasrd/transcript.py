@@ -55,6 +55,7 @@ class TimedSentence(msgspec.Struct, kw_only=True):
     seek: int | UnsetType = UNSET
     tokens: list[int] | UnsetType = UNSET
     words: list[Word] | UnsetType = UNSET
+    speaker: str | UnsetType = UNSET  # who said it, where speakers were asked for (channels or diarization)
 
 
 class Window(msgspec.Struct, kw_only=True):
@@ -88,6 +89,7 @@ class Timings(msgspec.Struct, kw_only=True):
     load_s: float | UnsetType = UNSET
     work_s: float | UnsetType = UNSET
     decode_s: float | UnsetType = UNSET
+    diarize_s: float | UnsetType = UNSET  # telling the speakers apart (windows, embeddings, clusters)
     total_s: float | UnsetType = UNSET
 
 
@@ -129,6 +131,9 @@ class Transcript(msgspec.Struct, kw_only=True):
     script: str | None | UnsetType = UNSET
     script_conversion: str | None | UnsetType = UNSET
     script_note: str | UnsetType = UNSET
+    # who spoke (speakers.py): "channels" (one speaker per channel) or "diarized"; the labels in order of first words
+    speaker_mode: str | UnsetType = UNSET
+    speakers: list[str] | UnsetType = UNSET
     # added by the daemon
     audio_path: str | None | UnsetType = UNSET
     worker: WorkerInfo | UnsetType = UNSET
