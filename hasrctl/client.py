@@ -281,12 +281,15 @@ class Client:
         return self.request("POST", url, body, {"Content-Type": "application/json"}, timeout).json()
 
 
-def multipart(fields: dict[str, str], file_field: str, filename: str, data: bytes) -> tuple[bytes, str]:
-    """A multipart/form-data body with plain fields and one file; returns (body, content type)."""
+def multipart(fields: dict[str, str | list[str]], file_field: str, filename: str, data: bytes) -> tuple[bytes, str]:
+    """A multipart/form-data body with plain fields (a list: the field once per value, as ``name[]`` fields are
+    sent) and one file; returns (body, content type)."""
     boundary = "hasr-" + os.urandom(16).hex()
     parts: list[bytes] = []
-    for name, value in fields.items():
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    for name, given in fields.items():
+        for value in [given] if isinstance(given, str) else given:
+            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+                         .encode())
     safe = os.path.basename(filename).replace('"', "_") or "audio"
     parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{safe}"\r\n'
                  f"Content-Type: application/octet-stream\r\n\r\n".encode())

@@ -11,7 +11,8 @@ import click
 
 from hasrctl import liveview, output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable, pool_status
-from hasrctl.common import (Daemon, cue_rules, daemon_options, engine_options, model_argument, model_hint,
+from hasrctl.common import (NAMES_HELP, SPEAKERS_HELP, Daemon, cue_rules, daemon_options, engine_options,
+                            model_argument, model_hint, names_option, speakers_option,
                             parse_formats, say, settings, socket_option)
 from hasrctl.status import duration_text
 from hasrd import subtitles
@@ -93,6 +94,10 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
               "(its initial prompt; R2T2's draft ignores it).")
 @click.option("--word-timestamps", is_flag=True, envvar="HASR_WORD_TIMESTAMPS", show_envvar=True,
               help="Time every word: json and verbose_json carry `words`.")
+@click.option("--speakers", metavar="auto|channels|N", callback=speakers_option, envvar="HASR_SPEAKERS",
+              show_envvar=True, help=SPEAKERS_HELP)
+@click.option("--speaker-names", metavar="LIST", callback=names_option, envvar="HASR_SPEAKER_NAMES",
+              show_envvar=True, help=NAMES_HELP)
 @click.option("--translate", is_flag=True, envvar="HASR_TRANSLATE", show_envvar=True,
               help="English text from any language (whisper's translate task; the "
               "whisper and hybrid engines).")
@@ -108,8 +113,9 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
 @daemon_options
 def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, beside: bool, force: bool,
                language: str | None, stream: bool, progress: bool | None, quiet: bool, prompt: str | None,
-               word_timestamps: bool, translate: bool, model: str | None, max_line_width: str | None,
-               max_line_count: str | None, max_cue_sec: str | None, daemon: Daemon) -> int:
+               word_timestamps: bool, speakers: str | None, speaker_names: str | None, translate: bool,
+               model: str | None, max_line_width: str | None, max_line_count: str | None, max_cue_sec: str | None,
+               daemon: Daemon) -> int:
     """Transcribe audio files (any format FFmpeg reads; - reads stdin).
 
     \b
@@ -120,11 +126,13 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
       hasrctl transcribe --beside -f srt *.wav           # x.wav -> x.srt
       hasrctl transcribe -f txt,srt,vtt -o out/ a.mp3    # out/a.txt, out/a.srt, out/a.vtt from one pass
       ffmpeg -i video.mkv -f wav - | hasrctl transcribe -l English -
+      hasrctl transcribe --speakers auto -f srt meeting.m4a   # A: / B: before the lines
+      hasrctl transcribe --speakers channels --speaker-names Agent,Caller call.wav
     """
     formats = parse_formats(fmts)
     model = model_argument(model)
     language = language or settings().language or None
-    options = engine_options(prompt, word_timestamps, translate, model)
+    options = engine_options(prompt, word_timestamps, translate, model, speakers, speaker_names)
     rules = cue_rules(max_line_width, max_line_count, max_cue_sec)
     plans = output.plan(list(files), formats, out, beside)
     codes: list[int] = []

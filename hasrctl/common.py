@@ -160,10 +160,44 @@ def cue_rules(max_line_width: str | None, max_line_count: str | None, max_cue_se
         raise UsageError(e.message) from None
 
 
-def engine_options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None) -> Options:
+def engine_options(prompt: str | None, word_timestamps: bool, translate: bool, model: str | None,
+                   speakers: str | None = None, speaker_names: str | None = None) -> Options:
     """The engine options of the transcription options (what /transcribe passes to the worker; what
-    ``hasrctl batch`` gives its actors)."""
+    ``hasrctl batch`` gives its actors); ``speakers`` and ``speaker_names`` as --speakers and --speaker-names
+    give them (checked by click: speakers_option, names_option)."""
     from hasrd.options import Options  # msgspec: not for the commands that only ask the daemon's state
 
+    who: int | str | None = int(speakers) if speakers and speakers.isdigit() else speakers or None
     return Options(model=model or "", task="translate" if translate else "transcribe", prompt=prompt or "",
-                   word_timestamps=word_timestamps)
+                   word_timestamps=word_timestamps, speakers=who,  # type: ignore[arg-type]
+                   speaker_names=split_names(speaker_names))
+
+
+def split_names(raw: str | None) -> list[str]:
+    """``--speaker-names "Ann, Bo"``: the names, blanks around them dropped."""
+    return [n.strip() for n in (raw or "").split(",") if n.strip()]
+
+
+def speakers_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--speakers: auto, channels or a number from 1 to 16, checked before any work."""
+    if value is None or value == "":
+        return None
+    v = value.strip().lower()
+    if v in ("auto", "channels") or (v.isdigit() and 1 <= int(v) <= 16):
+        return v
+    raise click.BadParameter(f"{value!r}: use auto (the voices found and counted), channels (one speaker per "
+                             f"channel) or a number of speakers from 1 to 16")
+
+
+def names_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--speaker-names: names of 1-64 characters, comma-separated."""
+    for name in split_names(value):
+        if len(name) > 64:
+            raise click.BadParameter(f"{name[:20]!r}…: a name is at most 64 characters")
+    return value
+
+
+SPEAKERS_HELP = ("Who said what: auto (voices told apart by a speaker model: `hasrctl pull wespeaker-resnet34`), "
+                 "channels (one speaker per channel: a call, a podcast recorded per microphone) or the number of "
+                 "speakers. Text comes in speaker turns (A: …), srt names the speaker, vtt has voice tags.")
+NAMES_HELP = "Names for the speakers, comma-separated, in order of first words (channels: channel 1, 2, …)."

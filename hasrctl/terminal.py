@@ -54,7 +54,8 @@ def tail_to_fit(text: str, cols: int) -> str:
     return "…" + out
 
 
-PHASE_WORDS = {"finding_speech": "finding speech", "detecting_language": "detecting language"}
+PHASE_WORDS = {"finding_speech": "finding speech", "detecting_language": "detecting language",
+               "finding_speakers": "telling the speakers apart"}
 
 
 def bar_text(done: float, total: float, phase: str = "decoding") -> str:

@@ -133,9 +133,12 @@ def by_upload(client: Client, data: bytes, filename: str, language: str | None, 
               options: Options | None = None) -> Transcript:
     """Upload audio bytes to the OpenAI endpoint, streaming (SSE) so the view can follow as for a path."""
     opts = options or Options()
-    fields = {"model": opts.model or "hasr", "response_format": "verbose_json", "stream": "true",
-              "hasr_events": "true", "language": language or "", "prompt": opts.prompt,
-              "timestamp_granularities[]": "word" if opts.word_timestamps else ""}
+    fields: dict[str, str | list[str]] = {
+        "model": opts.model or "hasr", "response_format": "verbose_json", "stream": "true", "hasr_events": "true",
+        "language": language or "", "prompt": opts.prompt,
+        "timestamp_granularities[]": "word" if opts.word_timestamps else "",
+        "speakers": "" if opts.speakers is None else str(opts.speakers), "known_speaker_names[]": opts.speaker_names,
+        "speaker_model": opts.speaker_model}
     endpoint = "/v1/audio/translations" if opts.task == "translate" else "/v1/audio/transcriptions"
     body, ctype = multipart({k: v for k, v in fields.items() if v}, "file", filename, data)
     resp = client.request("POST", endpoint, body, {"Content-Type": ctype}, timeout=None)

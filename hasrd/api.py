@@ -22,7 +22,8 @@ from starlette.responses import Response, StreamingResponse
 
 from hasrd import __version__, errors, gpu, poolstatus
 from hasrd import protocol as proto
-from hasrd.context import Daemon, JSONResponse, check_access, check_language, jsonl, preload, resolve_model
+from hasrd.context import (Daemon, JSONResponse, check_access, check_language, jsonl, preload, resolve_model,
+                           speakers_of)
 from hasrd.intake import read_json
 from hasrd.jobevents import StreamEvent, to_json
 from hasrd.lifecycle import KeepAlive
@@ -61,6 +62,7 @@ async def transcribe(request: Request) -> Response:
         raise errors.BadRequest("language must be a string", param="language")
     options = parse_options(body.get("options"))  # every option checked here, once: no worker wakes for a bad one
     spec = resolve_model(d, request, options.model or str(body.get("model") or ""))
+    options = speakers_of(d, request, options)
     check_language(language)
     await preload("hasrd.jobs")  # the job pipeline (formats, subtitles): not imported by a daemon that only idles
     from hasrd.jobs import Job, admitted

@@ -75,6 +75,7 @@ class AudioInfo:
     codec: str  # FFmpeg's decoder name, e.g. "mp3float"
     decode_s: float
     damaged: int = 0  # packets skipped because they did not decode (+1 when reading stopped early)
+    kept_channels: int = 1  # channels in the PCM: 1 (mixed), or the source's (keep_channels)
 
 
 def _path_error(code: str, path: str, what: str) -> AudioPathError:
@@ -156,8 +157,9 @@ def _refuse_nested_open(url: str, flags: int, options: dict[str, Any]) -> Any:
 
 def _write_all(out: Writer, frame: av.AudioFrame) -> int:
     n = frame.samples
-    # The plane is padded (aligned) past its samples: write only the samples.
-    view = memoryview(frame.planes[0]).cast("B")[:n * BYTES_PER_FRAME]
+    # The plane is padded (aligned) past its samples: write only the samples (of every channel, when interleaved).
+    width = BYTES_PER_FRAME * (frame.layout.nb_channels if not frame.format.is_planar else 1)
+    view = memoryview(frame.planes[0]).cast("B")[:n * width]
     if not _LITTLE:  # pragma: no cover - Linux on big-endian hardware
         swapped = array.array("f")
         swapped.frombytes(view)
@@ -197,18 +199,20 @@ def _remaining(f: IO[bytes]) -> int | None:
 
 
 def decode(source: Source, out: Writer, *, max_audio_sec: float | None = None,
-           name: str | None = None, stop: Callable[[int], bool] = lambda frames: False) -> AudioInfo:
+           name: str | None = None, stop: Callable[[int], bool] = lambda frames: False,
+           keep_channels: bool = False) -> AudioInfo:
     """Decode a path (checked as by :func:`check_path`), bytes or a seekable binary file into ``out``.
 
     Writes 16 kHz mono float32 LE PCM to ``out`` as it goes; ``name`` labels an upload in messages; ``stop(frames)``
     is asked between packets with the frames written so far (True: the client left, Cancelled; it may raise).
+    ``keep_channels``: the source's channels interleaved instead of their mean (speakers="channels").
     Raises AudioPathError / AudioDecodeError / AudioTooLong (400) or HasrError ``pcm_store_failed`` (500).
     """
     t0 = time.perf_counter()
     f, label, owned = _as_file(source, name)
     shown = f"'{label}'" if isinstance(source, (str, os.PathLike)) else label
     try:
-        return _decode_file(f, shown, out, max_audio_sec, t0, stop)
+        return _decode_file(f, shown, out, max_audio_sec, t0, stop, keep_channels)
     finally:
         if owned:
             f.close()
@@ -227,7 +231,7 @@ def _open(f: IO[bytes]) -> Any:
 
 
 def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t0: float,
-                 stop: Callable[[int], bool]) -> AudioInfo:
+                 stop: Callable[[int], bool], keep: bool = False) -> AudioInfo:
     try:
         container = _open(f)
     except _NestedOpen as e:
@@ -249,7 +253,8 @@ def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t
         if max_sec is not None and declared is not None and declared > _early_limit(container, max_sec):
             raise _too_long(shown, declared, max_sec)
         max_frames = None if max_sec is None else int(max_sec * SAMPLE_RATE) + 1
-        frames, damaged = _pump(container, stream, out, shown, max_frames, max_sec, stop)
+        channels = int(ctx.layout.nb_channels if ctx.layout else 0)
+        frames, damaged = _pump(container, stream, out, shown, max_frames, max_sec, stop, channels if keep else 0)
         if frames == 0:
             if damaged:
                 raise AudioDecodeError(f"{shown} could not be decoded: none of its {ctx.name} audio "
@@ -257,9 +262,9 @@ def _decode_file(f: IO[bytes], shown: str, out: Writer, max_sec: float | None, t
             raise AudioDecodeError(f"{shown} contains no audio (its {ctx.name} stream has 0 samples)",
                                    code="no_audio_frames")
         return AudioInfo(frames=frames, duration_s=frames / SAMPLE_RATE, sample_rate=int(ctx.sample_rate or 0),
-                         channels=int(ctx.layout.nb_channels if ctx.layout else 0),
-                         container=container.format.name, codec=ctx.name,
-                         decode_s=time.perf_counter() - t0, damaged=damaged)
+                         channels=channels, container=container.format.name, codec=ctx.name,
+                         decode_s=time.perf_counter() - t0, damaged=damaged,
+                         kept_channels=channels if keep else 1)
 
 
 def _early_limit(container: Any, max_sec: float) -> float:
@@ -293,9 +298,10 @@ def _secs(s: float) -> str:
 
 
 def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int | None,
-          max_sec: float | None, stop: Callable[[int], bool]) -> tuple[int, int]:
-    """Demux, decode, resample and write; return (frames written, damaged packets)."""
-    resampler = Resampler()
+          max_sec: float | None, stop: Callable[[int], bool], keep: int = 0) -> tuple[int, int]:
+    """Demux, decode, resample and write; return (frames written, damaged packets). ``keep``: the stream's channel
+    count, kept interleaved (0: mixed to mono); a stream whose count changes midway cannot keep them."""
+    resampler = Resampler(keep_channels=bool(keep))
     grouper = Grouper()
     frames = damaged = 0
     packets = container.demux(stream)
@@ -318,6 +324,9 @@ def _pump(container: Any, stream: Any, out: Writer, shown: str, max_frames: int 
             if frames == 0 and damaged >= _MAX_LEADING_FAILURES:
                 break
             continue
+        if keep and any(d.layout.nb_channels != keep for d in decoded):
+            raise AudioDecodeError(f"{shown} changes its number of channels midway: its channels cannot be told "
+                                   f"apart", code="undecodable")
         batch = grouper.add(decoded)
         if batch:
             frames += _emit(resampler.resample_many(batch), out)
@@ -352,7 +361,8 @@ def decode_to_array(source: Source, *, max_audio_sec: float | None = None,
 
 
 def decode_to_memfd(source: Source, *, max_audio_sec: float | None = None, name: str | None = None,
-                    stop: Callable[[int], bool] = lambda frames: False) -> tuple[int, AudioInfo]:
+                    stop: Callable[[int], bool] = lambda frames: False,
+                    keep_channels: bool = False) -> tuple[int, AudioInfo]:
     """Decode into a new sealed memfd ("hasr-pcm"); return (fd, info). The caller owns and closes the fd.
 
     The memfd is sealed against writes, growth and shrinking, so the worker can map it and trust its size.
@@ -360,7 +370,7 @@ def decode_to_memfd(source: Source, *, max_audio_sec: float | None = None, name:
     fd = os.memfd_create("hasr-pcm", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         with open(fd, "wb", buffering=1 << 20, closefd=False) as out:
-            info = decode(source, out, max_audio_sec=max_audio_sec, name=name, stop=stop)
+            info = decode(source, out, max_audio_sec=max_audio_sec, name=name, stop=stop, keep_channels=keep_channels)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
                     fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
         os.lseek(fd, 0, os.SEEK_SET)

@@ -25,6 +25,7 @@ from hasrd.audiobudget import AudioBudget
 from hasrd.config import Settings
 from hasrd.events import Broadcaster
 from hasrd.modelspec import ModelSpec
+from hasrd.options import Options
 from hasrd.scheduler import Pool
 from hasrd.transcript import numbers
 
@@ -157,6 +158,25 @@ def names_files(d: Daemon, conn: HTTPConnection) -> bool:
 def resolve_model(d: Daemon, conn: HTTPConnection, name: str) -> ModelSpec:
     """The model a request names (hasrd.modelspec), by name only for a caller who may not name files."""
     return modelspec.resolve(name, d.settings, trusted=names_files(d, conn))
+
+
+def speakers_of(d: Daemon, conn: HTTPConnection, options: Options, diarized: bool = False) -> Options:
+    """The request's speakers checked before any work: diarized_json asks for them (``auto``) by itself, names
+    need speakers, and a diarization's model is resolved to its file (hasrd.speakermodels: by name only for a
+    caller who may not name files; SpeakerModelMissing says how to get one)."""
+    if diarized and options.speakers is None:
+        options = msgspec.structs.replace(options, speakers="auto")
+    if options.speakers is None:
+        if options.speaker_names or options.speaker_model:
+            raise errors.InvalidOption("speaker_names and speaker_model need speakers (auto, channels or a number)",
+                                       param="speakers")
+        return options
+    if options.speakers == "channels":
+        return options
+    from hasrd import speakermodels
+
+    path = speakermodels.resolve(options.speaker_model, trusted=names_files(d, conn))
+    return msgspec.structs.replace(options, speaker_model=str(path))
 
 
 def check_path_access(d: Daemon, request: Request) -> None:

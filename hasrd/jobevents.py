@@ -57,8 +57,9 @@ def to_json(ev: StreamEvent) -> dict[str, Any]:
         case Draft(text=text, segment=segment):
             return {"event": "draft", "text": text, "segment": segment}
         case Sentence():
-            return {"event": "sentence", "index": ev.index, "text": ev.text, "engine": ev.engine,
+            said = {"event": "sentence", "index": ev.index, "text": ev.text, "engine": ev.engine,
                     "start_s": ev.start_s, "end_s": ev.end_s, "segment": ev.segment}
+            return {**said, "speaker": ev.speaker} if ev.speaker else said
         case Turn():
             return {"event": "turn", "segment": ev.segment, "kind": ev.kind, "start_s": ev.start_s,
                     "end_s": ev.end_s, "text": ev.text}

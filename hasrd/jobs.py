@@ -120,7 +120,8 @@ async def admitted(d: Daemon, request: Request, job: Job, render: Render | None,
     lease = d.pool.admit(job.model)
     handed_on = False
     try:
-        pcm, info = await until_disconnected(request, decode(d, job.source, job.name, lease))
+        pcm, info = await until_disconnected(request, decode(d, job.source, job.name, lease,
+                                                             channels=job.options.speakers == "channels"))
         if render is not None:
             handed_on = True  # the response releases the lease, however it ends
             return LeasedStream(stream_job(d, pcm, info, render, job, lease=lease), lease, pcm,

@@ -19,12 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hasrd import errors, formats, modelspec, subtitles, transcript
-from hasrd.context import Daemon, JSONResponse, check_access, check_language, dumps, resolve_model, shown
+from hasrd.context import (Daemon, JSONResponse, check_access, check_language, dumps, resolve_model, shown,
+                           speakers_of)
 from hasrd.formats import Format
 from hasrd.intake import check_path_text, check_text
 from hasrd.jobevents import Done, Failed, Loading, Queued, StreamEvent, to_json
 from hasrd.jobs import Job, admitted
 from hasrd.options import Options
+from hasrd.options import parse as parse_options
 from hasrd.protocol import Draft, Progress, Sentence
 from hasrd.transcript import Transcript
 
@@ -45,6 +47,9 @@ class Form(msgspec.Struct, kw_only=True):
     hasr_events: str = ""
     path: str = ""
     include: list[str] = msgspec.field(default_factory=list, name="include[]")
+    speaker_names: list[str] = msgspec.field(default_factory=list, name="known_speaker_names[]")
+    speakers: str = ""  # hasr's: auto, channels or a number (diarized_json alone means auto)
+    speaker_model: str = ""
     granularities: list[str] = msgspec.field(default_factory=list, name="timestamp_granularities[]")
 
 
@@ -119,6 +124,7 @@ async def parse(d: Daemon, request: Request, form: FormData, task: Literal["tran
     logprobs = "logprobs" in got.include  # word probabilities are the logprobs faster-whisper has
     options = Options(task=task, prompt=got.prompt, temperature=_temperature(got.temperature),
                       word_timestamps="word" in got.granularities or logprobs)
+    options = speakers_of(d, request, _with_speakers(options, got), diarized=fmt is Format.DIARIZED_JSON)
     if isinstance(upload, UploadFile):
         job = Job(upload.file, shown(upload.filename or "upload"), language, options, spec)
     elif got.path:
@@ -127,6 +133,23 @@ async def parse(d: Daemon, request: Request, form: FormData, task: Literal["tran
         raise errors.InvalidAudio("send the audio as a `file` upload or name it with `path`", code="path_required",
                                   param="file")
     return Transcription(job, fmt, logprobs, rules, got.stream.lower() in YES, got.hasr_events.lower() in YES)
+
+
+def _with_speakers(options: Options, got: Form) -> Options:
+    """The form's speaker fields, checked as /transcribe's options are (a number arrives as text)."""
+    raw: dict[str, Any] = {}
+    if got.speakers.strip():
+        value = got.speakers.strip().lower()
+        raw["speakers"] = int(value) if value.isdigit() else value
+    if got.speaker_names:
+        raw["speaker_names"] = got.speaker_names
+    if got.speaker_model:
+        raw["speaker_model"] = got.speaker_model
+    if not raw:
+        return options
+    given = parse_options(raw, where="form")
+    return msgspec.structs.replace(options, speakers=given.speakers, speaker_names=given.speaker_names,
+                                   speaker_model=given.speaker_model)
 
 
 def _temperature(raw: str) -> float:

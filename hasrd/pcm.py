@@ -22,6 +22,7 @@ class PcmBuffer:
         self.fd = fd
         self.path = path  # set only for the file fallback; the worker then opens it by path
         self.frames = 0
+        self.channels = 1  # interleaved channels (speakers="channels" keeps a file's own)
         # Released even if a request dies between decoding and the worker (e.g. a stream never iterated).
         self._release = weakref.finalize(self, _release, fd, path)
 

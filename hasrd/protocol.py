@@ -27,7 +27,7 @@ PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 _LEN = struct.Struct(">I")
 
-Phase = Literal["decoding", "finding_speech", "detecting_language"]
+Phase = Literal["decoding", "finding_speech", "detecting_language", "finding_speakers"]
 """What a job's worker runs now (``Progress.phase``)."""
 TurnKind = Literal["started", "stopped", "completed"]
 """A live utterance's turn (``Turn.kind``)."""

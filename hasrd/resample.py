@@ -26,7 +26,8 @@ class Resampler:
     instead of N.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_channels: bool = False) -> None:
+        self.keep = keep_channels  # speakers="channels": interleaved float32, each channel as the source has it
         self._key: tuple[str, str, int] | None = None
         self._graph: av.filter.Graph | None = None
         self._sink: av.filter.context.FilterContext | None = None
@@ -69,7 +70,9 @@ class Resampler:
         tb = frame.time_base or f"1/{rate}"
         nodes = [g.add("abuffer", sample_rate=str(rate), sample_fmt=frame.format.name,
                        channel_layout=frame.layout.name, time_base=str(tb))]
-        if frame.layout.name != "mono":  # also one channel that is not FC ("FL", "1 channels"): pan maps it as is
+        if self.keep:
+            nodes.append(g.add("aformat", sample_fmts="flt"))  # interleaved: frame after frame of every channel
+        elif frame.layout.name != "mono":  # also one channel that is not FC ("FL", "1 channels"): pan maps it as is
             n = frame.layout.nb_channels
             gain = repr(1.0 / n)  # exact in float for 1, 2, 4, 8 channels
             nodes.append(g.add("aformat", sample_fmts="fltp"))  # mix in float, not in the decoder's s16/s32
@@ -77,7 +80,10 @@ class Resampler:
         if rate != SAMPLE_RATE:  # at 16 kHz already, aformat converts the samples alone (a copy less)
             nodes.append(g.add("aresample", out_sample_rate=str(SAMPLE_RATE)))
         # Planar mono is one plane of packed float32: the bytes of "flt" without a conversion pass.
-        nodes.append(g.add("aformat", sample_fmts="fltp", channel_layouts="mono", sample_rates=str(SAMPLE_RATE)))
+        if self.keep:
+            nodes.append(g.add("aformat", sample_fmts="flt", sample_rates=str(SAMPLE_RATE)))
+        else:
+            nodes.append(g.add("aformat", sample_fmts="fltp", channel_layouts="mono", sample_rates=str(SAMPLE_RATE)))
         nodes.append(g.add("abuffersink"))
         g.link_nodes(*nodes)
         g.configure()

@@ -263,8 +263,8 @@ class WorkerProcess:
         ``watch.max_sec`` caps the job however it progresses."""
         pend = self.open(on_event)
         fut = pend.future
-        msg = p.Transcribe(id=pend.id, pcm=pcm.path or "fd", frames=pcm.frames, language=language,
-                           options=options or Options())
+        msg = p.Transcribe(id=pend.id, pcm=pcm.path or "fd", frames=pcm.frames, channels=pcm.channels,
+                           language=language, options=options or Options())
         started = time.monotonic()
         stall = watch.stall_sec if watch.stall_sec > 0 else float("inf")
         try:

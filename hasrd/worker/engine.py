@@ -59,7 +59,8 @@ class NullEmitter:
     def draft(self, text: str, segment: int = 0) -> None:
         pass
 
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0,
+                 speaker: str = "") -> None:
         pass
 
 

@@ -35,7 +35,8 @@ class _Sentences(NullEmitter):
     def __init__(self, live: DraftLive) -> None:
         self.live = live
 
-    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0,
+                 speaker: str = "") -> None:
         entry = self.live.stage.current
         self.live.say(self.live.segment_at(start_s), text, engine, start_s, end_s,
                       truncated_by=entry.truncated_by if entry is not None else None)

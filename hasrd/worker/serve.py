@@ -19,6 +19,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hasrd import protocol as p
@@ -31,6 +32,7 @@ from hasrd.worker.engine import EngineError, NullEmitter
 if TYPE_CHECKING:
     import numpy as np
 
+    from hasrd.transcript import Transcript
     from hasrd.worker.engine import Engine
     from hasrd.worker.live import LiveBase
 
@@ -75,9 +77,9 @@ class SocketEmitter(ScriptEmitter):
         self.ch.send(p.Draft(id=self.id, text=self.script.text(text), segment=segment))
 
     def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float,
-                 segment: int = 0) -> None:
+                 segment: int = 0, speaker: str = "") -> None:
         self.ch.send(p.Sentence(id=self.id, index=index, text=self.script.sentence(text, segment), engine=engine,
-                                start_s=start_s, end_s=end_s, segment=segment))
+                                start_s=start_s, end_s=end_s, segment=segment, speaker=speaker))
 
     def turn(self, segment: int, kind: p.TurnKind, start_s: float = 0.0, end_s: float = 0.0, text: str = "") -> None:
         if kind == "completed":
@@ -86,10 +88,16 @@ class SocketEmitter(ScriptEmitter):
 
 
 def read_pcm(ch: Channel, req: p.Transcribe) -> np.ndarray:
-    """Map the request's PCM (memfd or 0600 file) read-only; returns a float32 numpy view."""
+    """Map the request's PCM (memfd or 0600 file) read-only; returns a float32 numpy view ([frames, channels] when
+    the request keeps its channels)."""
+    pcm = _mapped(ch, req, req.frames * max(1, req.channels))
+    return pcm.reshape(req.frames, req.channels) if req.channels > 1 else pcm
+
+
+def _mapped(ch: Channel, req: p.Transcribe, count: int) -> np.ndarray:
     import numpy as np
 
-    nbytes = req.frames * 4
+    nbytes = count * 4
     if req.pcm == "fd":
         fd = ch.take_fd()
         try:
@@ -103,7 +111,7 @@ def read_pcm(ch: Channel, req: p.Transcribe) -> np.ndarray:
             if nbytes == 0:
                 return np.zeros(0, dtype=np.float32)
             m = mmap.mmap(f.fileno(), nbytes, prot=mmap.PROT_READ)
-    return np.frombuffer(m, dtype=np.float32, count=req.frames)
+    return np.frombuffer(m, dtype=np.float32, count=count)
 
 
 def load_settings() -> Settings:
@@ -168,14 +176,31 @@ class Jobs:
             return
         cancelled = functools.partial(ch.cancelled_or_shut, req.id)
         try:
+            emit = SocketEmitter(ch, req.id, script)
             with batcher.bound(batcher.JobTag(req.id, cancelled=cancelled, short=req.frames <= SHORT_FRAMES)):
-                result = self.engine.transcribe(pcm, req.language, req.options, SocketEmitter(ch, req.id, script),
-                                                cancelled)
+                result = self._transcribe(pcm, req, emit, cancelled)
             ch.send(p.Result(id=req.id, result=script.result(result)))
         except Exception as e:  # one bad request never ends the worker
             ch.send(fail_of(req.id, e))
         finally:
             ch.cancelled.discard(req.id)
+
+    def _transcribe(self, pcm: np.ndarray, req: p.Transcribe, emit: SocketEmitter,
+                    cancelled: Callable[[], bool]) -> Transcript:
+        """The engine's transcription, through the speakers stage when the request asks who spoke."""
+        match req.options.speakers:
+            case None:
+                return self.engine.transcribe(pcm, req.language, req.options, emit, cancelled)
+            case "channels":
+                from hasrd.worker import speakers
+
+                if pcm.ndim != 2:
+                    raise EngineError("invalid_speakers", "speakers=channels needs the audio's channels")
+                return speakers.by_channel(self.engine, pcm, req.language, req.options, emit, cancelled)
+            case _:
+                from hasrd.worker import speakers
+
+                return speakers.by_voice(self.engine, pcm, req.language, req.options, emit, cancelled)
 
     def serve_live(self, req: p.LiveStart, inbox: Inbox) -> None:
         """One live session, in its own thread: audio is fed as it arrives in the session's ``inbox`` (the

@@ -1,0 +1,191 @@
+"""The worker's speakers stage: a request that asks who spoke (``Options.speakers``) is transcribed through here,
+around whichever engine the worker runs.
+
+- ``channels``: each channel, gated to the stretches it carries (channels.py), is transcribed on its own and its
+  sentences labelled with it; the channels' sentences merge by time, an echo of one on another dropped.
+- ``auto`` or N: the voices are found first (speech regions by Silero, windows, embeddings by the speaker model,
+  clusters: diarize.py), so that a request for more speakers than the audio holds fails before the transcription
+  is paid for; then the file is transcribed with word times and each word takes the voice of its moment, a
+  sentence split where the voice changes.
+
+Labels are given in order of first words: the request's names, then A, B, C… The engine's sentence events are
+held while it works and sent labelled at the end (progress events flow as usual), so a stream never shows a
+sentence whose speaker changes afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import msgspec
+import numpy as np
+
+from hasrd.languages import join_sentences
+from hasrd.options import Options
+from hasrd.protocol import Phase
+from hasrd.transcript import UNSET, TimedSentence, Transcript, Word
+from hasrd.worker import channels, diarize
+from hasrd.worker.engine import Emitter, Engine, EngineError
+from hasrd.worker.speakermodel import SpeakerModel
+
+SR = 16000
+
+
+class LabelEmitter(Emitter, Protocol):
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0,
+                 speaker: str = "") -> None: ...
+
+
+class _Held:
+    """The engine's emitter while speakers are unknown: progress passes (scaled to the whole job: a channel is
+    ``1/parts`` of it), drafts and sentences wait for their labels."""
+
+    def __init__(self, out: LabelEmitter, part: int = 0, parts: int = 1) -> None:
+        self.out, self.part, self.parts = out, part, parts
+
+    def progress(self, done_s: float, total_s: float, phase: Phase = "decoding") -> None:
+        self.out.progress((self.part * total_s + done_s) / self.parts, total_s, phase)
+
+    def draft(self, text: str, segment: int = 0) -> None:
+        pass
+
+    def sentence(self, index: int, text: str, engine: str, start_s: float, end_s: float, segment: int = 0) -> None:
+        pass
+
+    def language(self, code: str) -> None:
+        tell = getattr(self.out, "language", None)
+        if callable(tell):
+            tell(code)
+
+
+@functools.lru_cache(maxsize=2)
+def _model(path: str, _mtime: float) -> SpeakerModel:
+    return SpeakerModel(path)
+
+
+def load_model(path: str) -> SpeakerModel:
+    """The speaker model at ``path``, loaded once per worker (again when the file changes)."""
+    if not path:
+        raise EngineError("speaker_model_missing", "no speaker model was given for this request")
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError as e:
+        raise EngineError("speaker_model_missing", f"the speaker model {path} cannot be read: {e.strerror}") from None
+    return _model(path, mtime)
+
+
+def regions(pcm: np.ndarray) -> list[tuple[float, float]]:
+    """Silero's speech regions, tight (50 ms of padding): the diarization's windows come from these."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    spans = get_speech_timestamps(pcm, VadOptions(min_silence_duration_ms=300, speech_pad_ms=50))
+    return [(sp["start"] / SR, sp["end"] / SR) for sp in spans]
+
+
+def voices(pcm: np.ndarray, model: SpeakerModel, speakers: int | None) -> diarize.Timeline:
+    """Who speaks when in ``pcm``: EngineError ``too_many_speakers`` when more are asked than it holds."""
+    wins = diarize.windows(regions(pcm))
+    emb = model.embed([pcm[int(s * SR):int(e * SR)] for s, e in wins])
+    try:
+        labels = diarize.cluster(emb, speakers)
+    except diarize.TooManySpeakers as e:
+        raise EngineError("too_many_speakers", str(e)) from None
+    return diarize.Timeline.of(wins, labels, len(pcm) / SR)
+
+
+def _split(item: TimedSentence, tl: diarize.Timeline) -> list[TimedSentence]:
+    """The sentence as runs of one voice each (its words' voices; the sentence's span without words)."""
+    words = item.words if isinstance(item.words, list) else []
+    if not words:
+        return [msgspec.structs.replace(item, speaker=str(tl.who(item.start_s, item.end_s)))]
+    runs: list[tuple[int, list[Word]]] = []
+    for w in words:
+        who = tl.who(float(w.start), max(float(w.end), float(w.start) + diarize.STEP))
+        if runs and runs[-1][0] == who:
+            runs[-1][1].append(w)
+        else:
+            runs.append((who, [w]))
+    if len(runs) == 1:
+        return [msgspec.structs.replace(item, speaker=str(runs[0][0]))]
+    return [msgspec.structs.replace(item, text="".join(w.word for w in ws).strip(), start_s=float(ws[0].start),
+                                    end_s=float(ws[-1].end), words=ws, speaker=str(who), tokens=UNSET)
+            for who, ws in runs]
+
+
+def _labelled(result: Transcript, items: list[TimedSentence], labels: dict[str, str], keep_words: bool,
+              mode: str) -> Transcript:
+    """``items`` (speaker = a raw label) renamed by ``labels``, and the result made of them."""
+    out = [msgspec.structs.replace(it, speaker=labels[str(it.speaker)], words=it.words if keep_words else UNSET)
+           for it in items]
+    code = result.language_code if isinstance(result.language_code, str) else result.language
+    result.per_sentence = out
+    result.final = join_sentences([it.text for it in out], code)
+    result.speakers = list(labels.values())
+    result.speaker_mode = mode
+    return result
+
+
+def first_words(items: list[TimedSentence], given: list[str]) -> dict[str, str]:
+    """Raw labels named in order of first words: the names given, then A, B, C…"""
+    order: list[str] = []
+    for it in items:
+        if str(it.speaker) not in order:
+            order.append(str(it.speaker))
+    return dict(zip(order, diarize.names(len(order), given), strict=True))
+
+
+def _send(emit: LabelEmitter, result: Transcript) -> None:
+    for k, it in enumerate(result.per_sentence):
+        emit.sentence(k, it.text, it.engine, it.start_s, it.end_s, speaker=str(it.speaker))
+
+
+def by_voice(engine: Engine, pcm: np.ndarray, language: str, options: Options, emit: LabelEmitter,
+             cancelled: Callable[[], bool]) -> Transcript:
+    """Diarize, then transcribe with word times and give each word its voice."""
+    model = load_model(options.speaker_model)
+    emit.progress(0.0, len(pcm) / SR, "finding_speakers")
+    t0 = time.perf_counter()
+    asked = options.speakers if isinstance(options.speakers, int) else None
+    tl = voices(pcm, model, asked)
+    spent = time.perf_counter() - t0
+    result = engine.transcribe(pcm, language, msgspec.structs.replace(options, word_timestamps=True), _Held(emit),
+                               cancelled)
+    t1 = time.perf_counter()
+    items = [part for it in result.per_sentence for part in _split(it, tl)]
+    _labelled(result, items, first_words(items, options.speaker_names), options.word_timestamps, "diarized")
+    result.timings.diarize_s = round(spent + time.perf_counter() - t1, 3)
+    _send(emit, result)
+    return result
+
+
+def by_channel(engine: Engine, pcm: np.ndarray, language: str, options: Options, emit: LabelEmitter,
+               cancelled: Callable[[], bool]) -> Transcript:
+    """Each channel gated to what it carries, transcribed on its own; the sentences merged by time."""
+    t0 = time.perf_counter()
+    parts = channels.gated(pcm)
+    spent = time.perf_counter() - t0
+    results: list[Transcript] = []
+    said: list[tuple[channels.Said, TimedSentence]] = []
+    for c, mono in enumerate(parts):
+        r = engine.transcribe(mono, language, options, _Held(emit, c, len(parts)), cancelled)
+        results.append(r)
+        said += [(channels.Said(c, it.start_s, it.end_s, it.text), msgspec.structs.replace(it, speaker=str(c)))
+                 for it in r.per_sentence if it.text.strip()]
+    t1 = time.perf_counter()
+    kept = {id(s) for s in channels.drop_echoes([s for s, _ in said], pcm)}
+    items = sorted((it for s, it in said if id(s) in kept), key=lambda it: (it.start_s, it.speaker))
+    result = results[0]
+    for r in results[1:]:  # the first channel that heard a language names it
+        if not result.language and r.language:
+            result.language, result.language_code = r.language, r.language_code
+    result.fw_calls = sum(r.fw_calls for r in results)
+    result.duration_s = len(pcm) / SR
+    names = diarize.names(len(parts), options.speaker_names)  # channel 1, 2, … in order, whoever speaks first
+    _labelled(result, items, {str(c): n for c, n in enumerate(names)}, options.word_timestamps, "channels")
+    result.timings.diarize_s = round(spent + time.perf_counter() - t1, 3)
+    _send(emit, result)
+    return result
