@@ -49,20 +49,19 @@ def windows(regions: list[tuple[float, float]], win: float = WIN, hop: float = H
     return out
 
 
-def _merge_until(sim: np.ndarray, sizes: list[int], stop: int, threshold: float | None) -> list[list[int]]:
+def _merge_until(sim: np.ndarray, stop: int, threshold: float | None) -> list[list[int]]:
     """Average linkage: merge the most similar pair until ``stop`` clusters remain or (``threshold``) no pair is
     that similar; ``sim`` is the windows' cosine similarities. Returns the clusters' window indices."""
-    n = len(sizes)
+    n = len(sim)
     members = [[i] for i in range(n)]
     alive = np.ones(n, dtype=bool)
     s = sim.astype(np.float64).copy()
     np.fill_diagonal(s, -np.inf)
     count = n
-    while count > stop:
-        masked = np.where(alive[:, None] & alive[None, :], s, -np.inf)
-        k = int(np.argmax(masked))
+    while count > stop:  # a merged-away cluster's row and column are -inf: never the best pair again
+        k = int(np.argmax(s))
         i, j = divmod(k, n)
-        if threshold is not None and masked[i, j] < threshold:
+        if threshold is not None and s[i, j] < threshold:
             break
         ni, nj = len(members[i]), len(members[j])
         merged = (s[i] * ni + s[j] * nj) / (ni + nj)
@@ -106,7 +105,7 @@ def cluster(emb: np.ndarray, speakers: int | None = None) -> np.ndarray:
     if speakers is not None and speakers > n:
         raise TooManySpeakers(f"asked for {speakers} speakers, but the audio has speech enough for {n} at most")
     sim = emb @ emb.T
-    clusters = _merge_until(sim, [1] * n, speakers or 1, None if speakers else SAME_VOICE)
+    clusters = _merge_until(sim, speakers or 1, None if speakers else SAME_VOICE)
     if speakers is None:
         clusters = _join_centres(emb, clusters)
         big = [m for m in clusters if len(m) >= 3 or len(m) >= MIN_SHARE * n]
@@ -116,7 +115,7 @@ def cluster(emb: np.ndarray, speakers: int | None = None) -> np.ndarray:
         cs = cents @ cents.T
         np.fill_diagonal(cs, -1.0)
         if cs.max() >= SAME_CENTRE:
-            guess = min(len(_merge_until(sim, [1] * n, 1, SAME_VOICE)), speakers - 1)
+            guess = min(len(_merge_until(sim, 1, SAME_VOICE)), speakers - 1)
             raise TooManySpeakers(f"asked for {speakers} speakers, but the audio seems to hold {guess} voices hasr "
                                   f"can tell apart: ask for fewer, or for speakers=auto")
     for _ in range(3):  # settle each window on its nearest voice (the linkage's early merges are greedy)
