@@ -21,7 +21,7 @@ import numpy as np
 
 WIN, HOP, MIN_WIN = 1.5, 0.75, 0.4  # seconds
 SAME_VOICE = 0.45  # average linkage merges windows this alike on average (estimating the number)
-SAME_CENTRE = 0.7  # then clusters whose centres are this alike are one voice (asked for N: N is too many)
+SAME_CENTRE = 0.6  # then clusters whose centres are this alike are one voice (asked for N: N is too many)
 MIN_SHARE = 0.05  # an estimated cluster with less of the windows than this (and under 3 windows) is absorbed
 STEP = 0.01  # the timeline's resolution
 
@@ -146,9 +146,12 @@ class Timeline:
         inside = np.zeros(steps, dtype=bool)
         for s, e in wins:
             inside[int(s / STEP):int(np.ceil(e / STEP))] = True
-        nearest = np.abs(t[:, None] - centres[None, :]).argmin(axis=1) if len(wins) < 4096 else \
-            np.clip(np.searchsorted(centres, t), 0, len(centres) - 1)
-        out[inside] = labels[nearest[inside]]
+        order = np.argsort(centres, kind="stable")
+        cs = centres[order]
+        right = np.clip(np.searchsorted(cs, t), 0, len(cs) - 1)
+        left = np.clip(right - 1, 0, len(cs) - 1)
+        nearest = np.where(np.abs(t - cs[left]) <= np.abs(t - cs[right]), left, right)
+        out[inside] = labels[order[nearest[inside]]]
         return cls(out)
 
     def who(self, start: float, end: float) -> int:

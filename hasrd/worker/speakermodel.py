@@ -61,6 +61,19 @@ def fbank(samples: np.ndarray, mels: int = MELS) -> np.ndarray:
     """Log-mel filterbank features of 16 kHz float PCM as WeSpeaker computes them (torchaudio's Kaldi fbank with
     dither 0, Hamming window, then the mean over time taken out): [frames, mels] float32 ([0, mels] when shorter
     than one frame)."""
+    feats = logmel(samples, mels)
+    return (feats - feats.mean(axis=0, keepdims=True)).astype(np.float32) if len(feats) else feats
+
+
+def frames_of(seconds: float) -> int:
+    """How many feature frames ``seconds`` of audio give (Kaldi's snip_edges: whole frames only)."""
+    n = int(round(seconds * SR))
+    return 1 + (n - FRAME) // HOP if n >= FRAME else 0
+
+
+def logmel(samples: np.ndarray, mels: int = MELS) -> np.ndarray:
+    """:func:`fbank` before the mean is taken out: a long stretch is computed once and its windows sliced from it
+    (frame k starts at k * 10 ms), each then centred on its own."""
     x = np.asarray(samples, dtype=np.float32) * 32768.0
     n = 1 + (len(x) - FRAME) // HOP if len(x) >= FRAME else 0
     if n <= 0:
@@ -71,8 +84,7 @@ def fbank(samples: np.ndarray, mels: int = MELS) -> np.ndarray:
     emphasised[:, 1:] = frames[:, 1:] - 0.97 * frames[:, :-1]
     emphasised[:, 0] = frames[:, 0] * (1 - 0.97)
     power = np.abs(np.fft.rfft(emphasised * np.hamming(FRAME).astype(np.float32), n=FFT)) ** 2
-    feats = np.log(np.maximum(power.astype(np.float32) @ _mel_banks(mels), np.finfo(np.float32).eps))
-    return (feats - feats.mean(axis=0, keepdims=True)).astype(np.float32)
+    return np.log(np.maximum(power.astype(np.float32) @ _mel_banks(mels), np.finfo(np.float32).eps))
 
 
 def _session(path: str) -> onnxruntime.InferenceSession:
@@ -137,9 +149,13 @@ class SpeakerModel:
         self.dim = _probe(self._sess, self._input, path)
 
     def embed(self, windows: list[np.ndarray], batch: int = 32) -> np.ndarray:
-        """[len(windows), dim] unit vectors; windows of the same length run together (``batch`` at a time)."""
-        out = np.zeros((len(windows), self.dim), dtype=np.float32)
-        feats = [fbank(w) for w in windows]
+        """[len(windows), dim] unit vectors of windows of PCM (:meth:`embed_feats` of their fbank)."""
+        return self.embed_feats([fbank(w) for w in windows], batch)
+
+    def embed_feats(self, feats: list[np.ndarray], batch: int = 32) -> np.ndarray:
+        """[len(feats), dim] unit vectors of windows' features; windows of the same length run together (``batch``
+        at a time); a window without frames gets zeros (no voice)."""
+        out = np.zeros((len(feats), self.dim), dtype=np.float32)
         by_len: dict[int, list[int]] = {}
         for k, f in enumerate(feats):
             if len(f):
