@@ -206,6 +206,7 @@ def suggest(key: str, known: Mapping[str, Any], as_env: bool = False) -> str:
 NOT_SETTINGS = ("HASR_FAKE_", "HASR_TEST_", "HASR_EVAL_", "HASR_DOCTOR_", "HASR_TRAY_", "HASR_SETUP_", "HASR_STATUS_",
                 "HASR_AUTOSTART", "HASR_BESIDE", "HASR_FORCE", "HASR_FORMAT", "HASR_OUTPUT", "HASR_PROGRESS",
                 "HASR_QUIET", "HASR_STREAM", "HASR_MODEL", "HASR_PROMPT", "HASR_WORD_TIMESTAMPS", "HASR_TRANSLATE",
+                "HASR_SPEAKERS", "HASR_SPEAKER_NAMES",
                 "HASR_KEEP_ALIVE", "HASR_STOP_WAIT_SEC", "HASR_STOP_NOW", "HASR_UNITS_DIR", "HASR_PS_",
                 "HASR_UNLOAD_", "HASR_PULL_")
 
@@ -230,6 +231,8 @@ NOT_SETTINGS_DOC: dict[str, str] = {
     "HASR_MODEL": "`hasrctl transcribe --model` and `hasrctl load --model` (HASR_MODELS_JSON: `hasrctl models --json`)",
     "HASR_PROMPT": "`hasrctl transcribe --prompt`",
     "HASR_WORD_TIMESTAMPS": "`hasrctl transcribe --word-timestamps`",
+    "HASR_SPEAKERS": "`hasrctl transcribe --speakers`",
+    "HASR_SPEAKER_NAMES": "`hasrctl transcribe --speaker-names`",
     "HASR_TRANSLATE": "`hasrctl transcribe --translate`",
     "HASR_KEEP_ALIVE": "`hasrctl load --keep-alive`",
     "HASR_STOP_WAIT_SEC": "`hasrctl stop`: how long to wait for the daemon to exit",

@@ -196,3 +196,23 @@ def test_the_openai_sdk_reads_diarized_json_and_text_srt_vtt_name_the_speakers(
     assert len(lines) == 5 and [ln[:3] for ln in lines] == ["A: ", "B: ", "A: ", "B: ", "A: "], lines
     assert "\nA: " in texts["srt"] and "\nB: " in texts["srt"]
     assert "<v A>" in texts["vtt"] and "<v B>" in texts["vtt"]
+
+
+def test_hasrctl_transcribe_writes_speaker_turns_and_subtitles_and_refuses_bad_speakers_in_one_line(
+        hasrd: Hasrd, two: tuple[str, list[voices.Turn]], tmp_path: Path) -> None:
+    from cliutil import cli_env, hasrctl
+
+    env = cli_env(str(tmp_path))
+    sock = ["--socket", hasrd.sock]
+    out = tmp_path / "out"
+    done = hasrctl("transcribe", *sock, "--speakers", "auto", "--speaker-names", "Ann, Bob", "-f", "txt,srt,vtt",
+                   "-o", str(out) + "/", two[0], env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    txt = (out / "two.txt").read_text().splitlines()
+    assert [ln.split(": ")[0] for ln in txt] == ["Ann", "Bob", "Ann", "Bob", "Ann"], txt
+    assert "\nAnn: " in (out / "two.srt").read_text() and "<v Bob>" in (out / "two.vtt").read_text()
+    bad = hasrctl("transcribe", *sock, "--speakers", "0", two[0], env=env)
+    assert bad.returncode == 2 and "a number of speakers from 1 to 16" in bad.stderr
+    mono = hasrctl("transcribe", *sock, "--speakers", "channels", two[0], env=env, timeout=120)
+    assert mono.returncode == 2 and "one channel" in mono.stderr and len(mono.stderr.strip().splitlines()) == 1, \
+        mono.stderr
