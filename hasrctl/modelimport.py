@@ -77,8 +77,9 @@ def check_name(name: str, given: bool) -> str:
     return name
 
 
-def _copy(src: Path, dst: Path, view: Any, shown: str) -> None:
-    """One file, with progress events as a pull's (``downloading`` lines: the same bar), flushed to the disk."""
+def copy_file(src: Path, dst: Path, view: Any, shown: str) -> None:
+    """One file, with progress events as a pull's (``downloading`` lines: the same bar), flushed to the disk
+    (a speaker model's import too: hasrctl/speakerimport.py)."""
     total = src.stat().st_size
     done = 0
     with open(src, "rb") as fin, open(dst, "xb") as fout:
@@ -117,7 +118,7 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     held = -1
     try:
         root.mkdir(parents=True, exist_ok=True)
-        held = _hold(root, view)
+        held = hold(root, view)
         tmp = Path(tempfile.mkdtemp(prefix=STAGING, dir=root))
     except OSError as e:
         if held >= 0:
@@ -132,7 +133,7 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
                            f"{free / 2**20:.1f} MB are free; nothing was copied")
         view.note(f"importing {src}: {len(files)} files, {total / 2**20:.1f} MB, into {dest}")
         for f in files:
-            _copy(f, tmp / (f.name + ".partial" if f.name == "model.bin" else f.name), view, f.name)
+            copy_file(f, tmp / (f.name + ".partial" if f.name == "model.bin" else f.name), view, f.name)
         problem = models.model_bin_problem(tmp / "model.bin.partial")
         if problem:
             raise CliError(f"the copy of {src / 'model.bin'} is damaged ({problem.removeprefix('its ')}): nothing "
@@ -157,10 +158,10 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     return src, dest, total
 
 
-def _hold(root: Path, view: Any) -> int:
-    """A shared lock on the models directory for as long as this import lives (its fd, closed to release). Before
-    it, when no other import holds one, what imports killed outright left behind (their staging directories)
-    is removed, and said."""
+def hold(root: Path, view: Any) -> int:
+    """A shared lock on the models directory (or the speakers directory) for as long as this import lives (its fd,
+    closed to release). Before it, when no other import holds one, what imports killed outright left behind
+    (their staging directories, or a speaker model's staging file) is removed, and said."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -168,8 +169,12 @@ def _hold(root: Path, view: Any) -> int:
         pass  # another import is running: its staging directory is its own
     else:
         for d in root.glob(STAGING + "*"):
-            size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
-            shutil.rmtree(d, ignore_errors=True)
+            if d.is_dir() and not d.is_symlink():
+                size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                size = d.lstat().st_size
+                d.unlink(missing_ok=True)
             view.note(f"removed {d}: {size / 2**20:.1f} MB that an import killed before it ended left behind")
     fcntl.flock(fd, fcntl.LOCK_SH)
     return fd

@@ -1,6 +1,7 @@
 """The pool's commands: ``hasrctl ps`` (the workers, as Ollama's ``ps``), ``hasrctl models`` (what a request
-may name), and the models' management: ``hasrctl pull`` (a download with progress, /api/pull; or a model
-directory's import, hasrctl/modelimport.py) and ``hasrctl rm`` (/api/delete)."""
+may name, and the speaker models), and the models' management: ``hasrctl pull`` (a download with progress,
+/api/pull; or a model directory's import, hasrctl/modelimport.py, or a speaker model file's,
+hasrctl/speakerimport.py) and ``hasrctl rm`` (/api/delete)."""
 
 from __future__ import annotations
 
@@ -88,16 +89,25 @@ def ps(as_json: bool, daemon: Daemon) -> int:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, envvar="HASR_MODELS_JSON", show_envvar=True,
-              help="Print /v1/models as JSON.")
+              help="Print the models as JSON: /v1/models's, then the speaker models (kind \"speaker\").")
 @socket_option
 def models(as_json: bool, daemon: Daemon) -> int:
-    """List the models a request may name (--model, the OpenAI `model` field), with their size and place.
+    """List the models a request may name (--model, the OpenAI `model` field), with their size and place, and
+    the speaker models.
 
     The default's names (hasr and the OpenAI ids) run the configured engine; `base` is the embedded whisper
     base; others are faster-whisper models under $XDG_DATA_HOME/hasr/models/ or in the Hugging Face cache.
+    Speaker models (kind `speaker`, under $XDG_DATA_HOME/hasr/speakers/) tell speakers apart when a request asks
+    for them; they transcribe nothing, so /v1/models leaves them out.
     """
+    from hasrd import speakermodels
+
     client = running(daemon)
     data = client.get("/v1/models", timeout=30.0).get("data") or []
+    speakers = speakermodels.installed()
+    default = speakermodels.resolve() if speakers else None
+    data += [{"id": m.name, "object": "model", "kind": "speaker", "path": str(m.path), "size_mb": m.size_mb,
+              "default": m.path == default} for m in speakers]
     if as_json:
         click.echo(json.dumps(data, ensure_ascii=False))
         return EXIT_OK
@@ -120,7 +130,8 @@ def models(as_json: bool, daemon: Daemon) -> int:
 @click.command()
 @click.argument("name", metavar="NAME|PATH")
 @click.option("--name", "as_name", metavar="NAME", envvar="HASR_PULL_NAME", show_envvar=True,
-              help="Import PATH under this name (default: the directory's name); then --model NAME uses it.")
+              help="Import PATH under this name (default: the directory's name, or the .onnx file's); then "
+                   "--model NAME uses it (a speaker model: speaker_model NAME).")
 @daemon_options
 def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
     """Download a faster-whisper model into the Hugging Face cache, or import a model directory; then
@@ -135,6 +146,9 @@ def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
     $XDG_DATA_HOME/hasr/models/NAME; the way in without the hub (a copy from another machine):
       hasrctl pull /media/usb/faster-whisper-large-v3 --name large-v3
       hasrctl pull ./faster-whisper-small  # named faster-whisper-small
+    Speaker models (who said what: docs/SPEAKERS.md), into $XDG_DATA_HOME/hasr/speakers/NAME.onnx:
+      hasrctl pull wespeaker-resnet34      # WeSpeaker's ResNet34-LM (25 MB), checked against its sha256
+      hasrctl pull ~/usb/model.onnx --name mine   # an ONNX speaker-embedding model, checked, then copied
 
     The daemon downloads only the files faster-whisper loads, checks each against the hub's sha256, and installs
     the model only once it is whole. An interrupted pull continues where it stopped when run again. HF_ENDPOINT
@@ -144,8 +158,10 @@ def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
     those files and gives the model its name only once the copy is whole. It needs no daemon: one running uses
     the model at its next request. An existing NAME is refused (choose another --name, or `hasrctl rm NAME`).
     """
-    from hasrctl import modelimport
+    from hasrctl import modelimport, speakerimport
 
+    if speakerimport.is_speaker_file(name):
+        return _import_speaker(name, as_name)
     if modelimport.is_path(name):
         return _import(name, as_name)
     given = click.get_current_context().get_parameter_source("as_name") == click.core.ParameterSource.COMMANDLINE
@@ -164,6 +180,11 @@ def pull(name: str, as_name: str | None, daemon: Daemon) -> int:
                 err = ev.error if isinstance(ev.error, ErrorBody) else ErrorBody(message=ev.error)
                 view.close()
                 raise DaemonError(err.code or "pull_failed", str(err.message))
+            if ev.status == "success" and ev.kind == "speaker":
+                view.close()
+                click.echo(f"pulled {ev.repo}'s speaker model ({ev.size_mb} MB; license: {ev.license}) into "
+                           f"{ev.path}; requests for speakers use it as {ev.model}")
+                return EXIT_OK
             if ev.status == "success":
                 view.close()
                 click.echo(f"pulled {ev.repo} ({ev.size_mb} MB) into {ev.path}; use it as --model {ev.model or name}")
@@ -195,13 +216,33 @@ def _import(path: str, name: str | None) -> int:
     return EXIT_OK
 
 
+def _import_speaker(path: str, name: str | None) -> int:
+    """``hasrctl pull PATH.onnx``: a speaker model's check and copy, the progress on stderr, the result on stdout."""
+    from hasrctl import speakerimport
+    from hasrd import speakermodels
+
+    view = PullView(sys.stderr, terminal.is_tty(sys.stderr), verb="copying")
+    try:
+        done = speakerimport.import_file(path, name, view)
+    except KeyboardInterrupt:
+        say(f"interrupted: nothing was installed (`hasrctl pull {path}` copies it again)")
+        return 130
+    model = done.dest.name[:-len(speakermodels.SUFFIX)]
+    default = speakermodels.resolve()
+    use = ("requests for speakers use it" if default == done.dest else f"requests for speakers use it as "
+           f"speaker_model {model} (the default is {default.name[:-len(speakermodels.SUFFIX)]})")
+    click.echo(f"imported {done.src} ({done.size // 2**20} MB, {done.dim}-number embeddings) as the speaker model "
+               f"{model} into {done.dest}; {use}")
+    return EXIT_OK
+
+
 @click.command()
 @click.argument("name")
 @socket_option
 def rm(name: str, daemon: Daemon) -> int:
-    """Remove an installed model: a directory under $XDG_DATA_HOME/hasr/models, or a model in the Hugging Face
-    cache (`hasrctl models` lists them). Its workers stop first. The default's names and `base` (embedded)
-    cannot be removed.
+    """Remove an installed model: a directory under $XDG_DATA_HOME/hasr/models, a model in the Hugging Face
+    cache, or a speaker model under $XDG_DATA_HOME/hasr/speakers (`hasrctl models` lists them). Its workers stop
+    first. The default's names and `base` (embedded) cannot be removed.
 
     Does not start a daemon: exit 3 when none runs.
     """

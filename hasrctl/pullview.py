@@ -29,6 +29,8 @@ class PullEvent(msgspec.Struct, kw_only=True):
     total: int = 0
     size_mb: int | None = None
     path: str | None = None
+    kind: str | None = None  # "speaker": a speaker model's pull (hasrd/speakerpull.py)
+    license: str | None = None  # a speaker model's, named in its last line
 
 
 class PullView:

@@ -69,7 +69,11 @@ class Item:
 @dataclass
 class Pull:
     """One pull: :meth:`manifest` (before the response starts: its errors are the request's), then :meth:`run`
-    in a thread, which reports through ``emit`` and returns the last line."""
+    in a thread, which reports through ``emit`` and returns the last line. A faster-whisper model's; a speaker
+    model's is hasrd/speakerpull.py's subclass (one file, installed into the speakers directory)."""
+
+    PLACE = "the Hugging Face cache"  # where ``cache`` is, in the sentences of a full disk
+    ROOM = ", or point HF_HUB_CACHE (in hasrd's environment) at a larger disk"
 
     name: str
     cache: Path
@@ -106,7 +110,7 @@ class Pull:
                                  f"(or a mirror of one)?")
         for s in getattr(info, "siblings", None) or []:
             name = str(s.rfilename)
-            if not any(fnmatch.fnmatchcase(name, p) for p in ALLOW_PATTERNS):
+            if not self._wanted(name):
                 continue
             lfs = getattr(s, "lfs", None)
             sha = None
@@ -115,15 +119,23 @@ class Pull:
             size = int(s.size if s.size is not None else (lfs.get("size", 0) if isinstance(lfs, dict) else 0))
             git_id = None if sha else getattr(s, "blob_id", None)
             self.items.append(Item(name, size, sha, git_id, etag=str(sha or git_id or "")))
-        if not any(i.name == "model.bin" for i in self.items):
-            raise errors.Unsupported(f"{self.repo} is no faster-whisper model: it has no model.bin (a CTranslate2 "
-                                     f"conversion of Whisper, such as Systran/faster-whisper-{{{SIZES}}})",
-                                     param="model")
+        self._check_items()
         self.items.sort(key=lambda i: (i.name == "model.bin", i.name))  # the big file last: the rest is quick
         self._check_space()
         return {"status": "pulling manifest", "model": self.name, "repo": self.repo, "revision": self.commit,
                 "files": [{"file": i.name, "size": i.size} for i in self.items],
                 "total": sum(i.size for i in self.items)}
+
+    def _wanted(self, name: str) -> bool:
+        """Whether the repo's file ``name`` is fetched: what faster-whisper loads."""
+        return any(fnmatch.fnmatchcase(name, p) for p in ALLOW_PATTERNS)
+
+    def _check_items(self) -> None:
+        """HasrError when the files the manifest lists are no model of this kind."""
+        if not any(i.name == "model.bin" for i in self.items):
+            raise errors.Unsupported(f"{self.repo} is no faster-whisper model: it has no model.bin (a CTranslate2 "
+                                     f"conversion of Whisper, such as Systran/faster-whisper-{{{SIZES}}})",
+                                     param="model")
 
     def _check_space(self) -> None:
         need = 0
@@ -137,9 +149,8 @@ class Pull:
             where = where.parent
         free = shutil.disk_usage(where).free
         if need > free:
-            raise DiskFull(f"{self.repo} needs {mb(need)} more, but the disk of the Hugging Face cache ({self.cache}) "
-                           f"has {mb(free)} free: free some space, or point HF_HUB_CACHE (in hasrd's environment) "
-                           f"at a larger disk")
+            raise DiskFull(f"{self.repo} needs {mb(need)} more, but the disk of {self.PLACE} ({self.cache}) "
+                           f"has {mb(free)} free: free some space{self.ROOM}")
 
     # ---- the download ---------------------------------------------------------------------------------------
 
@@ -188,6 +199,7 @@ class Pull:
             for item in self.items:
                 self._verify(item)
             doing = "installing"
+            size = sum((self.blobs / i.etag).stat().st_size for i in self.items)
             snap = self._install()
         except _Stop:
             raise errors.Cancelled(f"the client went away: the pull of {self.repo} stopped; what arrived is kept "
@@ -200,7 +212,10 @@ class Pull:
             if isinstance(mapped, DiskFull):
                 self._discard()
             raise mapped from None
-        size = sum((self.blobs / i.etag).stat().st_size for i in self.items)
+        return self._result(snap, size)
+
+    def _result(self, snap: Path, size: int) -> dict[str, Any]:
+        """The last line of a pull that installed ``size`` bytes at ``snap``."""
         return {"status": "success", "model": usable_name(self.name, self.repo), "repo": self.repo,
                 "revision": self.commit, "path": str(snap), "size_mb": size // 2**20,
                 "downloaded_mb": round(self.fetched / 2**20, 1)}
@@ -335,7 +350,7 @@ class Pull:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _mapped(self, e: BaseException, doing: str) -> errors.HasrError:
-        return mapped(e, doing, self.name, self.repo, self.endpoint, self.cache)
+        return mapped(e, doing, self.name, self.repo, self.endpoint, self.cache, self.PLACE, self.ROOM)
 
 
 class _Sink:

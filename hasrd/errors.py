@@ -16,10 +16,14 @@ its sentences were final adds ``"partial": {"text", "sentences", "done_s"}``.
     │   ├── UnknownFormat           unknown_format  400
     │   ├── UnknownLanguage         unknown_language 400
     │   ├── InvalidOption           invalid_option  400  (a request option: wrong type, out of range, unknown)
+    │   ├── InvalidSpeakers         invalid_speakers 400  (channels of a mono file; too_many_speakers: more
+    │   │                                                  than the audio holds)
+    │   ├── BadSpeakerModel         invalid_speaker_model 400  (not an ONNX speaker-embedding model)
     │   └── Unsupported             unsupported     400  (the engine cannot do it: translation by r2t2)
     ├── Forbidden                   forbidden       403
     ├── NotFound                    not_found       404
-    │   └── ModelNotFound           model_not_found 404  (an OpenAI ``model`` hasr does not serve)
+    │   ├── ModelNotFound           model_not_found 404  (an OpenAI ``model`` hasr does not serve)
+    │   └── SpeakerModelMissing     speaker_model_missing 404  (speakers asked for, no speaker model installed)
     ├── ModelBusy                   model_busy      409  (being pulled or deleted)
     ├── TooLarge                    too_large       413
     ├── Unavailable                 unavailable     503  (+ Retry-After)
@@ -133,6 +137,26 @@ class ModelNotFound(NotFound):
     code = "model_not_found"
 
 
+class InvalidSpeakers(BadRequest):
+    """The speakers asked for cannot be told in this audio: channels of a one-channel file, more speakers than it
+    holds (code ``too_many_speakers``); the message says what to ask instead."""
+
+    code = "invalid_speakers"
+
+
+class BadSpeakerModel(BadRequest):
+    """The speaker model is not an ONNX speaker-embedding model hasr can run (the message says what is wrong)."""
+
+    code = "invalid_speaker_model"
+
+
+class SpeakerModelMissing(NotFound):
+    """Speakers were asked for, and no speaker-embedding model is installed (or not the one named): the message
+    says in one line how to get one (hasrd/speakermodels.py)."""
+
+    code = "speaker_model_missing"
+
+
 class ModelBusy(HasrError):
     """The model is being pulled or deleted: try again once that has ended."""
 
@@ -209,6 +233,10 @@ _WORKER_CODES: dict[str, type[HasrError]] = {
     "timeout": Timeout,
     "stalled": Stalled,
     "unsupported": Unsupported,
+    "invalid_speakers": InvalidSpeakers,
+    "too_many_speakers": InvalidSpeakers,
+    "invalid_speaker_model": BadSpeakerModel,
+    "speaker_model_missing": SpeakerModelMissing,
 }
 
 

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from hasrd import errors, models, modelspec
+from hasrd import errors, models, modelspec, speakermodels
 
 log = logging.getLogger("hasrd.pull")
 
@@ -63,7 +63,12 @@ def _home_short(p: Path) -> str:
 def offline_route(name: str) -> str:
     """The sentence that ends every "the hub is out of reach" error: how a model gets here without it (a
     CTranslate2 directory carried over, imported by ``hasrctl pull PATH`` or copied into the data directory,
-    where hasrd.modelspec finds it by name before the Hugging Face cache)."""
+    where hasrd.modelspec finds it by name before the Hugging Face cache; a speaker model's one file, imported the
+    same way)."""
+    k = speakermodels.known(name)
+    if k is not None:
+        return (f"Without the hub: bring {k.repo}'s {k.file} (sha256 {k.sha256}) from a machine that has it and "
+                f"run `hasrctl pull /path/to/{k.file} --name {k.name}`.")
     repo = models.fw_repo(name)
     local = name if "/" not in name else repo.rsplit("/", 1)[-1]
     src = repo.rsplit("/", 1)[-1]
@@ -156,19 +161,21 @@ def _disk_full(e: BaseException) -> bool:
     return any(isinstance(x, OSError) and x.errno in (errno.ENOSPC, errno.EDQUOT) for x in _chain(e))
 
 
-def mapped(e: BaseException, doing: str, name: str, repo: str, url: str, cache: Path) -> errors.HasrError:
-    """A foreign exception met while ``doing`` a pull of ``name`` (the hub's ``repo``) as the error a client sees,
-    in a sentence that says what to do; ``url`` is the hub's (HF_ENDPOINT)."""
+def mapped(e: BaseException, doing: str, name: str, repo: str, url: str, cache: Path,
+           place: str = "the Hugging Face cache",
+           room: str = " (or point HF_HUB_CACHE in hasrd's environment at a larger disk)") -> errors.HasrError:
+    """A foreign exception met while ``doing`` a pull of ``name`` (the hub's ``repo``) into ``cache`` (``place``
+    in words; ``room``: where else it could go) as the error a client sees, in a sentence that says what to do;
+    ``url`` is the hub's (HF_ENDPOINT)."""
     if isinstance(e, errors.HasrError):
         return e
     names = _names(e)
     kept = (" What arrived is kept: the next pull continues it." if doing.startswith("downloading") else "")
     if _disk_full(e):
         free = shutil.disk_usage(cache).free if cache.exists() else 0
-        return DiskFull(f"the disk of the Hugging Face cache ({cache}) is full ({mb(free)} free) while "
+        return DiskFull(f"the disk of {place} ({cache}) is full ({mb(free)} free) while "
                         f"{doing} of {repo}: what was downloaded was removed and nothing was installed; "
-                        f"free some space (or point HF_HUB_CACHE in hasrd's environment at a larger disk) and "
-                        f"pull again")
+                        f"free some space{room} and pull again")
     if "HFValidationError" in names:
         return errors.BadRequest(f"`{name}` is no Hugging Face repo id: {str(e).splitlines()[0]}",
                                  param="model")

@@ -6,6 +6,10 @@ hasrd/download.py), ``DELETE /api/delete`` removes an installed one. Imported wh
 Delete. A name under ``$XDG_DATA_HOME/hasr/models/`` or a repo in the Hugging Face cache (resolved as a request's
 ``model`` is), or an absolute path inside one of those two places; the workers running it are unloaded first.
 The default's ids, the embedded ``base`` and the default's own model are refused.
+
+Speaker models (hasrd/speakermodels.py) share both routes: a KNOWN speaker model's name (or repo id) pulls it
+(hasrd/speakerpull.py) into ``$XDG_DATA_HOME/hasr/speakers/``, and delete removes ``speakers/NAME.onnx`` by name
+or path. They share no names with transcription models: a name both answer to is refused, and the path says which.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hasrd import errors, models, modelspec
+from hasrd import errors, models, modelspec, speakermodels
 from hasrd.context import JSONResponse, check_access, jsonl
 from hasrd.download import Pull
 from hasrd.events import Broadcaster, Feed
 from hasrd.hub import REPO_ID, SIZES, cache_dir, endpoint, offline, offline_route, repo_dir, repo_lock
 from hasrd.intake import read_json
+from hasrd.speakerpull import SpeakerPull
 
 log = logging.getLogger("hasrd.pull")
 
@@ -76,7 +81,8 @@ async def pull(request: Request) -> Response:
                                  f"pull models). {offline_route(name)}", param="model")
     if d.events.closed:
         raise errors.ShuttingDown("hasrd is stopping: pull again once it is back")
-    job = Pull(name, cache_dir(), endpoint())
+    job = (SpeakerPull(name, speakermodels.speakers_dir(), endpoint()) if speakermodels.known(name)
+           else Pull(name, cache_dir(), endpoint()))
     first = await asyncio.to_thread(job.manifest)
     if not stream:
         return await _pull_whole(request, job, d.events)
@@ -186,7 +192,7 @@ async def _pull_whole(request: Request, job: Pull, events: Broadcaster) -> Respo
 class Target:
     """What a delete removes: a model directory (or a link to one), or a repo's directories in the HF caches."""
 
-    kind: str  # "directory" | "hf-cache"
+    kind: str  # "directory" | "hf-cache" | "speaker" (one file)
     paths: list[Path]
     repo: str = ""
 
@@ -223,8 +229,27 @@ def _within(inner: Path, outer: Path) -> bool:
 
 
 def locate(name: str, settings: Any) -> Target:
-    """What ``name`` names among the installed models (as modelspec.resolve finds them), or the error why it
-    may not be removed."""
+    """What ``name`` names among the installed models (as modelspec.resolve finds them) and the speaker models,
+    or the error why it may not be removed."""
+    speaker = speakermodels.installed_path(name)
+    k = speakermodels.known(name) if speaker is not None else None
+    found = Target("speaker", [speaker], k.repo if k else "") if speaker is not None else None
+    if found is not None and name.startswith("/"):
+        return found
+    try:
+        target = _locate_model(name, settings)
+    except errors.ModelNotFound:
+        if found is not None:
+            return found
+        raise
+    if found is not None:
+        raise errors.BadRequest(f"`{name}` names a transcription model ({', '.join(map(str, target.paths))}) and "
+                                f"a speaker model ({found.paths[0]}): name the one to remove by its path",
+                                param="model")
+    return target
+
+
+def _locate_model(name: str, settings: Any) -> Target:
     if name in modelspec.DEFAULT_IDS:
         raise errors.BadRequest(f"`{name}` names the configured default (HASR_ENGINE, HASR_FW_MODEL), not an "
                                 f"installed model: there is nothing to remove", param="model")
@@ -274,6 +299,9 @@ def _size(paths: list[Path]) -> int:
     for root in paths:
         if root.is_symlink():
             continue
+        if root.is_file():
+            total += root.stat().st_size
+            continue
         for dirpath, _dirs, files in os.walk(root):
             for f in files:
                 with contextlib.suppress(OSError):
@@ -288,7 +316,7 @@ def remove(target: Target) -> int:
     so nothing half-removed ever looks like a model. Returns the bytes freed."""
     size = _size(target.paths)
     for p in target.paths:
-        if p.is_symlink():
+        if p.is_symlink() or target.kind == "speaker":  # one file: its unlink is whole or not at all
             p.unlink()
             continue
         trash = p.parent.parent / f".hasr-trash-{uuid.uuid4().hex[:8]}" if target.kind == "directory" else \
@@ -313,6 +341,11 @@ async def delete(request: Request) -> Response:
     if lock is not None and not lock.acquire(blocking=False):
         raise errors.ModelBusy(f"{target.repo} is being pulled now: remove it when the pull has ended", param="model")
     try:
+        if target.kind == "speaker":  # no worker runs it as its model: a worker that loaded it keeps its copy
+            freed = await asyncio.to_thread(remove, target)
+            log.info("removed speaker model %s: %s", name, target.paths[0])
+            return JSONResponse({"status": "success", "model": name, "kind": target.kind,
+                                 "removed": [str(target.paths[0])], "size_mb": freed // 2**20})
         specs: dict[str, modelspec.ModelSpec] = {}
         with contextlib.suppress(errors.HasrError):
             spec = modelspec.resolve(name, d.settings)

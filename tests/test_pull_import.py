@@ -227,7 +227,7 @@ def test_a_copy_that_fails_midway_or_is_interrupted_installs_nothing(short_tmp: 
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", os.path.join(short_tmp, "data"))
     src = small_model(Path(short_tmp) / "src" / "m")
-    real = modelimport._copy
+    real = modelimport.copy_file
     seen: list[str] = []
 
     def failing(exc: BaseException) -> Callable[[Path, Path, object, str], None]:
@@ -240,20 +240,20 @@ def test_a_copy_that_fails_midway_or_is_interrupted_installs_nothing(short_tmp: 
             real(s, d, view, shown)
         return copy
 
-    monkeypatch.setattr(modelimport, "_copy", failing(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
+    monkeypatch.setattr(modelimport, "copy_file", failing(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
     with pytest.raises(CliError) as e:
         modelimport.import_dir(str(src), "full", _view()[0])
     assert "disk is full" in e.value.message and "nothing was installed" in e.value.message
     assert e.value.exit_code == 1 and seen[-1] == "model.bin"
     assert not (models_dir(short_tmp) / "full").exists() and leftovers(short_tmp) == []
 
-    monkeypatch.setattr(modelimport, "_copy", failing(KeyboardInterrupt()))
+    monkeypatch.setattr(modelimport, "copy_file", failing(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         modelimport.import_dir(str(src), "ctrl-c", _view()[0])
     assert not (models_dir(short_tmp) / "ctrl-c").exists() and leftovers(short_tmp) == []
 
     # not enough room: refused before a byte is copied
-    monkeypatch.setattr(modelimport, "_copy", real)
+    monkeypatch.setattr(modelimport, "copy_file", real)
     monkeypatch.setattr(modelimport.shutil, "disk_usage", lambda p: type("U", (), {"free": 1 << 20})())
     with pytest.raises(CliError) as e:
         modelimport.import_dir(str(src), "small-disk", _view()[0])
@@ -273,7 +273,7 @@ def test_the_copy_shows_a_bar_on_a_terminal_and_a_damaged_copy_is_not_installed(
     def damaged(s: Path, d: Path, view: object, shown: str) -> None:  # the bytes that land differ from the source's
         d.write_bytes(s.read_bytes()[:-10] if shown == "model.bin" else s.read_bytes())
 
-    monkeypatch.setattr(modelimport, "_copy", damaged)
+    monkeypatch.setattr(modelimport, "copy_file", damaged)
     with pytest.raises(CliError) as e:
         modelimport.import_dir(str(src), "damaged", _view()[0])
     assert "damaged" in e.value.message and not (models_dir(short_tmp) / "damaged").exists()
