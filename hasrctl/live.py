@@ -6,6 +6,8 @@ and sent as OpenAI's PCM16 at 24 kHz in 160 ms pieces, at real-time pace with ``
 go to stdout (and ``--output``); on a terminal the unstable draft is shown after them, dimmed. Ctrl-C (or the
 end of the input) closes the last utterance and waits for its final text (``hasr.finish``).
 
+``listen --meeting`` records the microphone and what the desktop plays as two speakers (hasrctl/meeting.py).
+
 ``dictate`` types each final sentence into the focused window: xdotool on X11, wtype or ydotool on Wayland.
 ``dictate --toggle`` (bind it to a desktop shortcut) starts dictation, or ends the running one.
 """
@@ -23,7 +25,7 @@ from typing import Any
 
 import click
 
-from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError
+from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
 from hasrctl.common import daemon_options, say
 from hasrctl.livesession import ffmpeg_source, interruptible, item_number, microphone_source, run, typist
 from hasrctl.transcribe import Event
@@ -49,22 +51,40 @@ Examples:
   hasrctl listen                               # the microphone, until Ctrl-C
   hasrctl listen talk.flac --realtime          # a file played at real-time pace
   hasrctl listen https://radio/stream -o log.txt
-  hasrctl listen -f srt -o talk.srt talk.mp3""")
+  hasrctl listen -f srt -o talk.srt talk.mp3
+  hasrctl listen --meeting -o standup          # You and Others, saved as standup.txt and standup.srt
+  hasrctl listen --meeting --speaker-names \"Ann,Team\"""")
 @click.argument("source", required=False, metavar="[FILE|URL|-]")
 @click.option("--realtime", is_flag=True, help="Send a file or URL at real-time pace (as if it were live).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
-              help="Also write the final transcript there (in --format) at the end.")
+              help="Also write the final transcript there (in --format) at the end; with --meeting: FILE.txt and "
+                   "FILE.srt.")
 @click.option("-f", "--format", "fmt", type=click.Choice(["text", "json", "srt", "vtt"]), default="text",
               show_default=True, help="Format of --output (stdout always gets one line per sentence).")
+@click.option("--meeting", is_flag=True,
+              help="A call: the microphone (\"You\") and what the desktop plays (\"Others\": the default output's "
+                   "monitor, through PulseAudio or PipeWire) as two speakers, each line named; when stopped, saved "
+                   "as .txt (speaker turns) and .srt (names before the lines): -o FILE writes FILE.txt and FILE.srt "
+                   "(a .txt or .srt on FILE is dropped first: -o notes.srt writes notes.srt and notes.txt), else "
+                   "./meeting-YYYYmmdd-HHMMSS.txt and .srt. --device names the "
+                   "microphone's source (`pactl list short sources`). The others' voices that the speakers put "
+                   "into the microphone are not written again as You (docs/SPEAKERS.md).")
+@click.option("--speaker-names", metavar="MIC,OUTPUT", default=None,
+              help="With --meeting: the two sides' names, comma separated, the microphone's first [default: "
+                   "You,Others].")
 @live_options
 @daemon_options
-def listen(source: str | None, realtime: bool, output: str | None, fmt: str, language: str, prompt: str,
-           silence_ms: int, device: str | None, daemon: Any) -> int:
-    """Transcribe live audio: the microphone, or a file or URL.
+def listen(source: str | None, realtime: bool, output: str | None, fmt: str, meeting: bool,
+           speaker_names: str | None, language: str, prompt: str, silence_ms: int, device: str | None,
+           daemon: Any) -> int:
+    """Transcribe live audio: the microphone, or a file or URL; or a meeting (--meeting).
 
     Final sentences are printed as they are settled; on a terminal the draft of what is being said is shown
     after them, dimmed, and replaced. Ctrl-C stops listening and prints what was still being said.
     """
+    if meeting or speaker_names is not None:
+        return _meeting(source, realtime, output, meeting, speaker_names, language, prompt, silence_ms, device,
+                        daemon)
     from hasrctl.liveview import LiveView
     from hasrctl.terminal import ProgressBar, is_tty
 
@@ -119,6 +139,23 @@ def listen(source: str | None, realtime: bool, output: str | None, fmt: str, lan
         text = formats.render(doc, formats.Format(fmt)) if fmt != "text" else "\n".join(doc.texts()) + "\n"
         Path(output).write_text(text, encoding="utf-8")
     return EXIT_OK
+
+
+def _meeting(source: str | None, realtime: bool, output: str | None, meeting: bool, speaker_names: str | None,
+             language: str, prompt: str, silence_ms: int, device: str | None, daemon: Any) -> int:
+    """--meeting's options checked against the rest of listen's, then hasrctl.meeting."""
+    from hasrctl.meeting import record
+
+    from click.core import ParameterSource
+
+    given = click.get_current_context().get_parameter_source("fmt") is not ParameterSource.DEFAULT
+    if not meeting:
+        raise UsageError("--speaker-names names the sides of --meeting")
+    if source is not None or realtime:
+        raise UsageError("--meeting records the microphone and the desktop's output: no FILE, URL or --realtime")
+    if given:
+        raise UsageError("--meeting saves both .txt and .srt: -f does not apply")
+    return record(output, speaker_names, language, prompt, silence_ms, device, daemon)
 
 
 # ---- dictation --------------------------------------------------------------------------------------------
