@@ -40,7 +40,7 @@ import av
 if TYPE_CHECKING:  # numpy is imported by decode_to_array only: the daemon's decode path never loads it
     import numpy as np
 
-from hasrd.errors import AudioDecodeError, AudioPathError, AudioTooLong, Cancelled, HasrError
+from hasrd.errors import AudioDecodeError, AudioPathError, AudioTooLong, Cancelled, HasrError, InvalidSpeakers
 from hasrd.resample import SAMPLE_RATE, Grouper, Resampler
 
 BYTES_PER_FRAME = 4  # float32
@@ -350,14 +350,31 @@ def _emit(frames: list[av.AudioFrame], out: Writer) -> int:
     return n
 
 
-def decode_to_array(source: Source, *, max_audio_sec: float | None = None,
-                    name: str | None = None) -> tuple[np.ndarray, AudioInfo]:
-    """Decode into memory: (float32 array of 16 kHz mono samples, info). For tests and short inputs."""
+MAX_CHANNELS = 8  # speakers="channels": one speaker per channel, at most this many
+
+
+def check_channels(info: AudioInfo, name: str, flag: str = "speakers=channels") -> None:
+    """Speakers per channel need a file of 2 to MAX_CHANNELS channels: InvalidSpeakers saying what to ask instead
+    (``flag``: how the asker spells the request)."""
+    if info.kept_channels < 2:
+        raise InvalidSpeakers(f"{name} has one channel: {flag} needs a recording with one speaker per channel (a "
+                              f"call, a podcast recorded per microphone); {flag.replace('channels', 'auto')} tells "
+                              f"the voices of a mixed recording apart", param="speakers")
+    if info.kept_channels > MAX_CHANNELS:
+        raise InvalidSpeakers(f"{name} has {info.kept_channels} channels: {flag} takes at most {MAX_CHANNELS}",
+                              param="speakers")
+
+
+def decode_to_array(source: Source, *, max_audio_sec: float | None = None, name: str | None = None,
+                    keep_channels: bool = False) -> tuple[np.ndarray, AudioInfo]:
+    """Decode into memory: (float32 array of 16 kHz mono samples, or ``[frames, channels]`` with
+    ``keep_channels``, info). For tests, short inputs and ``hasrctl batch``'s actors."""
     import numpy as np  # here only: the daemon's decode path stays free of numpy (its idle RSS)
 
     buf = io.BytesIO()
-    info = decode(source, buf, max_audio_sec=max_audio_sec, name=name)
-    return np.frombuffer(buf.getbuffer(), dtype="<f4").astype(np.float32), info
+    info = decode(source, buf, max_audio_sec=max_audio_sec, name=name, keep_channels=keep_channels)
+    pcm = np.frombuffer(buf.getbuffer(), dtype="<f4").astype(np.float32)
+    return (pcm.reshape(-1, info.kept_channels) if keep_channels else pcm), info
 
 
 def decode_to_memfd(source: Source, *, max_audio_sec: float | None = None, name: str | None = None,

@@ -42,16 +42,13 @@ async def check_path(path: str) -> None:
     await asyncio.to_thread(check)
 
 
-MAX_CHANNELS = 8  # speakers="channels": one speaker per channel, at most this many
-
-
 async def decode(d: Daemon, source: str | IO[bytes], name: str, lease: Lease,
                  channels: bool = False) -> tuple[PcmBuffer, AudioInfo]:
     """Decode to a memfd in a thread, at most DECODES_AT_ONCE at a time (a burst of long files cannot pin all
     memory and cores); map every failure to a typed 4xx. Cancelling stops the decode at its next packet. What
     is decoded counts against HASR_MAX_QUEUED_AUDIO_MB until the lease's job is on a worker (audiobudget.py):
     past it, QueueFull while it decodes. ``channels``: keep the channels apart (speakers="channels"); a file with
-    one channel, or more than MAX_CHANNELS, is InvalidSpeakers."""
+    one channel, or more than audio.MAX_CHANNELS, is InvalidSpeakers."""
     async with d.decode_slots:
         stop = threading.Event()
         hold = d.queued_audio.hold(d.settings.max_queued_audio_mb)
@@ -69,7 +66,8 @@ async def decode(d: Daemon, source: str | IO[bytes], name: str, lease: Lease,
             buf = PcmBuffer(fd)
             buf.frames, buf.channels = info.frames, info.kept_channels
             try:
-                _check_channels(channels, info, name)
+                if channels:
+                    audio.check_channels(info, name)
                 hold.grow(info.frames * 4 * info.kept_channels)  # the last packets too
             except BaseException:
                 buf.close()
@@ -84,16 +82,6 @@ async def decode(d: Daemon, source: str | IO[bytes], name: str, lease: Lease,
             stop.set()  # the thread stops at its next packet; the done callback closes what it made
             fut.abandoned = True  # type: ignore[attr-defined]
             raise
-
-
-def _check_channels(asked: bool, info: AudioInfo, name: str) -> None:
-    if asked and info.kept_channels < 2:
-        raise errors.InvalidSpeakers(f"{name} has one channel: speakers=channels needs a recording with one speaker "
-                                     f"per channel (a call, a podcast recorded per microphone); speakers=auto tells "
-                                     f"the voices of a mixed recording apart", param="speakers")
-    if asked and info.kept_channels > MAX_CHANNELS:
-        raise errors.InvalidSpeakers(f"{name} has {info.kept_channels} channels: speakers=channels takes at most "
-                                     f"{MAX_CHANNELS}", param="speakers")
 
 
 def _close_if_abandoned(fut: asyncio.Future[tuple[PcmBuffer, AudioInfo]]) -> None:

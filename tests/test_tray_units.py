@@ -306,7 +306,7 @@ def test_poke_cuts_the_wait_short() -> None:
 class TranscribingClient:
     path = "/nonexistent/hasrd.sock"
 
-    def transcribe(self, path: str, language: str, view: JobView) -> Transcript:
+    def transcribe(self, path: str, language: str, view: JobView, options: Any = None) -> Transcript:
         view.progress(1.0, 2.0)
         if path.endswith(".txt"):
             raise DaemonError("undecodable", f"{path!r} could not be decoded")

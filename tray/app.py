@@ -56,12 +56,14 @@ class App:
 
         self.root, dnd = dropwin.make_root()
         self.fmt = tk.StringVar(self.root, value=settings.format)
-        self.window = dropwin.DropWindow(self.root, dnd, self.add_files, self.action, self.fmt)
+        self.speakers = tk.BooleanVar(self.root, value=False)  # the window's toggle, kept for the session
+        self.window = dropwin.DropWindow(self.root, dnd, self.add_files, self.action, self.fmt, self.speakers)
         self.root.protocol("WM_DELETE_WINDOW", self.window.hide)
         if not show_window:
             self.window.hide()
         self.jobs = Jobs(self.client, lambda: (self.fmt.get(), settings.language),
-                         lambda job: self.ui(lambda: self._job_changed(job)), self.notify, settings.autostart)
+                         lambda job: self.ui(lambda: self._job_changed(job)), self.notify, settings.autostart,
+                         speakers=self.speakers.get)
         self.items = menu.build(self.view)
         self._info: Any = Link("down", "connecting")
         self.dictation = Dictation(self._daemon_path, lambda finals, draft: self.ui(

@@ -15,12 +15,15 @@ import logging
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hasrctl import client as cli
 from hasrctl.terminal import View
 from hasrd.status import Health, PoolStatus, decode
 from hasrd.transcript import Transcript
+
+if TYPE_CHECKING:
+    from hasrd.options import Options
 
 log = logging.getLogger("hasr.tray.client")
 
@@ -108,12 +111,14 @@ class Client:
         resp.sock.settimeout(None)
         return EventStream(resp)
 
-    def transcribe(self, path: str, language: str = "", view: View | None = None) -> Transcript:
-        """Transcribe the file at absolute ``path``; ``view`` sees its queued/loading/progress events."""
+    def transcribe(self, path: str, language: str = "", view: View | None = None,
+                   options: Options | None = None) -> Transcript:
+        """Transcribe the file at absolute ``path`` with ``options`` (the drop window's speakers); ``view`` sees its
+        queued/loading/progress events."""
         from hasrctl.transcribe import by_path
 
         with _tray_errors():
-            return by_path(self._client, path, language or None, view or View())
+            return by_path(self._client, path, language or None, view or View(), options)
 
 
 def start_daemon(socket_path: str, timeout: float = 30.0) -> None:

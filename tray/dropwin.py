@@ -1,7 +1,8 @@
 """The drop window: a small Tk window that accepts files from a file manager (XDND via tkinterdnd2).
 
-It shows the daemon's state, one row per file (queued / running with progress / done / failed with the
-reason; the rows scroll, the state's words wrap, the buttons always stay), and buttons for every menu action,
+It shows the daemon's state, the format files are saved as and a "Speakers" toggle (who said what), one row per
+file (queued / running with progress / done / failed with the reason; the rows scroll, the state's words wrap,
+the buttons always stay), and buttons for every menu action,
 so it stands in for the menu where the tray backend has none (xorg). A dropped folder is the audio and video
 in it. Everything here runs on the Tk main thread; other threads go through ``App.ui()``.
 """
@@ -45,23 +46,29 @@ class DropWindow:
     """The root window's contents; ``on_files`` gets dropped or chosen paths, ``on_action`` a menu key."""
 
     def __init__(self, root: tk.Tk, dnd: bool, on_files: Callable[[list[str]], None],
-                 on_action: Callable[[str], None], fmt: tk.StringVar) -> None:
+                 on_action: Callable[[str], None], fmt: tk.StringVar, speakers: tk.BooleanVar) -> None:
         self.root, self.on_files, self.on_action = root, on_files, on_action
         root.title(TITLE)
         root.geometry("520x340+40+80")
         root.minsize(360, 240)
         self._photos = {s: ImageTk.PhotoImage(icons.draw(s, 20), master=root) for s in icons.STATES}
 
-        # Packed in this order so that what is packed first keeps its room: the header's format choice, then the
-        # buttons at the bottom, then whatever is left for the state's words (wrapped) and the rows (scrolled).
+        # Packed in this order so that what is packed first keeps its room: the header's choices (the format at the
+        # top right corner, the speakers toggle under it), then the buttons at the bottom, then whatever is left
+        # for the state's words (wrapped) and the rows (scrolled).
         top = ttk.Frame(root, padding=(10, 8, 10, 4))
         top.pack(fill="x")
-        ttk.OptionMenu(top, fmt, fmt.get(), *FORMATS).pack(side="right", anchor="n")
-        ttk.Label(top, text="Save as").pack(side="right", anchor="n", padx=(0, 4), pady=(2, 0))
+        choices = ttk.Frame(top)
+        choices.pack(side="right", anchor="n")
+        ttk.Label(choices, text="Save as").grid(row=0, column=0, sticky="e", padx=(0, 4))
+        ttk.OptionMenu(choices, fmt, fmt.get(), *FORMATS).grid(row=0, column=1, sticky="e")
+        # who said what: the next files are transcribed with speakers="auto" and saved in speaker turns (A: …)
+        ttk.Checkbutton(choices, text="Speakers", variable=speakers).grid(row=1, column=0, columnspan=2, sticky="e",
+                                                                          pady=(2, 0))
         self.state_icon = ttk.Label(top, image=self._photos["offline"])
         self.state_icon.pack(side="left", anchor="n")
         self.state_text = ttk.Label(top, text="Connecting…", anchor="w", width=1)
-        self.state_text.pack(side="left", fill="x", expand=True, padx=(6, 0))
+        self.state_text.pack(side="left", anchor="n", fill="x", expand=True, padx=(6, 0), pady=(1, 0))
         self.state_text.bind("<Configure>", lambda e: self.state_text.configure(wraplength=max(40, e.width)))
 
         bar = ttk.Frame(root, padding=(10, 4, 10, 8))

@@ -2,7 +2,9 @@
 
 One worker thread takes the files in order (one at a time: a dropped folder's files come back in order), so a file
 shows ``queued`` until its turn, then ``running`` with progress, then ``done`` (naming the transcript) or
-``failed`` (with the daemon's sentence). ``on_change`` is called from that thread after every change.
+``failed`` (with the daemon's sentence). ``on_change`` is called from that thread after every change. With the
+drop window's Speakers toggle on, a file is transcribed with ``speakers="auto"``: its transcript (and the
+notification's preview) comes in speaker turns, ``A: …`` a line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from hasrctl.terminal import View
+from hasrd import formats
+from hasrd.options import Options
 from hasrd.transcript import Transcript
 from tray import output
 from tray.client import Client, DaemonDown, DaemonError, start_daemon
@@ -65,12 +69,14 @@ class JobView(View):
 
 
 class Jobs:
-    """Queue of files to transcribe through ``client``; ``settings()`` gives the current (format, language)."""
+    """Queue of files to transcribe through ``client``; ``settings()`` gives the current (format, language) and
+    ``speakers()`` whether the drop window's Speakers toggle is on, both read when a file's turn comes."""
 
     def __init__(self, client: Client, settings: Callable[[], tuple[str, str]],
-                 on_change: Callable[[Job], None], notify: Notify, autostart: bool = True) -> None:
+                 on_change: Callable[[Job], None], notify: Notify, autostart: bool = True,
+                 speakers: Callable[[], bool] = lambda: False) -> None:
         self.client, self.settings, self.on_change, self.notify = client, settings, on_change, notify
-        self.autostart = autostart
+        self.autostart, self.speakers = autostart, speakers
         self.jobs: list[Job] = []
         self.last_output: Path | None = None
         self._ids = itertools.count(1)
@@ -103,19 +109,19 @@ class Jobs:
             setattr(job, k, v)
         self.on_change(job)
 
-    def _transcribe(self, job: Job, language: str) -> Transcript:
+    def _transcribe(self, job: Job, language: str, options: Options | None) -> Transcript:
         def show(detail: str, frac: float | None) -> None:
             self._update(job, detail=detail, progress=frac if frac is not None else job.progress)
 
         view = JobView(show)
         try:
-            return self.client.transcribe(str(job.path), language, view)
+            return self.client.transcribe(str(job.path), language, view, options)
         except DaemonDown:
             if not self.autostart:
                 raise
         self._update(job, detail="starting the daemon")
         start_daemon(self.client.path)  # returns once it answers (DaemonDown with the reason otherwise)
-        return self.client.transcribe(str(job.path), language, view)
+        return self.client.transcribe(str(job.path), language, view, options)
 
     def _fail(self, job: Job, message: str) -> None:
         self._update(job, state=FAILED, detail=message)
@@ -138,11 +144,14 @@ class Jobs:
         if job.path.is_dir():
             return self._folder(job)
         fmt, language = self.settings()
+        # Speakers on: the voices told apart (the daemon's installed speaker model; none installed fails the row
+        # with the daemon's one line on how to get one) and the transcript in speaker turns
+        options = Options(speakers="auto") if self.speakers() else None
         self._update(job, state=RUNNING, detail="sending to the daemon", progress=0.0)
         if not job.path.exists():
             return self._fail(job, f"{job.path} does not exist")
         try:
-            result = self._transcribe(job, language)
+            result = self._transcribe(job, language, options)
             out = output.write_next_to(job.path, output.render(result, fmt), fmt)
         except DaemonDown as e:
             return self._fail(job, f"the hasr daemon is not running ({e})")
@@ -152,7 +161,7 @@ class Jobs:
             return self._fail(job, str(e))
         self.last_output = out
         self._update(job, state=DONE, progress=1.0, output=out, detail=f"→ {out.name}")
-        text = result.final.strip()
+        text = (formats.speaker_text(result) or result.final).strip()  # "A: …" a line where speakers were asked
         preview = text if len(text) <= 120 else text[:119] + "…"
         self.notify(f"hasr transcribed {job.path.name}", f"Saved to {out}" + (f"\n{preview}" if preview else ""))
 

@@ -3,8 +3,10 @@
 The worker's code is reused, not imitated: ``hasrd.worker.engines.create`` builds the engine the daemon's worker
 would build for the same model and settings, and ``hasrd.worker.engines.load`` loads it and gives it its decode
 loop as the worker's main does; the file is decoded here, in the actor's process, by the daemon's decoder
-(``hasrd.audio``: PyAV to 16 kHz mono float32, the same limits); the text leaves through the worker's own
-boundary, the request's ``Scripter`` (``ScriptEmitter``: no channel, nobody watches one file's events); the result
+(``hasrd.audio``: PyAV to 16 kHz mono float32, the same limits; its channels kept for ``--speakers channels``);
+a request for speakers goes through the worker's speakers stage (``hasrd.worker.speakers``); the text leaves
+through the worker's own boundary, the request's ``Scripter`` (``ScriptEmitter``: no channel, nobody watches one
+file's events); the result
 gets the fields the daemon adds (``hasrd.formats.annotate``) and is rendered by the daemon's and the CLI's
 renderers. So a file gives the same text here as through ``hasrctl transcribe``.
 
@@ -30,7 +32,10 @@ from hasrd.subtitles import CueRules
 from hasrd.transcript import Transcript, to_json
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from hasrd.worker.engine import Engine
+    from hasrd.worker.serve import ScriptEmitter
 
 
 def render_all(result: Transcript, formats: list[Format], rules: CueRules) -> dict[str, str]:
@@ -118,6 +123,8 @@ class Transcriber:
             result, decode_s = self._run(self.engine, path)
         except Exception as e:  # noqa: BLE001 - one bad file never ends the run
             out["error"] = _error_of(e)
+            if out["error"]["code"] == "speaker_model_missing":  # a cluster's node without the driver's file
+                out["error"]["message"] += f" on {self.host}"
             return out
         total_s = time.monotonic() - t0
         out.update(status="ok", language=result.language, duration_s=result.duration_s, text=result.final,
@@ -128,20 +135,43 @@ class Transcriber:
         return out
 
     def _run(self, engine: Engine, path: str) -> tuple[Transcript, float]:
-        from hasrd import audio, formats
+        from hasrd import formats
         from hasrd.worker.serve import ScriptEmitter, scripter
 
         t0 = time.monotonic()
-        pcm, info = audio.decode_to_array(path, max_audio_sec=self.settings.max_audio_sec,
-                                          name=os.path.basename(path))
+        pcm, duration_s = self._decode(path)
         decode_s = time.monotonic() - t0
         script = scripter(self.job.language, self.settings)
         t1 = time.monotonic()
-        result = script.result(engine.transcribe(pcm, self.job.language, self.job.options, ScriptEmitter(script),
-                                                 lambda: False))
+        result = script.result(self._transcribe(engine, pcm, ScriptEmitter(script)))
         result.timings.total_s = round(time.monotonic() - t1, 4)
-        formats.annotate(result, audio_path=path, language=self.job.language, duration_s=info.duration_s)
+        formats.annotate(result, audio_path=path, language=self.job.language, duration_s=duration_s)
         return result, decode_s
+
+    def _decode(self, path: str) -> tuple[np.ndarray, float]:
+        """The file as 16 kHz float32: mono, or ``[frames, channels]`` for ``--speakers channels`` (a file of one
+        channel refused: hasrd.audio.check_channels), as the daemon decodes it for the same request."""
+        from hasrd import audio
+
+        name = os.path.basename(path)
+        per_channel = self.job.options.speakers == "channels"
+        pcm, info = audio.decode_to_array(path, max_audio_sec=self.settings.max_audio_sec, name=name,
+                                          keep_channels=per_channel)
+        if per_channel:
+            audio.check_channels(info, name, "--speakers channels")
+        return pcm, info.duration_s
+
+    def _transcribe(self, engine: Engine, pcm: np.ndarray, emit: ScriptEmitter) -> Transcript:
+        """The engine's transcription, through the worker's speakers stage when speakers are asked (as
+        ``hasrd.worker.serve`` runs it for the daemon)."""
+        language, options = self.job.language, self.job.options
+        if options.speakers is None:
+            return engine.transcribe(pcm, language, options, emit, lambda: False)
+        from hasrd.worker import speakers
+
+        if options.speakers == "channels":
+            return speakers.by_channel(engine, pcm, language, options, emit, lambda: False)
+        return speakers.by_voice(engine, pcm, language, options, emit, lambda: False)
 
 
 def _error_of(e: BaseException) -> dict[str, str]:

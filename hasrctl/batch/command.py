@@ -16,36 +16,17 @@ from typing import Any
 import click
 import msgspec
 
-from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
+from hasrctl.batch.checks import language as _language
+from hasrctl.batch.checks import model as _model
+from hasrctl.batch.checks import sizes as _sizes
+from hasrctl.batch.checks import speaker_model
 from hasrctl.batch.store import detail, rerender, store
-from hasrctl.common import cue_rules, engine_options, model_argument, model_hint, parse_formats, say, settings
+from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
+from hasrctl.common import (NAMES_HELP, SPEAKERS_HELP, cue_rules, engine_options, model_argument, names_option,
+                            parse_formats, say, speakers_option)
 from hasrd.formats import Format
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
-
-
-def _model(model: str | None, engine: str | None) -> tuple[Any, str, dict[str, str]]:
-    """The model a run uses (ModelNotFound -> exit 2, before any actor starts), its engine and its variables."""
-    from hasrd import errors, modelspec
-
-    s = settings()
-    try:
-        spec = modelspec.resolve(model or "", s)
-    except errors.ModelNotFound as e:
-        raise UsageError(f"--model: {model_hint(model, e.message)}") from None
-    return spec, engine or spec.engine, spec.worker_env()
-
-
-def _language(language: str | None) -> str:
-    from hasrd.languages import UnknownLanguage, resolve
-
-    language = language or settings().language or ""
-    if language:
-        try:
-            resolve(language)
-        except UnknownLanguage as e:
-            raise UsageError(f"--language: {e}") from None
-    return language
 
 
 def _refused_row(path: str, status: str, code: str, message: str, model: str, engine: str) -> dict[str, Any]:
@@ -89,19 +70,6 @@ def _not_a_file_row(path: str, kind: str, model: str, engine: str) -> dict[str, 
     return _refused_row(path, "failed", "not_a_file", refusal(path, kind), model, engine)
 
 
-def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None,
-           gpus_per_worker: float | None) -> tuple[int, float, float]:
-    """(actors, GPUs each, CPUs each): GPU actors where the cluster has GPUs, else CPU actors sharing the CPUs."""
-    gpw = (1.0 if ray_gpus >= 1 else 0.0) if gpus_per_worker is None else gpus_per_worker
-    if gpw > 0:
-        if ray_gpus < gpw:
-            raise UsageError(f"--gpus-per-worker {gpw:g}: the Ray cluster has {ray_gpus:g} GPU(s)")
-        n = workers or max(1, int(ray_gpus // gpw))
-        return n, gpw, 1.0
-    n = workers or max(min(2, ray_cpus), ray_cpus // 2)  # 2 on 2 cores: 1.5x one actor (benchmarks/batch.py)
-    return n, 0.0, max(1.0, float(ray_cpus // n)) if ray_cpus >= n else 1.0
-
-
 @click.command(epilog="Exit: 0 every input ok; 1 some failed (listed at the end with their reasons); 2 bad "
                       "usage, a missing input or an unknown model; 3 no Ray cluster answers at --address; "
                       "130 interrupted (the manifest keeps what finished: run the same command to go on).")
@@ -131,6 +99,11 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None,
 @click.option("--prompt", metavar="TEXT", help="Text that guides faster-whisper (names, spelling, style).")
 @click.option("--word-timestamps", is_flag=True, help="Time every word (json and verbose_json carry `words`).")
 @click.option("--translate", is_flag=True, help="English text from any language.")
+@click.option("--speakers", metavar="auto|channels|N", callback=speakers_option, help=SPEAKERS_HELP)
+@click.option("--speaker-names", metavar="LIST", callback=names_option, help=NAMES_HELP)
+@click.option("--speaker-model", "speaker_model_name", metavar="NAME|FILE",
+              help="The speaker model of auto or N: one of `hasrctl models`, or an .onnx file at the same path on "
+                   "every Ray node [default: the one installed]; checked before Ray starts.")
 @click.option("--max-line-width", metavar="N", help="srt/vtt: characters a line at most, 8-200.")
 @click.option("--max-line-count", metavar="N", help="srt/vtt: lines a cue at most, 1-4.")
 @click.option("--max-cue-sec", metavar="SEC", help="srt/vtt: seconds a cue stays on screen at most, 1-60.")
@@ -142,7 +115,8 @@ def _sizes(ray_cpus: int, ray_gpus: float, workers: int | None,
 @click.option("-q", "--quiet", is_flag=True, help="Only failures and the summary on stderr.")
 def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: str | None, language: str | None,
           engine: str | None, workers: int | None, gpus_per_worker: float | None, address: str | None,
-          prompt: str | None, word_timestamps: bool, translate: bool, max_line_width: str | None,
+          prompt: str | None, word_timestamps: bool, translate: bool, speakers: str | None,
+          speaker_names: str | None, speaker_model_name: str | None, max_line_width: str | None,
           max_line_count: str | None, max_cue_sec: str | None, retry_failed: bool, progress: bool | None,
           quiet: bool) -> int:
     """Transcribe many files on Ray: a local Ray, or a cluster with --address (docs/BATCH.md).
@@ -157,6 +131,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
       hasrctl batch ~/interviews -o ~/transcripts -f txt,srt
       find /archive -name '*.m4a' > list.txt; hasrctl batch @list.txt -o out/ --language Chinese
       hasrctl batch /nfs/podcasts -o /nfs/out --address head:6379 --gpus-per-worker 0.5
+      hasrctl batch calls/ -o out/ --speakers channels --speaker-names Agent,Caller
     """
     from hasrctl.batch import inputs as inp
     from hasrctl.batch import manifest as mf
@@ -168,7 +143,10 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     lang = _language(language)
     spec, engine_name, model_env = _model(model, engine)
     rules = cue_rules(max_line_width, max_line_count, max_cue_sec)
-    options = msgspec.to_builtins(engine_options(prompt, word_timestamps, translate, model))  # the manifest's JSON
+    voices = speaker_model(speakers, speaker_names, speaker_model_name)  # its path: what every actor loads
+    opts = msgspec.structs.replace(engine_options(prompt, word_timestamps, translate, model, speakers, speaker_names),
+                                   speaker_model=voices)
+    options = msgspec.to_builtins(opts)  # the manifest's JSON: other speakers are another transcription
     signature = json.loads(json.dumps({"model": spec.name, "engine": engine_name, "language": lang,
                                        "formats": formats, "options": options, "rules": dataclasses.asdict(rules)}))
     rn.import_ray()  # the extra is missing: say so before scanning a big tree

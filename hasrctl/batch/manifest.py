@@ -91,7 +91,7 @@ TRANSCRIPTION = ("model", "engine", "language", "options")
 # A failure of the file's own bytes: the same bytes fail the same way, so a rerun skips them (--retry-failed
 # does not); every other failure (a crash, memory, a model that did not load, a write) is retried.
 CONTENT_ERRORS = frozenset({"invalid_audio", "undecodable", "no_audio_stream", "no_audio_frames", "empty_file",
-                            "not_a_file"})
+                            "not_a_file", "invalid_speakers", "too_many_speakers"})  # the last two: of a file's voices
 
 
 def up_to_date(row: dict[str, Any] | None, options: dict[str, Any], path: str, outdir: str,
