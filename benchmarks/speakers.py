@@ -84,8 +84,9 @@ def quality(engine: WhisperEngine, model: str) -> bool:
 
 
 def speed(engine: WhisperEngine, model: str, minutes: float, rounds: int) -> bool:
-    count = int(minutes * 60 / 5.2)
+    count = int(minutes * 60 / 4.0) + 1
     pcm, _, _ = voices.conversation(turns("mf", count, 7), gap=0.5)
+    pcm = pcm[:int(minutes * 60 * 16000)]
     print(f"\n{len(pcm) / 16000 / 60:.1f}-minute two-speaker file ({count} turns), CPU, side by side:")
     plain_s, spk_s, diar_s = [], [], []
     for r in range(rounds):

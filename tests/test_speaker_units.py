@@ -139,3 +139,27 @@ def test_embeddings_are_unit_vectors_whatever_the_window_lengths(tmp_path: Path)
     assert emb.shape == (4, model.dim)
     assert np.allclose(np.linalg.norm(emb[:3], axis=1), 1.0, atol=1e-5)
     assert np.allclose(emb[3], 0)  # too short for one frame: no voice
+
+
+def test_a_change_of_voice_moves_to_the_widest_pause_near_it() -> None:
+    # words of 0.3 s; a 0.3 s pause before word 4 (a turn); the windows put the change one word late, then early
+    starts = [0.0, 0.35, 0.7, 1.05, 1.65, 2.0, 2.35]
+    ends = [s + 0.3 for s in starts]
+    assert diarize.settle(starts, ends, [0, 0, 0, 0, 0, 1, 1]) == [0, 0, 0, 0, 1, 1, 1]
+    assert diarize.settle(starts, ends, [0, 0, 0, 1, 1, 1, 1]) == [0, 0, 0, 0, 1, 1, 1]
+    assert diarize.settle(starts, ends, [0, 0, 0, 0, 1, 1, 1]) == [0, 0, 0, 0, 1, 1, 1]  # already at the pause
+    far = [0.0, 0.35, 0.7, 1.05, 1.4, 1.75, 2.1, 2.45, 3.05]  # the only pause is 1.4 s past the change: out of reach
+    assert diarize.settle(far, [s + 0.3 for s in far], [0, 0, 0, 0, 1, 1, 1, 1, 1]) == [0, 0, 0, 0, 1, 1, 1, 1, 1]
+
+
+def test_windows_across_turn_changes_make_no_voice_of_their_own() -> None:
+    emb, _ = voices([20, 20], spread=0.05)
+    blend = emb[0] + emb[-1] + 2 * np.eye(emb.shape[1])[-1]  # two voices at once sound like neither (nor like silence)
+    mixed = blend / np.linalg.norm(blend)
+    seq: list[np.ndarray] = []
+    for turn in range(4):  # a turn of 10 windows of one voice, then the 2 windows (1.5 s every 0.75 s) across a change
+        first = (turn // 2) * 10 + (0 if turn % 2 == 0 else 20)
+        seq += list(emb[first:first + 10]) + ([mixed] * 2 if turn < 3 else [])
+    centres = np.arange(len(seq)) * diarize.HOP
+    assert len(set(diarize.cluster(np.array(seq)))) == 3  # by sound alone they are a third voice...
+    assert len(set(diarize.cluster(np.array(seq), None, centres))) == 2  # ...but nowhere do they hold the floor

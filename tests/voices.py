@@ -42,7 +42,9 @@ def speak(text: str, voice: str) -> np.ndarray:
         subprocess.run(["espeak-ng", "-v", name, "-p", str(pitch), "-s", "160", "-w", raw, text], check=True)
         subprocess.run(["sox", raw, "-r", str(SR), "-c", "1", "-b", "32", "-e", "floating-point", "-t", "raw", out],
                        check=True)
-        return np.fromfile(out, dtype="<f4").astype(np.float32) * 0.8
+        pcm = np.fromfile(out, dtype="<f4").astype(np.float32) * 0.8
+    loud = np.flatnonzero(np.abs(pcm) > 0.01 * np.abs(pcm).max())  # espeak-ng's silence before and after is no turn
+    return pcm[loud[0]:loud[-1] + 1] if len(loud) else pcm
 
 
 Turn = tuple[float, float, str]  # start, end, speaker

@@ -24,6 +24,7 @@ SAME_VOICE = 0.45  # average linkage merges windows this alike on average (estim
 SAME_CENTRE = 0.6  # then clusters whose centres are this alike are one voice (asked for N: N is too many)
 MIN_SHARE = 0.05  # an estimated cluster with less of the windows than this (and under 3 windows) is absorbed
 STEP = 0.01  # the timeline's resolution
+NEAR = 1.6  # seconds either side of a window: its two neighbours each way
 
 
 class TooManySpeakers(ValueError):
@@ -95,9 +96,29 @@ def _join_centres(emb: np.ndarray, clusters: list[list[int]]) -> list[list[int]]
     return clusters
 
 
-def cluster(emb: np.ndarray, speakers: int | None = None) -> np.ndarray:
+def _heard_alone(clusters: list[list[int]], centres: np.ndarray) -> set[int]:
+    """The clusters that somewhere hold the strict majority of the windows within NEAR s of a window's centre: a
+    voice that speaks for a turn does; windows across turn changes (two voices at once, alike among themselves)
+    never do, so they make no speaker of their own."""
+    label = np.empty(len(centres), dtype=int)
+    for k, members in enumerate(clusters):
+        label[members] = k
+    order = np.argsort(centres, kind="stable")
+    t, lab = centres[order], label[order]
+    out: set[int] = set()
+    for i in range(len(t)):
+        a, b = np.searchsorted(t, t[i] - NEAR), np.searchsorted(t, t[i] + NEAR, side="right")
+        counts = np.bincount(lab[a:b], minlength=len(clusters))
+        top = int(counts.argmax())
+        if (counts == counts[top]).sum() == 1:
+            out.add(top)
+    return out
+
+
+def cluster(emb: np.ndarray, speakers: int | None = None, centres: np.ndarray | None = None) -> np.ndarray:
     """A cluster label per window (unit embeddings), numbered in order of first window. ``speakers``: exactly that
-    many; None: estimated. TooManySpeakers when asked for more than the windows hold, or for N where two of the N
+    many; None: estimated (``centres``, the windows' times, let windows across turn changes be told from a voice:
+    :func:`_heard_alone`). TooManySpeakers when asked for more than the windows hold, or for N where two of the N
     voices are clearly one."""
     n = len(emb)
     if n == 0:
@@ -110,6 +131,9 @@ def cluster(emb: np.ndarray, speakers: int | None = None) -> np.ndarray:
         clusters = _join_centres(emb, clusters)
         big = [m for m in clusters if len(m) >= 3 or len(m) >= MIN_SHARE * n]
         clusters = big or clusters
+        if centres is not None and len(clusters) > 1:
+            alone = _heard_alone(clusters, centres)
+            clusters = [m for k, m in enumerate(clusters) if k in alone] or clusters
     cents = _centroids(emb, clusters)
     if speakers is not None and len(cents) > 1:
         cs = cents @ cents.T
@@ -166,6 +190,33 @@ class Timeline:
         if not len(heard):
             return -1
         return int(self.labels[heard[np.abs(heard - (a + b) / 2).argmin()]])
+
+
+def settle(starts: list[float], ends: list[float], labels: list[int], reach: float = HOP) -> list[int]:
+    """Words' voices with each change of voice moved to the widest pause between words within ``reach`` s of where
+    the windows put it: people take turns at pauses, and the windows only place a change to within half a hop
+    (the first word of a turn went to the speaker before). ``starts``/``ends``: the words' times, in order."""
+    out = list(labels)
+    for i in range(1, len(out)):
+        if out[i] == out[i - 1]:
+            continue
+        lo = i
+        while lo > 1 and out[lo - 2] == out[i - 1] and starts[i] - starts[lo - 1] <= reach:
+            lo -= 1
+        hi = i
+        while hi + 1 < len(out) and out[hi + 1] == out[i] and starts[hi + 1] - starts[i] <= reach:
+            hi += 1
+        def pause(k: int) -> float:
+            return round(starts[k] - ends[k - 1], 2)  # to 10 ms: float noise is no wider pause
+
+        best = max(range(lo, hi + 1), key=lambda k: (pause(k), -abs(k - i)))
+        if pause(best) <= pause(i):
+            continue
+        if best < i:
+            out[best:i] = [out[i]] * (i - best)
+        elif best > i:
+            out[i:best] = [out[i - 1]] * (best - i)
+    return out
 
 
 def names(count: int, given: list[str]) -> list[str]:

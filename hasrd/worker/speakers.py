@@ -81,14 +81,15 @@ def load_model(path: str) -> SpeakerModel:
 def _tight(piece: np.ndarray) -> list[tuple[float, float]]:
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
-    opts = VadOptions(min_silence_duration_ms=300, speech_pad_ms=50, max_speech_duration_s=30)
+    opts = VadOptions(min_silence_duration_ms=120, speech_pad_ms=30, max_speech_duration_s=30)
     return [(sp["start"] / SR, sp["end"] / SR) for sp in get_speech_timestamps(piece, opts)]
 
 
 def regions(pcm: np.ndarray) -> list[tuple[float, float]]:
-    """Silero's speech regions, tight (50 ms of padding, at most 30 s each): the diarization's windows come from
-    these. The file is cut at quiet moments into pieces of a minute that threads VAD side by side (ONNX Runtime lets
-    go of the GIL), as the whisper engine does (vad.py)."""
+    """Silero's speech regions, tight (30 ms of padding, apart at pauses of 120 ms, at most 30 s each): the
+    diarization's windows come from these, and fewer of them cross a turn change and hear two voices at once. The
+    file is cut at quiet moments into pieces of a minute that threads VAD side by side (ONNX Runtime lets go of the
+    GIL), as the whisper engine does (vad.py)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from faster_whisper.vad import get_vad_model
@@ -124,20 +125,34 @@ def voices(pcm: np.ndarray, model: SpeakerModel, speakers: int | None) -> diariz
     wins, feats = features(pcm, regions(pcm))
     emb = model.embed_feats(feats)
     try:
-        labels = diarize.cluster(emb, speakers)
+        labels = diarize.cluster(emb, speakers, np.array([(s + e) / 2 for s, e in wins]))
     except diarize.TooManySpeakers as e:
         raise EngineError("too_many_speakers", str(e)) from None
     return diarize.Timeline.of(wins, labels, len(pcm) / SR)
 
 
-def _split(item: TimedSentence, tl: diarize.Timeline) -> list[TimedSentence]:
-    """The sentence as runs of one voice each (its words' voices; the sentence's span without words)."""
+def word_voices(sentences: list[TimedSentence], tl: diarize.Timeline) -> list[list[int]]:
+    """Each sentence's words' voices: the timeline's, each change then settled at a pause (diarize.settle), across
+    sentence ends too (a turn often starts a sentence)."""
+    words = [w for s in sentences for w in (s.words if isinstance(s.words, list) else [])]
+    starts, ends = [float(w.start) for w in words], [float(w.end) for w in words]
+    voices = diarize.settle(starts, ends, [tl.who(a, max(b, a + diarize.STEP)) for a, b in zip(starts, ends,
+                                                                                                strict=True)])
+    out, k = [], 0
+    for s in sentences:
+        n = len(s.words) if isinstance(s.words, list) else 0
+        out.append(voices[k:k + n])
+        k += n
+    return out
+
+
+def _split(item: TimedSentence, voices: list[int], tl: diarize.Timeline) -> list[TimedSentence]:
+    """The sentence as runs of one voice each (its words' ``voices``; without words, its span's voice)."""
     words = item.words if isinstance(item.words, list) else []
     if not words:
         return [msgspec.structs.replace(item, speaker=str(tl.who(item.start_s, item.end_s)))]
     runs: list[tuple[int, list[Word]]] = []
-    for w in words:
-        who = tl.who(float(w.start), max(float(w.end), float(w.start) + diarize.STEP))
+    for w, who in zip(words, voices, strict=True):
         if runs and runs[-1][0] == who:
             runs[-1][1].append(w)
         else:
@@ -188,7 +203,8 @@ def by_voice(engine: Engine, pcm: np.ndarray, language: str, options: Options, e
     result = engine.transcribe(pcm, language, msgspec.structs.replace(options, word_timestamps=True), _Held(emit),
                                cancelled)
     t1 = time.perf_counter()
-    items = [part for it in result.per_sentence for part in _split(it, tl)]
+    voices_of = word_voices(result.per_sentence, tl)
+    items = [part for it, vs in zip(result.per_sentence, voices_of, strict=True) for part in _split(it, vs, tl)]
     _labelled(result, items, first_words(items, options.speaker_names), options.word_timestamps, "diarized")
     result.timings.diarize_s = round(spent + time.perf_counter() - t1, 3)
     _send(emit, result)
