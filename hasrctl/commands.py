@@ -12,7 +12,7 @@ import click
 from hasrctl import liveview, output, terminal
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, Client, DaemonError, Unreachable, pool_status
 from hasrctl.common import (NAMES_HELP, SPEAKERS_HELP, Daemon, cue_rules, daemon_options, engine_options,
-                            model_argument, model_hint, names_option, speakers_option,
+                            model_argument, model_hint, names_option, speakers_for, speakers_option,
                             parse_formats, say, settings, socket_option)
 from hasrctl.status import duration_text
 from hasrd import subtitles
@@ -70,7 +70,8 @@ def _cue_option(ctx: click.Context, param: click.Parameter, value: str | None) -
                       "alike, their own code.")
 @click.argument("files", nargs=-1, required=True, metavar="FILE...", type=click.Path(allow_dash=True))
 @click.option("-f", "--format", "fmts", multiple=True, metavar="LIST", envvar="HASR_FORMAT", show_envvar=True,
-              help="text (or txt), srt, vtt, json, verbose_json, or all (txt, srt, vtt and verbose_json); several "
+              help="text (or txt), srt, vtt, json, verbose_json, diarized_json (speakers: --speakers auto unless "
+                   "given), or all (txt, srt, vtt and verbose_json); several "
                    "with commas or -f again, all made from one transcription: they go to files (-o DIR or "
                    "--beside), one per format [default: text].")
 @click.option("-o", "--output", "out", metavar="FILE|DIR", envvar="HASR_OUTPUT", show_envvar=True,
@@ -130,6 +131,7 @@ def transcribe(files: tuple[str, ...], fmts: tuple[str, ...], out: str | None, b
       hasrctl transcribe --speakers channels --speaker-names Agent,Caller call.wav
     """
     formats = parse_formats(fmts)
+    speakers = speakers_for(formats, speakers)
     model = model_argument(model)
     language = language or settings().language or None
     options = engine_options(prompt, word_timestamps, translate, model, speakers, speaker_names)

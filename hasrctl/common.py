@@ -33,13 +33,19 @@ def parse_formats(values: tuple[str, ...] | list[str], default: Format = Format.
         for part in value.split(","):
             word = part.strip().lower()
             if word not in FORMAT_NAMES and word != "all":
-                raise UsageError(f"-f {part.strip()!r}: use txt, srt, vtt, json, verbose_json or all (several with "
-                                 f"commas, or -f again)")
+                raise UsageError(f"-f {part.strip()!r}: use txt, srt, vtt, json, verbose_json, diarized_json or all "
+                                 f"(several with commas, or -f again)")
             names = ALL_FORMATS if word == "all" else (FORMAT_NAMES[word],)
             out += [n for n in names if n not in out]
-    if Format.JSON in out and Format.VERBOSE_JSON in out:
-        raise UsageError("-f json and verbose_json both write NAME.json: choose one")
+    jsons = [str(f) for f in out if f.extension == "json"]
+    if len(jsons) > 1:
+        raise UsageError(f"-f {' and '.join(jsons)} all write NAME.json: choose one")
     return out or [default]
+
+
+def speakers_for(formats: list[Format], speakers: str | None) -> str | None:
+    """diarized_json asks for speakers by itself (``auto``), as OpenAI's diarizing model does."""
+    return "auto" if speakers is None and Format.DIARIZED_JSON in formats else speakers
 
 
 def say(message: str) -> None:

@@ -30,7 +30,7 @@ RESULT = from_json({
 
 
 def test_formats_are_the_openai_response_formats() -> None:
-    assert formats.FORMATS == ("json", "text", "srt", "vtt", "verbose_json")
+    assert formats.FORMATS == ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 
 
 def test_text_is_the_final_transcript_and_a_newline() -> None:
@@ -206,3 +206,48 @@ def test_sentences_without_an_end_mark_are_not_run_together_and_the_stream_adds_
     joiner = formats.DeltaJoiner()
     assert "".join(joiner.add(t) for t in texts) == joined
     assert joiner.done(joined) == ("", joined)
+
+
+SPOKEN = from_json({
+    "engine": "whisper", "language": "English", "final": "Hello there. Hi. How are you?", "duration_s": 6.0,
+    "speakers": ["Ann", "B<o>b"], "speaker_mode": "diarized",
+    "per_sentence": [
+        {"text": "Hello there.", "start_s": 0.0, "end_s": 1.0, "speaker": "Ann"},
+        {"text": "Hi.", "start_s": 1.1, "end_s": 1.6, "speaker": "B<o>b"},
+        {"text": "How are you?", "start_s": 1.6, "end_s": 2.8, "speaker": "B<o>b"},
+    ],
+})
+
+
+def test_text_with_speakers_is_one_turn_a_line_and_a_turn_joins_its_sentences() -> None:
+    assert formats.render(SPOKEN, formats.Format.TEXT) == "Ann: Hello there.\nB<o>b: Hi. How are you?\n"
+    assert formats.lines(SPOKEN) == "Ann: Hello there.\nB<o>b: Hi. How are you?\n"
+    assert formats.speaker_text(RESULT) is None  # no speakers: the plain text as before
+
+
+def test_subtitles_name_each_cues_speaker_and_never_join_two_speakers_in_a_cue() -> None:
+    cues = list(srt.parse(formats.render(SPOKEN, formats.Format.SRT)))
+    assert [c.content.split(": ")[0] for c in cues] == ["Ann", "B<o>b", "B<o>b"]
+    vtt = formats.render(SPOKEN, formats.Format.VTT)
+    assert "<v Ann>Hello there." in vtt and "<v B&lt;o&gt;b>Hi." in vtt  # the name escaped as cue text is
+
+
+def test_diarized_json_is_openais_shape_and_a_result_without_speakers_is_one_speaker() -> None:
+    doc = json.loads(formats.render(SPOKEN, formats.Format.DIARIZED_JSON))
+    assert doc["task"] == "transcribe" and doc["text"] == SPOKEN.final and doc["usage"]["type"] == "duration"
+    assert [(s["type"], s["id"], s["speaker"]) for s in doc["segments"]] == [
+        ("transcript.text.segment", "seg_0", "Ann"), ("transcript.text.segment", "seg_1", "B<o>b"),
+        ("transcript.text.segment", "seg_2", "B<o>b")]
+    assert {s["speaker"] for s in json.loads(formats.render(RESULT, "diarized_json"))["segments"]} == {"A"}
+    assert json.loads(formats.render(SPOKEN, formats.Format.VERBOSE_JSON))["segments"][1]["speaker"] == "B<o>b"
+
+
+def test_formats_that_write_the_same_json_file_are_refused_together_and_diarized_json_asks_for_speakers() -> None:
+    from hasrctl.client import UsageError
+    from hasrctl.common import parse_formats, speakers_for
+
+    with pytest.raises(UsageError, match="verbose_json and diarized_json all write NAME.json"):
+        parse_formats(["verbose_json,diarized_json"])
+    fmts = parse_formats(["txt,diarized_json"])
+    assert speakers_for(fmts, None) == "auto" and speakers_for(fmts, "channels") == "channels"
+    assert speakers_for(parse_formats(["srt"]), None) is None

@@ -23,7 +23,7 @@ from hasrctl.batch.checks import speaker_model
 from hasrctl.batch.store import detail, rerender, store
 from hasrctl.client import EXIT_FAILED, EXIT_OK, CliError, UsageError
 from hasrctl.common import (NAMES_HELP, SPEAKERS_HELP, cue_rules, engine_options, model_argument, names_option,
-                            parse_formats, say, speakers_option)
+                            parse_formats, say, speakers_for, speakers_option)
 from hasrd.formats import Format
 
 RAY_LOG = ".hasr-batch.ray.log"  # what Ray's own processes print, kept out of the terminal
@@ -139,6 +139,7 @@ def batch(inputs: tuple[str, ...], outdir: str, fmts: tuple[str, ...], model: st
     from hasrctl.batch.progress import Progress
 
     formats = parse_formats(fmts)
+    speakers = speakers_for(formats, speakers)
     model = model_argument(model)
     lang = _language(language)
     spec, engine_name, model_env = _model(model, engine)
