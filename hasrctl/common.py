@@ -39,7 +39,8 @@ def parse_formats(values: tuple[str, ...] | list[str], default: Format = Format.
             out += [n for n in names if n not in out]
     jsons = [str(f) for f in out if f.extension == "json"]
     if len(jsons) > 1:
-        raise UsageError(f"-f {' and '.join(jsons)} all write NAME.json: choose one")
+        raise UsageError(f"-f {' and '.join(jsons)} {'both' if len(jsons) == 2 else 'all'} write NAME.json: "
+                         f"choose one")
     return out or [default]
 
 

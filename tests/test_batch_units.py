@@ -756,7 +756,7 @@ def test_a_directory_of_only_mislabelled_files_records_them_without_starting_ray
 def test_formats_all_is_every_kept_format_and_json_with_verbose_json_is_refused() -> None:
     assert parse_formats(("all",)) == ["text", "srt", "vtt", "verbose_json"]
     assert parse_formats(("srt", "all")) == ["srt", "text", "vtt", "verbose_json"]
-    with pytest.raises(UsageError, match="both write NAME.json"):
+    with pytest.raises(UsageError, match="verbose_json and json both write NAME.json"):
         parse_formats(("all,json",))
     with pytest.raises(UsageError, match="or all"):
         parse_formats(("txt,docx",))

@@ -246,7 +246,7 @@ def test_formats_that_write_the_same_json_file_are_refused_together_and_diarized
     from hasrctl.client import UsageError
     from hasrctl.common import parse_formats, speakers_for
 
-    with pytest.raises(UsageError, match="verbose_json and diarized_json all write NAME.json"):
+    with pytest.raises(UsageError, match="verbose_json and diarized_json both write NAME.json"):
         parse_formats(["verbose_json,diarized_json"])
     fmts = parse_formats(["txt,diarized_json"])
     assert speakers_for(fmts, None) == "auto" and speakers_for(fmts, "channels") == "channels"
