@@ -198,9 +198,12 @@ def speakers_option(ctx: click.Context, param: click.Parameter, value: str | Non
 
 def names_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--speaker-names: names of 1-64 characters, comma-separated."""
-    for name in split_names(value):
+    names = split_names(value)
+    for name in names:
         if len(name) > 64:
             raise click.BadParameter(f"{name[:20]!r}…: a name is at most 64 characters")
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"{value!r} names a speaker twice")
     return value
 
 

@@ -79,4 +79,7 @@ def parse(raw: object, where: str = "options") -> Options:
             message = f"{where}.{key}: {text.split(' - at ')[0]}" if key else f"{where}: {text}"
         raise errors.InvalidOption(message, param=f"{where}.{key}" if key else where) from None
     subtitles.rules_from(raw)  # the cue limits' ranges (the same check as the OpenAI form's)
+    if len(set(opts.speaker_names)) != len(opts.speaker_names):  # two speakers under one name: who said what?
+        raise errors.InvalidOption(f"{where}.speaker_names names a speaker twice: {opts.speaker_names}",
+                                   param=f"{where}.speaker_names")
     return opts

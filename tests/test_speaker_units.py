@@ -163,3 +163,12 @@ def test_windows_across_turn_changes_make_no_voice_of_their_own() -> None:
     centres = np.arange(len(seq)) * diarize.HOP
     assert len(set(diarize.cluster(np.array(seq)))) == 3  # by sound alone they are a third voice...
     assert len(set(diarize.cluster(np.array(seq), None, centres))) == 2  # ...but nowhere do they hold the floor
+
+
+def test_a_speaker_named_twice_is_refused_before_any_work() -> None:
+    from hasrd.errors import InvalidOption
+    from hasrd.options import parse
+
+    assert parse({"speakers": 2, "speaker_names": ["Ann", "Bob"]}).speaker_names == ["Ann", "Bob"]
+    with pytest.raises(InvalidOption, match="names a speaker twice"):
+        parse({"speakers": 2, "speaker_names": ["Ann", "Ann"]})
