@@ -17,7 +17,6 @@ replace it); an import killed outright leaves the hidden file, which the next im
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 import uuid
@@ -29,7 +28,6 @@ from hasrctl import modelimport
 from hasrctl.client import CliError, UsageError
 from hasrd import speakermodels
 
-_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -47,14 +45,6 @@ def is_speaker_file(arg: str) -> bool:
     or ``owner/name.onnx`` that exists here (else that reads as a Hugging Face repo id)."""
     return arg.lower().endswith(speakermodels.SUFFIX) and (
         modelimport.is_path(arg) or "/" not in arg or os.path.exists(arg))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _check(src: Path, arg: str) -> int:
@@ -122,7 +112,7 @@ def import_file(arg: str, name: str | None, view: Any) -> Imported:
         why = "no such file" if e.errno == errno.ENOENT else f"it cannot be read: {e.strerror or e}"
         raise UsageError(f"cannot import {arg}: {why}") from None
     dim = _check(src, arg)
-    sha = _sha256(src)
+    sha = speakermodels.file_sha256(src)
     name = _name(name, src, sha)
     root, dest = speakermodels.speakers_dir(), speakermodels.path_of(name)
     if os.path.lexists(dest):
@@ -143,7 +133,7 @@ def import_file(arg: str, name: str | None, view: Any) -> Imported:
         view.note(f"importing {src}: a speaker model of {dim}-number embeddings, {st.st_size / 2**20:.1f} MB, "
                   f"into {dest}")
         modelimport.copy_file(src, tmp, view, src.name)
-        if _sha256(tmp) != sha:
+        if speakermodels.file_sha256(tmp) != sha:
             raise CliError(f"the copy of {src} differs from it (it changed while it was copied, or the disk "
                            f"damaged it): nothing was installed; import it again")
         _install(tmp, dest, name)

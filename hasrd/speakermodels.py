@@ -16,6 +16,7 @@ an OpenAI client picks its ``model`` from) leaves them out; ``hasrctl models`` l
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,16 @@ def installed() -> list[SpeakerModel]:
         except OSError:
             continue
     return out
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read a MB at a time: how a speaker model is known (KNOWN's pin), whether
+    pulled or imported."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def installed_path(name: str) -> Path | None:

@@ -16,7 +16,6 @@ transferred (``checksum_mismatch``); a model from elsewhere comes in by ``hasrct
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -26,15 +25,6 @@ from hasrd import speakermodels
 from hasrd.download import Item, Pull
 from hasrd.hub import ChecksumMismatch, DownloadFailed
 
-_BLOCK = 1 << 20
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            h.update(block)
-    return h.hexdigest()
 
 
 class SpeakerPull(Pull):
@@ -73,7 +63,8 @@ class SpeakerPull(Pull):
     def _fetch(self, hf: Any, fd: Any, utils: Any, item: Item) -> None:
         """An installed copy that matches the pin stands for the download: a second pull transfers nothing."""
         blob = self.blobs / str(item.sha256)
-        if item.sha256 and not blob.is_file() and self.dest.is_file() and _sha256(self.dest) == item.sha256:
+        if (item.sha256 and not blob.is_file() and self.dest.is_file()
+                and speakermodels.file_sha256(self.dest) == item.sha256):
             try:
                 os.link(self.dest, blob)
             except OSError:
