@@ -115,17 +115,12 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     files = models.fw_files(src)
     files.sort(key=lambda p: (p.name == "model.bin", p.name))  # the big file last, as a pull does
     total = sum(p.stat().st_size for p in files)
-    held = -1
+    held = hold(root, view, "models")
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        held = hold(root, view)
         tmp = Path(tempfile.mkdtemp(prefix=STAGING, dir=root))
     except OSError as e:
-        if held >= 0:
-            os.close(held)
-        raise UsageError(f"cannot write the models directory {root}: {e.strerror or e} (it is "
-                         f"$XDG_DATA_HOME/hasr/models; make it writable, or point XDG_DATA_HOME elsewhere for "
-                         f"hasrctl and hasrd alike)") from None
+        os.close(held)
+        raise unwritable(root, "models", e) from None
     try:
         free = shutil.disk_usage(root).free
         if free < total:
@@ -158,23 +153,37 @@ def import_dir(arg: str, name: str | None, view: Any) -> tuple[Path, Path, int]:
     return src, dest, total
 
 
-def hold(root: Path, view: Any) -> int:
-    """A shared lock on the models directory (or the speakers directory) for as long as this import lives (its fd,
-    closed to release). Before it, when no other import holds one, what imports killed outright left behind
-    (their staging directories, or a speaker model's staging file) is removed, and said."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def unwritable(root: Path, what: str, e: OSError) -> UsageError:
+    """The data directory ``$XDG_DATA_HOME/hasr/<what>`` cannot be written: what to do about it."""
+    return UsageError(f"cannot write the {what} directory {root}: {e.strerror or e} (it is $XDG_DATA_HOME/hasr/"
+                      f"{what}; make it writable, or point XDG_DATA_HOME elsewhere for hasrctl and hasrd alike)")
+
+
+def hold(root: Path, view: Any, what: str) -> int:
+    """The ``what`` directory (models or speakers), made if need be, under a shared lock for as long as this import
+    lives (its fd, closed to release); UsageError (:func:`unwritable`) when it cannot be. Before the lock, when no
+    other import holds one, what imports killed outright left behind (their staging directories, or a speaker
+    model's staging file) is removed, and said."""
+    fd = -1
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pass  # another import is running: its staging directory is its own
-    else:
-        for d in root.glob(STAGING + "*"):
-            if d.is_dir() and not d.is_symlink():
-                size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
-                shutil.rmtree(d, ignore_errors=True)
-            else:
-                size = d.lstat().st_size
-                d.unlink(missing_ok=True)
-            view.note(f"removed {d}: {size / 2**20:.1f} MB that an import killed before it ended left behind")
-    fcntl.flock(fd, fcntl.LOCK_SH)
-    return fd
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another import is running: its staging directory is its own
+        else:
+            for d in root.glob(STAGING + "*"):
+                if d.is_dir() and not d.is_symlink():
+                    size = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
+                    shutil.rmtree(d, ignore_errors=True)
+                else:
+                    size = d.lstat().st_size
+                    d.unlink(missing_ok=True)
+                view.note(f"removed {d}: {size / 2**20:.1f} MB that an import killed before it ended left behind")
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return fd
+    except OSError as e:
+        if fd >= 0:
+            os.close(fd)
+        raise unwritable(root, what, e) from None

@@ -118,16 +118,7 @@ def import_file(arg: str, name: str | None, view: Any) -> Imported:
     if os.path.lexists(dest):
         raise UsageError(f"{dest} exists (a speaker model of that name is installed): import under another name "
                          f"with --name NAME, or remove it first (`hasrctl rm {name}`)")
-    held = -1
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        held = modelimport.hold(root, view)
-    except OSError as e:
-        if held >= 0:
-            os.close(held)
-        raise UsageError(f"cannot write the speakers directory {root}: {e.strerror or e} (it is "
-                         f"$XDG_DATA_HOME/hasr/speakers; make it writable, or point XDG_DATA_HOME elsewhere for "
-                         f"hasrctl and hasrd alike)") from None
+    held = modelimport.hold(root, view, "speakers")
     tmp = root / f"{modelimport.STAGING}{uuid.uuid4().hex[:8]}{speakermodels.SUFFIX}.partial"
     try:
         view.note(f"importing {src}: a speaker model of {dim}-number embeddings, {st.st_size / 2**20:.1f} MB, "
